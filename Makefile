@@ -1,0 +1,113 @@
+# vgpu.isolation: the two commands are `make site` (provision the nodes of the inventory) and
+# `make test` (the complete offline test suite). Every target does its own set-up.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+BIN         := $(VENV)/bin
+INVENTORY   ?= inventory/hosts.yml
+PLAYBOOK    ?= playbooks/site.yml
+COLLECTIONS := .collections
+COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
+SANITY_DIR  := build/ansible_collections/vgpu/isolation
+CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
+VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
+# Tests run the collection from the project-local path, never from ~/.ansible.
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export VGPU_CACHE_DIR := $(CACHE_DIR)
+
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+PY_SOURCES := plugins files/components tests bench
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+# --- set-up -------------------------------------------------------------------------------
+$(VENV)/.stamp: requirements-dev.txt
+	@echo ">> creating the Python environment in $(VENV)"
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --no-deps -r requirements-dev.txt
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.stamp ## the locked Python tool chain
+
+.PHONY: lock
+lock: ## re-resolve requirements-dev.in into requirements-dev.txt
+	rm -rf build/lock-venv && python3 -m venv build/lock-venv
+	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
+	build/lock-venv/bin/pip freeze --exclude-editable | sort -f > requirements-dev.txt
+
+.PHONY: collection
+collection: venv ## build the collection tarball and install it into .collections
+	mkdir -p build $(COLLECTIONS)
+	$(BIN)/ansible-galaxy collection build --force --output-path build . >/dev/null
+	$(BIN)/ansible-galaxy collection install --force --offline -p $(COLLECTIONS) \
+	    build/vgpu-isolation-$(VERSION).tar.gz >/dev/null
+	@echo ">> vgpu.isolation $(VERSION) installed in $(COLLECTIONS)"
+
+# --- the main job ---------------------------------------------------------------------------
+.PHONY: site
+site: collection ## provision the inventory's nodes (default: this machine)
+	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
+
+.PHONY: verify
+verify: collection ## verify the inventory's nodes
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)
+
+# --- tests ----------------------------------------------------------------------------------
+.PHONY: test
+test: venv lint sanity unit libvgpu-test images molecule e2e ## the complete offline test suite
+	@echo ">> make test: all layers passed"
+
+.PHONY: lint
+lint: venv ## ruff, mypy, ansible-lint (production profile)
+	@echo ">> ruff"
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
+	@echo ">> mypy"
+	$(BIN)/mypy
+	@echo ">> ansible-lint"
+	$(BIN)/ansible-lint --offline --profile production
+
+.PHONY: sanity
+sanity: venv ## ansible-test sanity from an ansible_collections/vgpu/isolation path
+	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(SANITY_DIR)
+	cd $(SANITY_DIR) && git init -q && git add -A \
+	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
+
+.PHONY: unit
+unit: venv ## pytest: plugin and component unit and integration tests
+	$(BIN)/pytest -q tests/unit tests/components
+
+.PHONY: libvgpu-test
+libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
+	$(MAKE) -C files/libvgpu check
+
+.PHONY: images
+images: venv ## the locally built container images (molecule node image, component image)
+	tests/harness/ensure-docker.sh
+	tests/harness/build-node-image.sh
+
+.PHONY: molecule
+molecule: collection images ## every molecule scenario: converge, idempotence, verify
+	@for s in $(MOLECULE_SCENARIOS); do \
+	    echo ">> molecule test -s $$s"; \
+	    $(BIN)/molecule test -s $$s || exit 1; \
+	done
+
+.PHONY: e2e
+e2e: collection ## end-to-end tests against a real local Kubernetes control plane
+	$(MAKE) -C tests/k8s test
+
+.PHONY: clean
+clean: ## remove build outputs (keeps the venv and caches)
+	rm -rf build $(COLLECTIONS)
+	$(MAKE) -C files/libvgpu clean
