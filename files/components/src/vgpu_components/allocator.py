@@ -1,0 +1,261 @@
+"""The device plugin's pure core: the unit table, best-fit placement and the Allocate contract.
+
+No gRPC, NVML or Kubernetes here, so the same rules are easy to test and to reuse from the
+extender (best_fit) and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from vgpu_components import ids
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+REGION_CONTAINER_DIR = "/var/run/vgpu"
+QUOTA_CONTAINER_PATH = "/etc/vgpu/quota.conf"
+SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mode", "gpu_compute_audit")
+
+T = TypeVar("T")
+
+
+class AllocationError(ValueError):
+    """Allocate was asked for something it cannot honour; the message says what and why."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as NVML reports it."""
+
+    uuid: str
+    index: int
+    total_mib: int
+    name: str = ""
+
+
+@dataclass
+class GpuUnits:
+    """A GPU's share of the advertised units."""
+
+    gpu: Gpu
+    key: str
+    units: int
+    healthy: bool = True
+    unhealthy_reason: str = ""
+
+    def device_ids(self) -> list[str]:
+        return [ids.device_id(self.key, n) for n in range(self.units)]
+
+
+def best_fit(candidates: Iterable[tuple[int, int, T]], need: int) -> T | None:
+    """Among (free, index, item) pick the item with the least free that still fits `need`.
+
+    Ties go to the lowest index. This one rule is used by the extender at bind time and by the
+    device plugin's GetPreferredAllocation, so both pick the same GPU.
+    """
+    best: tuple[int, int] | None = None
+    chosen: T | None = None
+    for free, index, item in candidates:
+        if free >= need and (best is None or (free, index) < best):
+            best, chosen = (free, index), item
+    return chosen
+
+
+@dataclass
+class Allocation:
+    """What one container gets: env, mounts (container path, host path, read-only) and its files."""
+
+    alloc_id: str
+    gpu: Gpu
+    units: int
+    limit_mib: int
+    envs: dict[str, str] = field(default_factory=dict)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
+    quota_text: str = ""
+    region_host_dir: Path = Path()
+    quota_host_file: Path = Path()
+
+
+class DeviceTable:
+    """GPU key -> GPU and units; the in-memory truth of what this node advertises."""
+
+    def __init__(self, gpus: Sequence[Gpu], unit_mib: int, reserved_mib: int = 0) -> None:
+        if unit_mib <= 0:
+            raise ValueError(f"unit_mib must be positive, got {unit_mib}")
+        self.unit_mib = unit_mib
+        self.reserved_mib = reserved_mib
+        self.lock = threading.Lock()
+        self.by_key: dict[str, GpuUnits] = {}
+        self.by_uuid: dict[str, GpuUnits] = {}
+        for gpu in sorted(gpus, key=lambda g: g.index):
+            key = ids.gpu_key(gpu.uuid)
+            if key in self.by_key:
+                other = self.by_key[key].gpu.uuid
+                raise ValueError(f"GPU key collision: {gpu.uuid} and {other} both hash to {key}; cannot advertise")
+            slot = GpuUnits(gpu=gpu, key=key, units=ids.units_for(gpu.total_mib, reserved_mib, unit_mib))
+            self.by_key[key] = slot
+            self.by_uuid[gpu.uuid] = slot
+
+    def gpus(self) -> list[GpuUnits]:
+        return sorted(self.by_key.values(), key=lambda s: s.gpu.index)
+
+    def devices(self) -> list[tuple[str, str]]:
+        """(device ID, health) for every unit, in GPU index order."""
+        with self.lock:
+            out: list[tuple[str, str]] = []
+            for slot in self.gpus():
+                health = HEALTHY if slot.healthy else UNHEALTHY
+                out.extend((dev, health) for dev in slot.device_ids())
+            return out
+
+    def set_health(self, uuid: str, healthy: bool, reason: str = "") -> bool:
+        """Mark a GPU healthy or not; True when that changed anything."""
+        with self.lock:
+            slot = self.by_uuid.get(uuid)
+            if slot is None or slot.healthy == healthy:
+                return False
+            slot.healthy, slot.unhealthy_reason = healthy, reason
+            return True
+
+    def resolve(self, device_ids: Sequence[str]) -> GpuUnits:
+        """The one GPU that all these IDs belong to; AllocationError otherwise."""
+        if not device_ids:
+            raise AllocationError("no device IDs in the request")
+        if len(set(device_ids)) != len(device_ids):
+            raise AllocationError(f"duplicate device IDs in the request: {sorted(device_ids)}")
+        keys: set[str] = set()
+        for dev in device_ids:
+            try:
+                key, unit = ids.parse_device_id(dev)
+            except ValueError as exc:
+                raise AllocationError(str(exc)) from None
+            slot = self.by_key.get(key)
+            if slot is None:
+                raise AllocationError(f"device ID {dev!r} names GPU key {key!r}, which is not on this node")
+            if unit >= slot.units:
+                raise AllocationError(f"device ID {dev!r}: GPU {slot.gpu.uuid} has only {slot.units} units")
+            keys.add(key)
+        if len(keys) > 1:
+            spread = ", ".join(sorted(f"{k} ({self.by_key[k].gpu.uuid})" for k in keys))
+            raise AllocationError(
+                f"a container's {len(device_ids)} units must come from one GPU, got units of {len(keys)} GPUs: {spread}"
+            )
+        return self.by_key[keys.pop()]
+
+    def _known(self, device: str) -> bool:
+        try:
+            key, unit = ids.parse_device_id(device)
+        except ValueError:
+            return False
+        return key in self.by_key and unit < self.by_key[key].units
+
+    def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """GetPreferredAllocation for one container: `size` units from one GPU, best fit.
+
+        Units kubelet lists as available are free, so the free units per GPU are counted from them.
+        """
+        free: dict[str, list[tuple[int, str]]] = {}
+        for dev in available:
+            try:
+                key, unit = ids.parse_device_id(dev)
+            except ValueError:
+                continue
+            if key in self.by_key:
+                free.setdefault(key, []).append((unit, dev))
+        must = [d for d in dict.fromkeys(must_include) if self._known(d)]
+        must_keys = {ids.parse_device_id(d)[0] for d in must}
+        if len(must_keys) == 1:
+            # Units kubelet insists on (reused from an init container) fix the GPU.
+            key = next(iter(must_keys))
+        else:
+            chosen = best_fit(
+                ((len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy),
+                size,
+            )
+            if chosen is None:
+                # No single GPU fits: hand back the largest so Allocate can explain the problem.
+                if not free:
+                    return must[:size]
+                chosen = max(free, key=lambda k: (len(free[k]), -self.by_key[k].gpu.index))
+            key = chosen
+        picked = [d for d in must if d.startswith(key + "-")]
+        for _unit, dev in sorted(free.get(key, [])):
+            if len(picked) >= size:
+                break
+            if dev not in picked:
+                picked.append(dev)
+        return picked
+
+
+def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapping[str, Any]) -> Allocation:
+    """The container contract of docs/architecture.md for one container's device IDs."""
+    slot = table.resolve(device_ids)
+    if not slot.healthy:
+        raise AllocationError(f"GPU {slot.gpu.uuid} is unhealthy: {slot.unhealthy_reason or 'unknown reason'}")
+    units = len(device_ids)
+    limit_mib = units * table.unit_mib
+    aid = ids.alloc_id(device_ids)
+    plugin = config["device_plugin"]
+    state_dir = Path(config["state_dir"])
+    install_prefix = config["install_prefix"]
+    switches = plugin["switches"]
+    envs = {
+        "NVIDIA_VISIBLE_DEVICES": slot.gpu.uuid,
+        "CUDA_VISIBLE_DEVICES": "0",
+        "VGPU_MEMORY_LIMIT": f"{limit_mib}MiB",
+        "VGPU_CONFIG_FILE": QUOTA_CONTAINER_PATH,
+        "VGPU_REGION_DIR": REGION_CONTAINER_DIR,
+        "LD_LIBRARY_PATH": install_prefix,
+    }
+    for name in SWITCH_ENV:
+        envs[name.upper()] = str(int(switches[name]))
+    region_dir = state_dir / "containers" / aid
+    quota_file = state_dir / "quotas" / f"{aid}.conf"
+    mounts = [
+        (install_prefix, install_prefix, True),
+        (REGION_CONTAINER_DIR, str(region_dir), False),
+        (QUOTA_CONTAINER_PATH, str(quota_file), True),
+    ]
+    if plugin["mps_enabled"]:
+        mps = config["mps"]
+        envs["CUDA_MPS_PIPE_DIRECTORY"] = mps["pipe_dir"]
+        envs["CUDA_MPS_LOG_DIRECTORY"] = mps["log_dir"]
+        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(plugin["mps_active_thread_percentage"])
+        mounts.append(("/run/nvidia/mps", "/run/nvidia/mps", False))
+    lines = [
+        f"# vgpu quota for allocation {aid} on GPU {slot.gpu.uuid}",
+        f"memory_limit=0:{limit_mib}MiB",
+        *(f"{name}={int(switches[name])}" for name in SWITCH_ENV),
+    ]
+    return Allocation(
+        alloc_id=aid,
+        gpu=slot.gpu,
+        units=units,
+        limit_mib=limit_mib,
+        envs=envs,
+        mounts=mounts,
+        quota_text="\n".join(lines) + "\n",
+        region_host_dir=region_dir,
+        quota_host_file=quota_file,
+    )
+
+
+def prepare_host_paths(allocation: Allocation) -> None:
+    """Create a fresh region folder and quota file. Units belong to one container at a time, so a
+    leftover folder with the same alloc-id is from a container that is gone: wipe it."""
+    region = allocation.region_host_dir
+    if region.exists():
+        shutil.rmtree(region)
+    region.mkdir(parents=True)
+    region.chmod(0o777)  # the workload may run as any user and must write its region
+    quota = allocation.quota_host_file
+    quota.parent.mkdir(parents=True, exist_ok=True)
+    tmp = quota.with_suffix(".tmp")
+    tmp.write_text(allocation.quota_text, encoding="utf-8")
+    tmp.chmod(0o644)
+    tmp.replace(quota)

@@ -1,0 +1,217 @@
+"""The shared config file (/etc/vgpu/config.yaml) with VGPU_<SECTION>_<KEY> environment overrides.
+
+One YAML file serves all four components (docs/architecture.md). Every key has a default, so a
+missing file or section is fine; a value of the wrong type is an error that names the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
+SECTIONS = ("device_plugin", "monitor", "mps", "extender")
+
+DEFAULT_SWITCHES: dict[str, int] = {
+    "gpu_virtual_memory": 1,
+    "limit": 1,
+    "gpu_cgroup_enable": 0,
+    "cgroup_map_mode": 0,
+    "gpu_compute_audit": 0,
+}
+
+DEFAULTS: dict[str, Any] = {
+    "resource_prefix": "vgpu.io",
+    "unit_mib": 100,
+    "reserved_mib": 0,
+    "install_prefix": "/opt/vgpu",
+    "state_dir": "/var/lib/vgpu",
+    "log_format": "json",
+    "log_level": "info",
+    "device_plugin": {
+        "kubelet_dir": "/var/lib/kubelet/device-plugins",
+        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "healthz_port": 9396,
+        "mps_enabled": False,
+        "mps_active_thread_percentage": 100,
+        "switches": dict(DEFAULT_SWITCHES),
+        "xid_recovery_s": 60,
+        "annotation_refresh_s": 30,
+        "pod_resources_poll_s": 2.0,
+        "max_message_bytes": 2 * 1024 * 1024,
+    },
+    "monitor": {
+        "port": 9395,
+        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+    },
+    "mps": {
+        "pipe_dir": "/run/nvidia/mps",
+        "log_dir": "/run/nvidia/mps/log",
+        "set_exclusive_process": False,
+        "healthz_port": 9397,
+        "control_binary": "nvidia-cuda-mps-control",
+        "probe_interval_s": 10.0,
+        "probe_timeout_s": 5.0,
+        "restart_backoff_s": 2.0,
+    },
+    "extender": {
+        "address": "127.0.0.1",
+        "port": 32766,
+        "reservation_ttl_s": 300,
+    },
+}
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used; the message names the key and what is expected."""
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise ConfigError(f"{name}: expected true or false, got {value!r}")
+
+
+def _as_number(name: str, value: Any, kind: type) -> Any:
+    what = "an integer" if kind is int else "a number"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, str))
+        or (kind is int and isinstance(value, float))
+    ):
+        raise ConfigError(f"{name}: expected {what}, got {value!r}")
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{name}: expected {what}, got {value!r}") from None
+
+
+def _as_str(name: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ConfigError(f"{name}: expected a string, got {value!r}")
+    return str(value)
+
+
+def _as_mapping(name: str, value: Any, default: Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = yaml.safe_load(value)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name}: expected a mapping, got {value!r}")
+    merged = dict(default)
+    for key, item in value.items():
+        if key not in default:
+            raise ConfigError(f"{name}: unknown key {key!r}; expected one of {sorted(default)}")
+        merged[key] = _coerce(f"{name}.{key}", item, default[key])
+    return merged
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Return value converted to the type of default, or raise ConfigError naming the key."""
+    if isinstance(default, bool):
+        return _as_bool(name, value)
+    if isinstance(default, (int, float)):
+        return _as_number(name, value, type(default))
+    if isinstance(default, str):
+        return _as_str(name, value)
+    if isinstance(default, dict):
+        return _as_mapping(name, value, default)
+    return value
+
+
+def _merge(target: dict[str, Any], source: Mapping[str, Any], defaults: Mapping[str, Any], where: str) -> None:
+    for key, value in source.items():
+        if key not in defaults:
+            # Forward compatibility: a newer ConfigMap may carry keys this version does not know.
+            log.warning("ignoring unknown config key %s%s", where, key)
+            continue
+        default = defaults[key]
+        if key in SECTIONS:
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            _merge(target[key], value, default, f"{key}.")
+        else:
+            target[key] = _coerce(f"{where}{key}", value, default)
+
+
+def env_name(section: str | None, key: str) -> str:
+    """The environment variable that overrides a key: VGPU_<KEY> or VGPU_<SECTION>_<KEY>."""
+    return f"VGPU_{section.upper()}_{key.upper()}" if section else f"VGPU_{key.upper()}"
+
+
+def load(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Read the config file (missing file: defaults), then apply environment overrides."""
+    environ = os.environ if environ is None else environ
+    config = copy.deepcopy(DEFAULTS)
+    if path is not None and Path(path).exists():
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if data is not None:
+            if not isinstance(data, Mapping):
+                raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+            _merge(config, data, DEFAULTS, "")
+    elif path is not None:
+        log.info("config file %s not found; using defaults and environment", path)
+    for key, default in DEFAULTS.items():
+        if key in SECTIONS:
+            for sub, sub_default in default.items():
+                name = env_name(key, sub)
+                if name in environ:
+                    config[key][sub] = _coerce(name, environ[name], sub_default)
+        else:
+            name = env_name(None, key)
+            if name in environ:
+                config[key] = _coerce(name, environ[name], default)
+    validate(config)
+    return config
+
+
+def validate(config: Mapping[str, Any]) -> None:
+    """Checks that types alone cannot express."""
+    if config["unit_mib"] <= 0:
+        raise ConfigError(f"unit_mib: expected a positive number of MiB, got {config['unit_mib']}")
+    if config["reserved_mib"] < 0:
+        raise ConfigError(f"reserved_mib: expected 0 or more MiB, got {config['reserved_mib']}")
+    if config["log_format"] not in ("json", "text"):
+        raise ConfigError(f"log_format: expected json or text, got {config['log_format']!r}")
+    pct = config["device_plugin"]["mps_active_thread_percentage"]
+    if not 1 <= pct <= 100:
+        raise ConfigError(f"device_plugin.mps_active_thread_percentage: expected 1-100, got {pct}")
+    prefix = config["resource_prefix"]
+    if not prefix or "/" in prefix or prefix.endswith("kubernetes.io"):
+        raise ConfigError(f"resource_prefix: expected a domain such as vgpu.io, got {prefix!r}")
+    for section, key in (("device_plugin", "healthz_port"), ("monitor", "port"), ("mps", "healthz_port")):
+        port = config[section][key]
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{section}.{key}: expected a TCP port 0-65535, got {port}")
+    if not 0 <= config["extender"]["port"] <= 65535:
+        raise ConfigError(f"extender.port: expected a TCP port 0-65535, got {config['extender']['port']}")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG_PATH,
+        help=f"YAML config file shared by the components (default {DEFAULT_CONFIG_PATH}); "
+        "any key can be overridden by VGPU_<KEY> or VGPU_<SECTION>_<KEY>",
+    )
+
+
+def node_name(environ: Mapping[str, str] | None = None) -> str:
+    """This node's name from NODE_NAME (downward API); falls back to the host name."""
+    environ = os.environ if environ is None else environ
+    return environ.get("NODE_NAME") or os.uname().nodename

@@ -1,0 +1,446 @@
+"""nvidia-shared-device-plugin: advertises GPU memory to kubelet as <prefix>/gpu-memory units.
+
+Device plugin API v1beta1 over gRPC on a unix socket in the kubelet's device-plugin folder.
+GPU choice travels in the device IDs (`<gpu-key>-<n>`), so Allocate needs no API call and no
+guess about which pod it serves. Per-GPU capacity and use go to the node annotation
+`<prefix>/gpus` for the scheduler extender, from the kubelet PodResources API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from vgpu_components import __version__, config, health, ids, kube, logs, nvml, protos
+from vgpu_components.allocator import (
+    AllocationError,
+    DeviceTable,
+    Gpu,
+    build_allocation,
+    prepare_host_paths,
+)
+from vgpu_components.nvml import APPLICATION_XIDS, GpuBackend
+from vgpu_components.podresources import PodResourcesClient
+
+log = logging.getLogger("vgpu.device_plugin")
+
+API_VERSION = "v1beta1"
+KUBELET_SOCKET = "kubelet.sock"
+# Our answers to GetPreferredAllocation requests can be large; kubelet's lists of available IDs too.
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+class AdvertiseError(RuntimeError):
+    """The node cannot be advertised as configured (e.g. the unit is too small for the message budget)."""
+
+
+def resource_name(cfg: dict[str, Any]) -> str:
+    return f"{cfg['resource_prefix']}/gpu-memory"
+
+
+def socket_name(cfg: dict[str, Any]) -> str:
+    return f"{cfg['resource_prefix']}-gpu-memory.sock"
+
+
+def list_and_watch_message(table: DeviceTable) -> Any:
+    msgs, _ = protos.deviceplugin()
+    return msgs.ListAndWatchResponse(devices=[msgs.Device(ID=dev, health=h) for dev, h in table.devices()])
+
+
+def check_message_size(table: DeviceTable, budget: int) -> int:
+    """Size in bytes of the full ListAndWatch message; AdvertiseError when it exceeds the budget."""
+    size = int(list_and_watch_message(table).ByteSize())
+    if size > budget:
+        units = sum(slot.units for slot in table.gpus())
+        # The size is close to linear in the unit count, so scale the unit up by the overshoot.
+        suggested = math.ceil(table.unit_mib * size / budget)
+        raise AdvertiseError(
+            f"refusing to advertise: {units} units of {table.unit_mib} MiB make a {size}-byte ListAndWatch "
+            f"message, over the {budget}-byte budget (kubelet drops messages over 4 MiB and the resource "
+            f"would show 0); set unit_mib to at least {suggested}"
+        )
+    return size
+
+
+class DevicePluginService:
+    """The v1beta1 DevicePlugin service (method names are the gRPC ones)."""
+
+    def __init__(self, plugin: DevicePlugin) -> None:
+        self.plugin = plugin
+        self.msgs, _ = protos.deviceplugin()
+
+    def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
+        return self.msgs.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    def ListAndWatch(self, request: Any, context: Any) -> Any:
+        plugin = self.plugin
+        sent = -1
+
+        def news() -> bool:
+            return plugin.version != sent or plugin.stopping.is_set()
+
+        log.info("kubelet opened ListAndWatch")
+        while context.is_active() and not plugin.stopping.is_set():
+            with plugin.changed:
+                plugin.changed.wait_for(news, timeout=1.0)
+                version = plugin.version
+            if version != sent and not plugin.stopping.is_set():
+                sent = version
+                yield list_and_watch_message(plugin.table)
+        log.info("ListAndWatch stream ended")
+
+    def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        out = []
+        for req in request.container_requests:
+            picked = self.plugin.table.preferred(
+                list(req.available_deviceIDs), list(req.must_include_deviceIDs), int(req.allocation_size)
+            )
+            out.append(self.msgs.ContainerPreferredAllocationResponse(deviceIDs=picked))
+        return self.msgs.PreferredAllocationResponse(container_responses=out)
+
+    def Allocate(self, request: Any, context: Any) -> Any:
+        responses = []
+        for req in request.container_requests:
+            device_ids = list(req.devices_ids)
+            try:
+                alloc = build_allocation(self.plugin.table, device_ids, self.plugin.cfg)
+                prepare_host_paths(alloc)
+            except (AllocationError, OSError) as exc:
+                log.error("Allocate refused: %s", exc, extra={"device_ids": device_ids[:8]})
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise  # abort() raises already; this keeps the flow explicit
+            log.info(
+                "allocated %d MiB on %s",
+                alloc.limit_mib,
+                alloc.gpu.uuid,
+                extra={"alloc_id": alloc.alloc_id, "units": alloc.units},
+            )
+            responses.append(
+                self.msgs.ContainerAllocateResponse(
+                    envs=alloc.envs,
+                    mounts=[self.msgs.Mount(container_path=c, host_path=h, read_only=ro) for c, h, ro in alloc.mounts],
+                )
+            )
+        self.plugin.poke_publisher()
+        return self.msgs.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(self, request: Any, context: Any) -> Any:
+        return self.msgs.PreStartContainerResponse()
+
+
+class DevicePlugin:
+    """Serves the plugin socket, registers with kubelet, follows kubelet restarts, health and use."""
+
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        gpus: list[Gpu],
+        node: str,
+        *,
+        backend: GpuBackend | None = None,
+        node_api: kube.NodeApi | None = None,
+        pod_resources: PodResourcesClient | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.node = node
+        self.backend = backend
+        self.node_api = node_api
+        self.pod_resources = pod_resources
+        section = cfg["device_plugin"]
+        self.plugin_dir = Path(section["kubelet_dir"])
+        self.socket_path = self.plugin_dir / socket_name(cfg)
+        self.kubelet_socket = self.plugin_dir / KUBELET_SOCKET
+        self.table = DeviceTable(gpus, cfg["unit_mib"], cfg["reserved_mib"])
+        self.message_bytes = check_message_size(self.table, section["max_message_bytes"])
+        self.stopping = threading.Event()
+        self.changed = threading.Condition()
+        self.version = 0
+        self.registered = False
+        self.registrations = 0
+        self._server: grpc.Server | None = None
+        self._kubelet_id: tuple[int, int] | None = None
+        self._unhealthy_since: dict[str, float] = {}
+        self._publish_wake = threading.Event()
+        self._last_annotation = ""
+        self._last_publish = 0.0
+        self._threads: list[threading.Thread] = []
+
+    # --- gRPC server and registration ------------------------------------------------------
+    def _serve(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=0)
+        self.socket_path.unlink(missing_ok=True)
+        _, services = protos.deviceplugin()
+        # One worker is pinned per ListAndWatch stream; keep spare workers for the unary calls.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=GRPC_OPTIONS)
+        services.add_DevicePluginServicer_to_server(DevicePluginService(self), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server = server
+        log.info("serving %s on %s", resource_name(self.cfg), self.socket_path)
+
+    def _kubelet_identity(self) -> tuple[int, int] | None:
+        try:
+            st = self.kubelet_socket.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_ctime_ns)
+
+    def register(self) -> None:
+        msgs, services = protos.deviceplugin()
+        with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
+            stub = services.RegistrationStub(channel)
+            stub.Register(
+                msgs.RegisterRequest(
+                    version=API_VERSION,
+                    endpoint=self.socket_path.name,
+                    resource_name=resource_name(self.cfg),
+                    options=msgs.DevicePluginOptions(get_preferred_allocation_available=True),
+                ),
+                timeout=5,
+            )
+        self.registered = True
+        self.registrations += 1
+        log.info(
+            "registered with kubelet",
+            extra={
+                "resource": resource_name(self.cfg),
+                "devices": len(self.table.devices()),
+                "message_bytes": self.message_bytes,
+            },
+        )
+
+    def _ensure_registered(self) -> None:
+        """Start or restart serving and registration after a kubelet (re)start or a lost socket."""
+        kubelet_id = self._kubelet_identity()
+        if kubelet_id is None:
+            if self.registered:
+                log.warning("kubelet socket %s is gone; waiting for kubelet", self.kubelet_socket)
+            self.registered = False
+            return
+        socket_lost = not self.socket_path.exists()
+        if self.registered and kubelet_id == self._kubelet_id and not socket_lost:
+            return
+        if self.registered:
+            log.warning("kubelet restarted or our socket was removed; registering again")
+        self.registered = False
+        self._serve()
+        try:
+            self.register()
+        except grpc.RpcError as exc:
+            log.error("registration with kubelet failed: %s", exc.details() if hasattr(exc, "details") else exc)
+            return
+        self._kubelet_id = kubelet_id
+
+    # --- health and use ---------------------------------------------------------------------
+    def bump(self) -> None:
+        """Tell ListAndWatch streams that the device list changed."""
+        with self.changed:
+            self.version += 1
+            self.changed.notify_all()
+        self.poke_publisher()
+
+    def set_health(self, uuid: str, healthy: bool, reason: str = "") -> None:
+        if self.table.set_health(uuid, healthy, reason):
+            if healthy:
+                log.info("GPU %s is healthy again", uuid)
+                self._unhealthy_since.pop(uuid, None)
+            else:
+                log.error("GPU %s marked unhealthy: %s", uuid, reason)
+                kube.try_event(self.node_api, self.node, "GPUUnhealthy", f"GPU {uuid}: {reason}")
+            self.bump()
+
+    def _health_loop(self) -> None:
+        recovery = float(self.cfg["device_plugin"]["xid_recovery_s"])
+        while not self.stopping.is_set():
+            assert self.backend is not None
+            try:
+                events = self.backend.wait_xid(1000)
+            except Exception as exc:
+                log.warning("Xid event wait failed: %s", exc)
+                self.stopping.wait(5)
+                continue
+            now = time.monotonic()
+            for event in events:
+                if event.xid in APPLICATION_XIDS:
+                    log.info("application Xid %d on %s ignored", event.xid, event.uuid)
+                    continue
+                self._unhealthy_since[event.uuid] = now
+                self.set_health(event.uuid, False, f"Xid {event.xid}")
+            # A GPU without new critical Xids for the quiet period is healthy again.
+            for uuid, since in list(self._unhealthy_since.items()):
+                if now - since >= recovery:
+                    self.set_health(uuid, True)
+
+    def poke_publisher(self) -> None:
+        self._publish_wake.set()
+
+    def annotation(self, used: dict[str, int]) -> str:
+        gpus = [
+            {
+                "uuid": slot.gpu.uuid,
+                "index": slot.gpu.index,
+                "key": slot.key,
+                "total_mib": slot.gpu.total_mib,
+                "units": slot.units,
+                "used_units": used.get(slot.key, 0),
+                "healthy": slot.healthy,
+            }
+            for slot in self.table.gpus()
+        ]
+        return kube.dumps({"unit_mib": self.table.unit_mib, "gpus": gpus})
+
+    def used_units(self) -> dict[str, int]:
+        """Units per GPU key that kubelet has handed to containers (PodResources API)."""
+        used: dict[str, int] = {}
+        if self.pod_resources is None:
+            return used
+        for holder in self.pod_resources.list(resource_name(self.cfg)):
+            for dev in holder.device_ids:
+                try:
+                    key, _ = ids.parse_device_id(dev)
+                except ValueError:
+                    continue
+                used[key] = used.get(key, 0) + 1
+        return used
+
+    def publish_once(self) -> bool:
+        """Write the node annotation when it changed or is due; True when written."""
+        text = self.annotation(self.used_units())
+        refresh = float(self.cfg["device_plugin"]["annotation_refresh_s"])
+        if text == self._last_annotation and time.monotonic() - self._last_publish < refresh:
+            return False
+        if self.node_api is not None:
+            self.node_api.annotate_node(self.node, {f"{self.cfg['resource_prefix']}/gpus": text})
+        self._last_annotation, self._last_publish = text, time.monotonic()
+        return True
+
+    def _publish_loop(self) -> None:
+        poll = float(self.cfg["device_plugin"]["pod_resources_poll_s"])
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                if self.publish_once():
+                    log.debug("node annotation updated")
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.warning("publishing GPU use failed (%d times): %s", failures, exc)
+            self._publish_wake.wait(poll)
+            self._publish_wake.clear()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self._ensure_registered()
+        if self.backend is not None:
+            self._spawn(self._health_loop, "xid-health")
+        if self.node_api is not None or self.pod_resources is not None:
+            self._spawn(self._publish_loop, "publisher")
+        self._spawn(self._watch_loop, "kubelet-watch")
+
+    def _spawn(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _watch_loop(self) -> None:
+        # Polling at 100 ms re-registers well within a second of a kubelet restart.
+        while not self.stopping.wait(0.1):
+            try:
+                self._ensure_registered()
+            except Exception as exc:
+                log.error("re-registration attempt failed: %s", exc)
+
+    def healthy(self) -> tuple[bool, str]:
+        if not self.registered:
+            return False, "not registered with kubelet"
+        sick = [s.gpu.uuid for s in self.table.gpus() if not s.healthy]
+        return True, f"ok, registered; unhealthy GPUs: {sick or 'none'}"
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.changed:
+            self.changed.notify_all()
+        self._publish_wake.set()
+        if self._server is not None:
+            self._server.stop(grace=1).wait(2)
+        for thread in self._threads:
+            thread.join(timeout=3)
+        self.socket_path.unlink(missing_ok=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="nvidia-shared-device-plugin",
+        description="Kubernetes device plugin that advertises GPU memory as <resource_prefix>/gpu-memory "
+        "units (config keys: resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the "
+        "device_plugin section). The node name comes from NODE_NAME.",
+    )
+    config.add_common_arguments(parser)
+    parser.add_argument("--kubeconfig", help="kubeconfig for node annotation and events (default: in-cluster)")
+    parser.add_argument("--version", action="version", version=__version__)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = config.load(args.config)
+    except config.ConfigError as exc:
+        print(f"nvidia-shared-device-plugin: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    logs.setup("nvidia-shared-device-plugin", cfg["log_format"], cfg["log_level"])
+    node = config.node_name()
+    node_api: kube.NodeApi | None = None
+    try:
+        node_api = kube.KubeNodeApi(kube.api_client(args.kubeconfig), "nvidia-shared-device-plugin")
+    except Exception as exc:
+        log.warning("no Kubernetes API (%s): the node annotation and events are off", exc)
+    backend = nvml.NvmlBackend()
+    gpus = backend.gpus()
+    log.info("found %d GPU(s)", len(gpus), extra={"gpus": [g.uuid for g in gpus]})
+    try:
+        plugin = DevicePlugin(
+            cfg,
+            gpus,
+            node,
+            backend=backend,
+            node_api=node_api,
+            pod_resources=PodResourcesClient(cfg["device_plugin"]["pod_resources_socket"]),
+        )
+    except (AdvertiseError, ValueError) as exc:
+        log.error("%s", exc)
+        kube.try_event(node_api, node, "GPUMemoryNotAdvertised", str(exc))
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = health.HealthServer(
+        "", cfg["device_plugin"]["healthz_port"], {"/healthz": health.check(plugin.healthy)}
+    ).start()
+    plugin.start()
+    stop.wait()
+    log.info("stopping")
+    plugin.stop()
+    server.stop()
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The device ID and allocation ID contracts (docs/architecture.md).
+
+Device ID: `<gpu-key>-<n>`, gpu-key = first 6 hex digits of SHA-256(GPU UUID), n = unit number.
+alloc-id: first 16 hex digits of SHA-256 of the sorted, comma-joined device IDs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+
+KEY_LEN = 6
+ALLOC_ID_LEN = 16
+_DEVICE_ID = re.compile(r"^([0-9a-f]{6})-(0|[1-9][0-9]*)$")
+
+
+def gpu_key(uuid: str) -> str:
+    return hashlib.sha256(uuid.encode()).hexdigest()[:KEY_LEN]
+
+
+def device_id(key: str, unit: int) -> str:
+    return f"{key}-{unit}"
+
+
+def parse_device_id(device: str) -> tuple[str, int]:
+    """(gpu-key, unit number) of a device ID; ValueError naming the ID when it is not one of ours."""
+    match = _DEVICE_ID.match(device)
+    if not match:
+        raise ValueError(f"device ID {device!r} is not of the form <6 hex digits>-<unit number>")
+    return match.group(1), int(match.group(2))
+
+
+def alloc_id(device_ids: Iterable[str]) -> str:
+    joined = ",".join(sorted(device_ids))
+    return hashlib.sha256(joined.encode()).hexdigest()[:ALLOC_ID_LEN]
+
+
+def units_for(total_mib: int, reserved_mib: int, unit_mib: int) -> int:
+    """How many units a GPU advertises: floor((total - reserved) / unit), never negative."""
+    return max(0, (total_mib - reserved_mib) // unit_mib)

@@ -1,0 +1,197 @@
+"""Test doubles and peers shared by the component tests (imported as `fakes`; conftest sets the path)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from vgpu_components import protos
+from vgpu_components.allocator import Gpu
+from vgpu_components.nvml import Memory, XidEvent
+
+GIB = 1024
+
+
+class FakeGpus:
+    """A stand-in for NVML: the CI machine has no GPU (the H200 smoke script runs the real one)."""
+
+    def __init__(self, gpus: list[Gpu]) -> None:
+        self._gpus = gpus
+        self.used_mib: dict[str, int] = {g.uuid: 0 for g in gpus}
+        self.modes: dict[str, int] = {g.uuid: 0 for g in gpus}
+        self.xids: list[XidEvent] = []
+        self.xid_ready = threading.Event()
+
+    def gpus(self) -> list[Gpu]:
+        return list(self._gpus)
+
+    def memory(self, uuid: str) -> Memory:
+        gpu = next(g for g in self._gpus if g.uuid == uuid)
+        return Memory(total_mib=gpu.total_mib, used_mib=self.used_mib[uuid])
+
+    def inject_xid(self, uuid: str, xid: int) -> None:
+        self.xids.append(XidEvent(uuid, xid))
+        self.xid_ready.set()
+
+    def wait_xid(self, timeout_ms: int) -> list[XidEvent]:
+        self.xid_ready.wait(min(timeout_ms, 50) / 1000)
+        self.xid_ready.clear()
+        out, self.xids = self.xids, []
+        return out
+
+    def compute_mode(self, uuid: str) -> int:
+        return self.modes[uuid]
+
+    def set_compute_mode(self, uuid: str, mode: int) -> None:
+        self.modes[uuid] = mode
+
+    def close(self) -> None:
+        pass
+
+
+def two_gpus() -> list[Gpu]:
+    return [
+        Gpu(uuid="GPU-11111111-2222-3333-4444-555555555555", index=0, total_mib=12 * GIB, name="Fake 12G"),
+        Gpu(uuid="GPU-66666666-7777-8888-9999-000000000000", index=1, total_mib=12 * GIB, name="Fake 12G"),
+    ]
+
+
+class FakeKubelet:
+    """A real gRPC peer playing kubelet's side of the device plugin API.
+
+    It serves v1beta1.Registration on <dir>/kubelet.sock; on Register it dials the plugin's
+    socket, reads its options and follows the ListAndWatch stream like kubelet's device manager.
+    """
+
+    def __init__(self, plugin_dir: Path) -> None:
+        self.plugin_dir = plugin_dir
+        self.msgs, self.services = protos.deviceplugin()
+        self.registrations: list[Any] = []
+        self.registered = threading.Event()
+        self.updates: list[list[tuple[str, str]]] = []
+        self.update_event = threading.Event()
+        self.options: Any = None
+        self.server: grpc.Server | None = None
+        self.channel: grpc.Channel | None = None
+        self.stub: Any = None
+
+    def start(self) -> FakeKubelet:
+        kubelet = self
+
+        class Registration:
+            def Register(self, request: Any, context: Any) -> Any:
+                kubelet.registrations.append(request)
+                threading.Thread(target=kubelet._follow, args=(request.endpoint,), daemon=True).start()
+                return kubelet.msgs.Empty()
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.services.add_RegistrationServicer_to_server(Registration(), server)
+        server.add_insecure_port(f"unix://{self.plugin_dir / 'kubelet.sock'}")
+        server.start()
+        self.server = server
+        return self
+
+    def _follow(self, endpoint: str) -> None:
+        channel = grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
+        self.channel = channel
+        self.stub = self.services.DevicePluginStub(channel)
+        self.options = self.stub.GetDevicePluginOptions(self.msgs.Empty(), timeout=5)
+        self.registered.set()
+        try:
+            for response in self.stub.ListAndWatch(self.msgs.Empty()):
+                self.updates.append([(d.ID, d.health) for d in response.devices])
+                self.update_event.set()
+        except grpc.RpcError:
+            pass  # the stream ends when the plugin or this fake goes away
+
+    def wait_update(self, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
+        """Block until at least `count` ListAndWatch messages arrived; return the latest."""
+        deadline = threading.Event()
+        timer = threading.Timer(timeout, deadline.set)
+        timer.start()
+        try:
+            while len(self.updates) < count and not deadline.is_set():
+                self.update_event.wait(0.05)
+                self.update_event.clear()
+        finally:
+            timer.cancel()
+        assert len(self.updates) >= count, f"only {len(self.updates)} ListAndWatch updates, wanted {count}"
+        return self.updates[-1]
+
+    def stop(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if self.server is not None:
+            self.server.stop(grace=0).wait(2)
+        (self.plugin_dir / "kubelet.sock").unlink(missing_ok=True)
+
+
+class FakePodResources:
+    """A real gRPC server speaking kubelet's PodResources API v1 on a unix socket.
+
+    `holders` is the list of (namespace, pod, container, resource, device IDs) it reports.
+    """
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+        self.msgs, self.services = protos.podresources()
+        self.holders: list[tuple[str, str, str, str, list[str]]] = []
+        self.calls = 0
+        self.server: grpc.Server | None = None
+
+    def start(self) -> FakePodResources:
+        fake = self
+
+        class Lister:
+            def List(self, request: Any, context: Any) -> Any:
+                fake.calls += 1
+                pods: dict[tuple[str, str], Any] = {}
+                for namespace, pod, container, resource, devices in fake.holders:
+                    entry = pods.setdefault((namespace, pod), fake.msgs.PodResources(name=pod, namespace=namespace))
+                    entry.containers.append(
+                        fake.msgs.ContainerResources(
+                            name=container,
+                            devices=[fake.msgs.ContainerDevices(resource_name=resource, device_ids=devices)],
+                        )
+                    )
+                return fake.msgs.ListPodResourcesResponse(pod_resources=list(pods.values()))
+
+            def GetAllocatableResources(self, request: Any, context: Any) -> Any:
+                return fake.msgs.AllocatableResourcesResponse()
+
+            def Get(self, request: Any, context: Any) -> Any:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "not used")
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.services.add_PodResourcesListerServicer_to_server(Lister(), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self.server = server
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(grace=0).wait(2)
+
+
+class RecordingNodeApi:
+    """Records node annotations and events instead of calling the API server.
+
+    The unit tests have no kube-apiserver; tests/k8s runs the components against a real one.
+    """
+
+    def __init__(self) -> None:
+        self.annotations: list[tuple[str, dict[str, str]]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.changed = threading.Event()
+
+    def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
+        self.annotations.append((node, annotations))
+        self.changed.set()
+
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
+        self.events.append((node, reason, message))
+        self.changed.set()

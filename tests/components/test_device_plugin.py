@@ -1,0 +1,306 @@
+"""The device plugin against a real gRPC kubelet peer (FakeKubelet) over unix sockets.
+
+NVML is replaced by FakeGpus (no GPU on the CI machine) and the API server by RecordingNodeApi;
+everything kubelet-facing is real gRPC with the v1beta1 and PodResources v1 wire formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from fakes import GIB, FakeGpus, FakeKubelet, FakePodResources, RecordingNodeApi, two_gpus
+from vgpu_components import config, device_plugin, ids, kube, nvml
+from vgpu_components.allocator import DeviceTable, Gpu
+from vgpu_components.device_plugin import AdvertiseError, DevicePlugin, check_message_size
+from vgpu_components.podresources import PodResourcesClient
+
+UUID0 = two_gpus()[0].uuid
+UUID1 = two_gpus()[1].uuid
+KEY0 = hashlib.sha256(UUID0.encode()).hexdigest()[:6]
+KEY1 = hashlib.sha256(UUID1.encode()).hexdigest()[:6]
+
+
+def make_config(root: Path, **plugin: Any) -> dict[str, Any]:
+    cfg = config.load(None, environ={})
+    cfg["state_dir"] = str(root / "state")
+    cfg["device_plugin"]["kubelet_dir"] = str(root / "dp")
+    cfg["device_plugin"]["pod_resources_socket"] = str(root / "pr.sock")
+    cfg["device_plugin"].update(plugin)
+    return cfg
+
+
+class Node:
+    """A plugin and its kubelet, started in a temp folder."""
+
+    def __init__(self, root: Path, gpus: list[Gpu] | None = None, **plugin: Any) -> None:
+        self.root = root
+        self.cfg = make_config(root, **plugin)
+        (root / "dp").mkdir(parents=True, exist_ok=True)
+        self.backend = FakeGpus(gpus or two_gpus())
+        self.api = RecordingNodeApi()
+        self.pod_resources = FakePodResources(root / "pr.sock").start()
+        self.kubelet = FakeKubelet(root / "dp").start()
+        self.plugin = DevicePlugin(
+            self.cfg,
+            self.backend.gpus(),
+            "node-a",
+            backend=self.backend,
+            node_api=self.api,
+            pod_resources=PodResourcesClient(str(root / "pr.sock")),
+        )
+        self.plugin.start()
+        assert self.kubelet.registered.wait(5), "the plugin never registered with kubelet"
+
+    def stop(self) -> None:
+        self.plugin.stop()
+        self.kubelet.stop()
+        self.pod_resources.stop()
+
+
+@pytest.fixture
+def node(short_tmp: Path) -> Iterator[Node]:
+    n = Node(short_tmp, xid_recovery_s=0.6, pod_resources_poll_s=0.1)
+    yield n
+    n.stop()
+
+
+def allocate(node: Node, device_ids: list[str]) -> Any:
+    msgs = node.kubelet.msgs
+    request = msgs.AllocateRequest(container_requests=[msgs.ContainerAllocateRequest(devices_ids=device_ids)])
+    return node.kubelet.stub.Allocate(request, timeout=5)
+
+
+def test_registers_and_advertises_every_unit_with_short_stable_ids(node: Node) -> None:
+    reg = node.kubelet.registrations[0]
+    assert (reg.version, reg.resource_name) == ("v1beta1", "vgpu.io/gpu-memory")
+    assert (Path(node.cfg["device_plugin"]["kubelet_dir"]) / reg.endpoint).is_socket()
+    assert reg.options.get_preferred_allocation_available
+    assert node.kubelet.options.get_preferred_allocation_available
+    devices = node.kubelet.wait_update(1)
+    # 12 GiB / 100 MiB = 122 units per GPU
+    assert len(devices) == 244
+    assert {h for _, h in devices} == {"Healthy"}
+    assert {d for d, _ in devices} == {f"{KEY0}-{n}" for n in range(122)} | {f"{KEY1}-{n}" for n in range(122)}
+    # The same GPUs give the same IDs after a restart: the key depends only on the UUID.
+    again = DeviceTable(list(reversed(two_gpus())), 100)
+    assert sorted(d for d, _ in again.devices()) == sorted(d for d, _ in devices)
+
+
+def test_preferred_allocation_packs_one_container_on_the_fullest_gpu_that_fits(node: Node) -> None:
+    msgs = node.kubelet.msgs
+    available = [f"{KEY0}-{n}" for n in range(50)] + [f"{KEY1}-{n}" for n in range(122)]
+
+    def prefer(size: int, must: list[str] | None = None) -> list[str]:
+        req = msgs.PreferredAllocationRequest(
+            container_requests=[
+                msgs.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=available, must_include_deviceIDs=must or [], allocation_size=size
+                )
+            ]
+        )
+        return list(node.kubelet.stub.GetPreferredAllocation(req, timeout=5).container_responses[0].deviceIDs)
+
+    small = prefer(30)
+    assert len(small) == 30 and all(d.startswith(KEY0 + "-") for d in small)  # GPU0 has less free and fits
+    big = prefer(80)
+    assert len(big) == 80 and all(d.startswith(KEY1 + "-") for d in big)  # only GPU1 fits 80
+    reused = prefer(20, must=[f"{KEY1}-5"])
+    assert f"{KEY1}-5" in reused and all(d.startswith(KEY1 + "-") for d in reused)
+
+
+def test_allocate_returns_the_container_contract_and_writes_quota_and_region(node: Node) -> None:
+    device_ids = [f"{KEY0}-{n}" for n in range(30)]
+    response = allocate(node, device_ids)
+    assert len(response.container_responses) == 1
+    got = response.container_responses[0]
+    assert dict(got.envs) == {
+        "NVIDIA_VISIBLE_DEVICES": UUID0,
+        "CUDA_VISIBLE_DEVICES": "0",
+        "VGPU_MEMORY_LIMIT": "3000MiB",
+        "VGPU_CONFIG_FILE": "/etc/vgpu/quota.conf",
+        "VGPU_REGION_DIR": "/var/run/vgpu",
+        "LD_LIBRARY_PATH": "/opt/vgpu",
+        "GPU_VIRTUAL_MEMORY": "1",
+        "LIMIT": "1",
+        "GPU_CGROUP_ENABLE": "0",
+        "CGROUP_MAP_MODE": "0",
+        "GPU_COMPUTE_AUDIT": "0",
+    }
+    aid = hashlib.sha256(",".join(sorted(device_ids)).encode()).hexdigest()[:16]
+    state = Path(node.cfg["state_dir"])
+    mounts = {(m.container_path, m.host_path, m.read_only) for m in got.mounts}
+    assert mounts == {
+        ("/opt/vgpu", "/opt/vgpu", True),
+        ("/var/run/vgpu", str(state / "containers" / aid), False),
+        ("/etc/vgpu/quota.conf", str(state / "quotas" / f"{aid}.conf"), True),
+    }
+    quota = (state / "quotas" / f"{aid}.conf").read_text()
+    lines = [line for line in quota.splitlines() if not line.startswith("#")]
+    assert lines == [
+        "memory_limit=0:3000MiB",
+        "gpu_virtual_memory=1",
+        "limit=1",
+        "gpu_cgroup_enable=0",
+        "cgroup_map_mode=0",
+        "gpu_compute_audit=0",
+    ]
+    region = state / "containers" / aid
+    assert region.is_dir() and not any(region.iterdir())
+    assert stat.S_IMODE(region.stat().st_mode) == 0o777
+
+
+def test_allocate_wipes_a_stale_region_of_the_same_units(node: Node) -> None:
+    device_ids = [f"{KEY1}-{n}" for n in range(10)]
+    region = Path(node.cfg["state_dir"]) / "containers" / ids.alloc_id(device_ids)
+    region.mkdir(parents=True)
+    (region / "vgpu.region").write_bytes(b"old container's counters")
+    allocate(node, device_ids)
+    assert region.is_dir() and not (region / "vgpu.region").exists()
+
+
+@pytest.mark.parametrize(
+    ("device_ids", "message"),
+    [
+        ([f"{KEY0}-1", f"{KEY1}-2"], "must come from one GPU"),
+        (["ffffff-1"], "not on this node"),
+        ([f"{KEY0}-999"], "has only 122 units"),
+        (["GPU-1234"], "not of the form"),
+        ([f"{KEY0}-1", f"{KEY0}-1"], "duplicate"),
+    ],
+)
+def test_allocate_refuses_bad_device_sets_with_a_reason(node: Node, device_ids: list[str], message: str) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        allocate(node, device_ids)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in err.value.details()
+
+
+def test_mps_adds_env_and_pipe_mount(short_tmp: Path) -> None:
+    n = Node(short_tmp, mps_enabled=True, mps_active_thread_percentage=50)
+    try:
+        got = allocate(n, [f"{KEY0}-0"]).container_responses[0]
+        assert got.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia/mps"
+        assert got.envs["CUDA_MPS_LOG_DIRECTORY"] == "/run/nvidia/mps/log"
+        assert got.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        assert ("/run/nvidia/mps", "/run/nvidia/mps", False) in {
+            (m.container_path, m.host_path, m.read_only) for m in got.mounts
+        }
+        assert got.envs["VGPU_MEMORY_LIMIT"] == "100MiB"
+    finally:
+        n.stop()
+
+
+def test_reregisters_within_a_second_of_a_kubelet_restart(node: Node) -> None:
+    node.kubelet.wait_update(1)
+    node.kubelet.stop()
+    # kubelet's device manager empties the folder when it starts, then serves a new kubelet.sock
+    folder = Path(node.cfg["device_plugin"]["kubelet_dir"])
+    for entry in folder.iterdir():
+        entry.unlink()
+    restarted = FakeKubelet(folder).start()
+    started = time.monotonic()
+    try:
+        assert restarted.registered.wait(5)
+        elapsed = time.monotonic() - started
+        assert elapsed < 1.0, f"re-registration took {elapsed:.2f} s"
+        assert len(restarted.wait_update(1)) == 244
+        assert restarted.registrations[0].resource_name == "vgpu.io/gpu-memory"
+    finally:
+        restarted.stop()
+
+
+def test_xid_marks_gpu_unhealthy_and_it_recovers(node: Node) -> None:
+    node.kubelet.wait_update(1)
+    node.backend.inject_xid(UUID0, 13)  # application error: not the GPU's fault
+    time.sleep(0.3)
+    assert len(node.kubelet.updates) == 1
+    node.backend.inject_xid(UUID0, 79)  # fallen off the bus
+    sick = dict(node.kubelet.wait_update(2))
+    assert {sick[f"{KEY0}-{n}"] for n in range(122)} == {"Unhealthy"}
+    assert {sick[f"{KEY1}-{n}"] for n in range(122)} == {"Healthy"}
+    assert any(reason == "GPUUnhealthy" and UUID0 in msg for _, reason, msg in node.api.events)
+    well = dict(node.kubelet.wait_update(3, timeout=5))
+    assert set(well.values()) == {"Healthy"}
+
+
+def test_node_annotation_follows_pod_resources(node: Node) -> None:
+    held = [f"{KEY1}-{n}" for n in range(30)]
+    node.pod_resources.holders = [("default", "p1", "main", "vgpu.io/gpu-memory", held)]
+    deadline = time.monotonic() + 5
+
+    def latest() -> dict[str, Any]:
+        return json.loads(node.api.annotations[-1][1]["vgpu.io/gpus"])
+
+    while time.monotonic() < deadline:
+        if node.api.annotations and latest()["gpus"][1]["used_units"] == 30:
+            break
+        time.sleep(0.05)
+    doc = latest()
+    assert node.api.annotations[-1][0] == "node-a"
+    assert doc["unit_mib"] == 100
+    assert doc["gpus"][0] == {
+        "uuid": UUID0,
+        "index": 0,
+        "key": KEY0,
+        "total_mib": 12 * GIB,
+        "units": 122,
+        "used_units": 0,
+        "healthy": True,
+    }
+    assert doc["gpus"][1]["used_units"] == 30
+    node.pod_resources.holders = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and latest()["gpus"][1]["used_units"] != 0:
+        time.sleep(0.05)
+    assert latest()["gpus"][1]["used_units"] == 0
+
+
+def test_too_small_unit_is_refused_loudly_and_default_unit_fits_an_8x141g_node() -> None:
+    big = [Gpu(uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd", index=i, total_mib=141 * GIB) for i in range(8)]
+    size = check_message_size(DeviceTable(big, 100), 2 * 1024 * 1024)
+    assert size < 2 * 1024 * 1024
+    with pytest.raises(AdvertiseError) as err:
+        check_message_size(DeviceTable(big, 1), 2 * 1024 * 1024)
+    assert "set unit_mib to at least" in str(err.value)
+
+
+def test_main_posts_an_event_when_it_refuses_to_advertise(monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:
+    """main() with a fake NVML and a recording API: the refusal is an event and exit code 2."""
+    big = [Gpu(uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd", index=i, total_mib=141 * GIB) for i in range(8)]
+    api = RecordingNodeApi()
+    monkeypatch.setattr(nvml, "NvmlBackend", lambda: FakeGpus(big))
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig=None: object())
+    monkeypatch.setattr(kube, "KubeNodeApi", lambda client, component: api)
+    monkeypatch.setenv("VGPU_UNIT_MIB", "1")
+    monkeypatch.setenv("VGPU_LOG_FORMAT", "text")
+    monkeypatch.setenv("NODE_NAME", "node-big")
+    monkeypatch.setenv("VGPU_DEVICE_PLUGIN_KUBELET_DIR", str(short_tmp))
+    assert device_plugin.main(["--config", str(short_tmp / "missing.yaml")]) == 2
+    assert api.events and api.events[0][:2] == ("node-big", "GPUMemoryNotAdvertised")
+    assert not any(p.suffix == ".sock" for p in short_tmp.iterdir())
+
+
+def test_key_collision_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ids, "gpu_key", lambda uuid: "abcdef")
+    with pytest.raises(ValueError, match="collision"):
+        DeviceTable(two_gpus(), 100)
+
+
+def test_stop_removes_the_socket(short_tmp: Path) -> None:
+    n = Node(short_tmp)
+    sock = Path(n.cfg["device_plugin"]["kubelet_dir"]) / "vgpu.io-gpu-memory.sock"
+    assert sock.is_socket()
+    n.stop()
+    assert not sock.exists()
+    shutil.rmtree(short_tmp / "state", ignore_errors=True)
+    assert os.path.isdir(short_tmp)
