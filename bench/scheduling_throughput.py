@@ -1,0 +1,158 @@
+"""Scheduling throughput (pods/s) of kube-scheduler with and without our extender.
+
+Runs against the local control plane of tests/k8s (start it with tests/k8s/scripts/run-bench.sh,
+which is what `make -C tests/k8s bench` does). For each node count it creates simulated GPU nodes
+(kwok, 2 x 12 GiB GPUs each), then, once per scheduler configuration:
+
+1. stops kube-scheduler and creates the pods, all Pending;
+2. starts kube-scheduler (plain: the default plugins only; extender: our extender for filter,
+   prioritize and bind) and waits until it is ready;
+3. watches the pods and takes the rate from the first bind to the last one.
+
+Both configurations schedule the same pods (1000 MiB = 10 units of vgpu.io/gpu-memory each);
+without the extender kube-scheduler counts the resource per node, with it the extender places
+each pod on one GPU. The ratio extender/plain is printed; the target is >= 0.5 at 1000 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+
+from tests.k8s import cluster
+
+POD_MIB = 1000
+GROUP = "bench"
+
+
+def ensure_nodes(core: Any, count: int) -> dict[str, str]:
+    """Grow the bench node set to `count` Ready nodes; returns their selector."""
+    existing = {n.metadata.name for n in core.list_node(label_selector=f"{cluster.GROUP_LABEL}={GROUP}").items}
+    wanted = [f"bench-{i:04d}" for i in range(count)]
+    missing = [n for n in wanted if n not in existing]
+    body = [cluster.GPU_12GIB, cluster.GPU_12GIB]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: core.create_node(cluster.node_body(n, body, {cluster.GROUP_LABEL: GROUP})), missing))
+
+    def all_ready() -> bool:
+        nodes = core.list_node(label_selector=f"{cluster.GROUP_LABEL}={GROUP}").items
+        return sum(cluster.node_ready(n) for n in nodes) >= count
+
+    cluster.wait_for(f"{count} bench nodes Ready", all_ready, timeout=max(120, count / 5))
+    return {cluster.GROUP_LABEL: GROUP}
+
+
+class BindWatch(threading.Thread):
+    """Records when each pod of a namespace is first seen bound."""
+
+    def __init__(self, namespace: str, expected: int, resource_version: str) -> None:
+        super().__init__(daemon=True)
+        self.namespace = namespace
+        self.expected = expected
+        self.resource_version = resource_version
+        self.bound: dict[str, float] = {}
+        self.done = threading.Event()
+        self.core = client.CoreV1Api(cluster.api_client())
+
+    def run(self) -> None:
+        stream = watch.Watch().stream(
+            self.core.list_namespaced_pod,
+            self.namespace,
+            resource_version=self.resource_version,
+            timeout_seconds=600,
+        )
+        for event in stream:
+            pod = event["object"]
+            if pod.spec.node_name and pod.metadata.name not in self.bound:
+                self.bound[pod.metadata.name] = time.monotonic()
+                if len(self.bound) >= self.expected:
+                    break
+        self.done.set()
+
+
+def run_once(
+    core: Any, mode: str, nodes: int, *, pods: int, selector: dict[str, str], timeout: float
+) -> dict[str, Any]:
+    cluster.ctl("stop-scheduler")
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    cluster.wait_for(
+        "the bench namespace's default service account",
+        lambda: bool(core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items),
+        timeout=60,
+    )
+    names = [f"p-{i:05d}" for i in range(pods)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: core.create_namespaced_pod(namespace, cluster.pod_body(n, POD_MIB, selector)), names))
+    rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
+    watcher = BindWatch(namespace, pods, rv)
+    watcher.start()
+    config = cluster.STATE_DIR / f"scheduler-{mode}.yaml"
+    cluster.ctl("start-scheduler", str(config))
+    finished = watcher.done.wait(timeout)
+    times = sorted(watcher.bound.values())
+    result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times)}
+    if not finished or len(times) < pods:
+        result["error"] = f"only {len(times)} of {pods} pods bound within {timeout:.0f} s"
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    result["seconds"] = round(span, 3)
+    result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    core.delete_namespace(namespace)
+    # The extender must see the deletions before the next run counts GPU memory again.
+    cluster.wait_for(
+        f"pods of {namespace} gone",
+        lambda: not core.list_namespaced_pod(namespace, limit=1).items,
+        timeout=120,
+    )
+    time.sleep(2)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000], help="node counts (default 100 1000)")
+    parser.add_argument("--pods", type=int, default=1000, help="pods per run (default 1000)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds allowed per run (default 300)")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    args = parser.parse_args(argv)
+    if args.pods < 2:
+        parser.error(f"--pods must be at least 2, got {args.pods}")
+    capacity = min(args.nodes) * 2 * (cluster.GPU_12GIB // POD_MIB)
+    if args.pods > capacity:
+        parser.error(f"--pods {args.pods} do not fit on {min(args.nodes)} nodes ({capacity} pods of {POD_MIB} MiB)")
+
+    core = client.CoreV1Api(cluster.api_client())
+    results = []
+    for nodes in sorted(args.nodes):
+        selector = ensure_nodes(core, nodes)
+        for mode in ("plain", "extender"):
+            result = run_once(core, mode, nodes, pods=args.pods, selector=selector, timeout=args.timeout)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    cluster.ctl("start-scheduler")
+
+    print(f"\n{'nodes':>6} {'pods':>6} {'plain pods/s':>13} {'extender pods/s':>16} {'ratio':>6}")
+    failed = False
+    for nodes in sorted(args.nodes):
+        plain, ext = (next(r for r in results if r["nodes"] == nodes and r["mode"] == m) for m in ("plain", "extender"))
+        ratio = ext["pods_per_s"] / plain["pods_per_s"] if plain["pods_per_s"] else 0.0
+        print(f"{nodes:>6} {args.pods:>6} {plain['pods_per_s']:>13} {ext['pods_per_s']:>16} {ratio:>6.2f}")
+        failed = failed or "error" in plain or "error" in ext
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Helpers for the end-to-end tests and the throughput benchmark on the local control plane.
+
+The control plane is started by tests/k8s/scripts/up.sh; its state folder (kubeconfigs, logs,
+pids) is $VGPU_K8S_STATE_DIR, default build/k8s. Simulated nodes are plain Node objects that
+kwok keeps Ready; they carry the `vgpu.io/gpus` annotation the device plugin would publish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+
+K8S_DIR = Path(__file__).resolve().parent
+REPO_ROOT = K8S_DIR.parent.parent
+STATE_DIR = Path(os.environ.get("VGPU_K8S_STATE_DIR", str(REPO_ROOT / "build" / "k8s")))
+CTL = K8S_DIR / "scripts" / "ctl.sh"
+
+PREFIX = "vgpu.io"
+RESOURCE = f"{PREFIX}/gpu-memory"
+UNIT_MIB = 100
+GPU_12GIB = 12288
+GROUP_LABEL = "e2e.vgpu.io/group"
+ANNOTATION_UUID = f"{PREFIX}/gpu-uuid"
+ANNOTATION_INDEX = f"{PREFIX}/gpu-index"
+
+T = TypeVar("T")
+# make(count, gpus_mib=None) -> the node selector of `count` new Ready GPU nodes (conftest.gpu_nodes).
+NodeFactory = Callable[..., dict[str, str]]
+
+
+def api_client(kubeconfig: Path | None = None) -> Any:
+    """An ApiClient for the admin kubeconfig of the running control plane."""
+    path = kubeconfig or STATE_DIR / "admin.kubeconfig"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: start the control plane with 'make -C tests/k8s up'")
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    """Poll check() until it returns something other than None/False; TimeoutError names `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def ctl(*args: str, timeout: float = 90) -> None:
+    """Start or stop one part of the control plane through scripts/ctl.sh."""
+    env = dict(os.environ, VGPU_K8S_STATE_DIR=str(STATE_DIR))
+    subprocess.run([str(CTL), *args], check=True, timeout=timeout, env=env)
+
+
+def units(mib: int) -> int:
+    """Units of vgpu.io/gpu-memory a pod asks for to get `mib` MiB (rounded up)."""
+    return -(-mib // UNIT_MIB)
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}.{index}.e2e.vgpu.io"))
+
+
+def gpus_annotation(node: str, gpus_mib: Iterable[int]) -> str:
+    """The `vgpu.io/gpus` node annotation as the device plugin publishes it (docs/architecture.md)."""
+    gpus = []
+    for index, total in enumerate(gpus_mib):
+        uid = gpu_uuid(node, index)
+        gpus.append(
+            {
+                "uuid": uid,
+                "index": index,
+                "key": hashlib.sha256(uid.encode()).hexdigest()[:6],
+                "total_mib": total,
+                "units": total // UNIT_MIB,
+                "used_units": 0,
+                "healthy": True,
+            }
+        )
+    return json.dumps({"unit_mib": UNIT_MIB, "gpus": gpus}, separators=(",", ":"))
+
+
+def node_body(name: str, gpus_mib: Iterable[int], labels: Mapping[str, str]) -> dict[str, Any]:
+    """A simulated GPU node: kwok keeps it Ready; capacity advertises the GPUs' units."""
+    gpus = list(gpus_mib)
+    resources = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "500",
+        RESOURCE: str(sum(total // UNIT_MIB for total in gpus)),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "kwok.x-k8s.io/node": "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                f"{PREFIX}/gpus": gpus_annotation(name, gpus),
+            },
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                f"{PREFIX}/gpu-node": "true",
+                **labels,
+            },
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def node_ready(node: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def pod_body(
+    name: str, gpu_mib: int | None, node_selector: Mapping[str, str], labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod asking for `gpu_mib` MiB of GPU memory (None: no GPU at all) on the selected nodes."""
+    limits = {RESOURCE: str(units(gpu_mib))} if gpu_mib is not None else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {
+            "nodeSelector": dict(node_selector),
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    # kwok never runs containers, so the image is never pulled.
+                    "image": "localhost/vgpu-e2e:none",
+                    "resources": {"limits": limits, "requests": dict(limits)},
+                }
+            ],
+        },
+    }
+
+
+def scheduling_events(core: Any, namespace: str, pod: str) -> list[str]:
+    """Messages of the FailedScheduling events of one pod, oldest first."""
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={pod},reason=FailedScheduling"
+    ).items
+    return [e.message or "" for e in events]
+
+
+def bound_node(core: Any, namespace: str, pod: str) -> str | None:
+    return core.read_namespaced_pod(pod, namespace).spec.node_name or None
+
+
+def wait_bound(core: Any, namespace: str, name: str, timeout: float = 60) -> Any:
+    """The pod once the scheduler (through the extender, for GPU pods) has bound it."""
+
+    def check() -> Any:
+        pod = core.read_namespaced_pod(name, namespace)
+        return pod if pod.spec.node_name else None
+
+    return wait_for(f"pod {namespace}/{name} bound", check, timeout=timeout)

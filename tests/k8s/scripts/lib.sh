@@ -1,0 +1,106 @@
+# Shared settings and process helpers for the local control plane; sourced by the scripts.
+# Only loopback addresses are used. Every port can be moved with an environment variable.
+# shellcheck shell=bash
+K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_ROOT="$(cd "$K8S_DIR/../.." && pwd)"
+# shellcheck source=/dev/null
+source "$K8S_DIR/versions.env"
+CACHE_DIR="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
+BIN_DIR="$CACHE_DIR/$K8S_VERSION"
+KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"
+STATE_DIR="${VGPU_K8S_STATE_DIR:-$REPO_ROOT/build/k8s}"
+VENV="${VENV:-$REPO_ROOT/.venv}"
+case "$VENV" in /*) ;; *) VENV="$REPO_ROOT/$VENV" ;; esac
+COMPONENTS_SRC="${VGPU_COMPONENTS_SRC:-$REPO_ROOT/files/components/src}"
+ETCD_PORT="${VGPU_E2E_ETCD_PORT:-23790}"
+ETCD_PEER_PORT="${VGPU_E2E_ETCD_PEER_PORT:-23800}"
+APISERVER_PORT="${VGPU_E2E_APISERVER_PORT:-16443}"
+SCHEDULER_PORT="${VGPU_E2E_SCHEDULER_PORT:-20259}"
+EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-39766}"
+KWOK_PORT="${VGPU_E2E_KWOK_PORT:-20247}"
+PKI="$STATE_DIR/pki"
+
+log() { echo ">> $*"; }
+die() { echo "!! $*" >&2; exit 1; }
+
+# The start time of a process (field 22 of /proc/<pid>/stat) tells a live process of ours
+# from an unrelated one that reused its pid.
+proc_start_time() { awk '{print $22}' "/proc/$1/stat" 2>/dev/null; }
+
+# start_proc <name> <command...>: run in the background, log to logs/<name>.log, record the pid.
+start_proc() {
+    local name="$1"; shift
+    mkdir -p "$STATE_DIR/logs" "$STATE_DIR/pids"
+    if proc_alive "$name"; then die "$name is already running (pid $(cut -d' ' -f1 "$STATE_DIR/pids/$name.pid"))"; fi
+    nohup "$@" >>"$STATE_DIR/logs/$name.log" 2>&1 </dev/null &
+    local pid=$!
+    echo "$pid $(proc_start_time "$pid")" >"$STATE_DIR/pids/$name.pid"
+    log "started $name (pid $pid)"
+}
+
+proc_alive() {
+    local file="$STATE_DIR/pids/$1.pid" pid start
+    [[ -f "$file" ]] || return 1
+    read -r pid start <"$file"
+    [[ -n "$pid" && "$(proc_start_time "$pid")" == "$start" ]]
+}
+
+# stop_proc <name>: SIGTERM, up to 10 s of grace, then SIGKILL. Only the recorded pid is touched.
+stop_proc() {
+    local name="$1" file="$STATE_DIR/pids/$1.pid" pid start i
+    [[ -f "$file" ]] || return 0
+    read -r pid start <"$file"
+    if proc_alive "$name"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do
+            proc_alive "$name" || break
+            sleep 0.1
+        done
+        if proc_alive "$name"; then
+            echo "!! $name (pid $pid) ignored SIGTERM for 10 s; sending SIGKILL" >&2
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        log "stopped $name (pid $pid)"
+    fi
+    rm -f "$file"
+}
+
+# wait_until <name> <seconds> <command...>: poll once a second; fail early if <name> died.
+wait_until() {
+    local name="$1" timeout="$2" i; shift 2
+    for ((i = 0; i < timeout; i++)); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        if ! proc_alive "$name"; then
+            tail -n 40 "$STATE_DIR/logs/$name.log" >&2 || true
+            die "$name exited during start-up (log: $STATE_DIR/logs/$name.log)"
+        fi
+        sleep 1
+    done
+    tail -n 40 "$STATE_DIR/logs/$name.log" >&2 || true
+    die "$name not ready after $timeout s (log: $STATE_DIR/logs/$name.log)"
+}
+
+# An authenticated GET against the API server with the admin certificate.
+api_get() {
+    curl -sf --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+        "https://127.0.0.1:$APISERVER_PORT$1"
+}
+
+start_extender() {
+    [[ -f "$COMPONENTS_SRC/vgpu_components/extender.py" || -d "$COMPONENTS_SRC/vgpu_components/extender" ]] \
+        || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
+    start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
+        "$VENV/bin/python" -m vgpu_components.extender \
+        --config "$STATE_DIR/vgpu-config.yaml" --kubeconfig "$STATE_DIR/extender.kubeconfig"
+    wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/healthz"
+}
+
+# start_scheduler [config]: kube-scheduler with our extender (default) or another config file.
+start_scheduler() {
+    local config="${1:-$STATE_DIR/scheduler-extender.yaml}"
+    start_proc kube-scheduler "$BIN_DIR/kube-scheduler" --config="$config" \
+        --authentication-kubeconfig="$STATE_DIR/scheduler.kubeconfig" \
+        --authorization-kubeconfig="$STATE_DIR/scheduler.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
+    wait_until kube-scheduler 60 curl -skf --max-time 2 "https://127.0.0.1:$SCHEDULER_PORT/readyz"
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Start the local control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+# kwok (simulated nodes), our scheduler extender and kube-scheduler configured to call it.
+# State (certificates, kubeconfigs, configs, logs, pids) goes to $STATE_DIR; etcd's data to a
+# temporary folder in /dev/shm. On any failure the caller runs down.sh (run-e2e.sh traps it).
+set -euo pipefail
+# shellcheck source=/dev/null
+source "$(dirname "$0")/lib.sh"
+
+for bin in "$BIN_DIR/kube-apiserver" "$BIN_DIR/kube-controller-manager" "$BIN_DIR/kube-scheduler" "$KWOK_BIN"; do
+    [[ -x "$bin" ]] || die "$bin is missing: run 'make -C tests/k8s build' first"
+done
+command -v etcd >/dev/null || die "etcd is not installed: run 'make -C tests/k8s etcd' (Debian package etcd-server)"
+if [[ -d "$STATE_DIR/pids" ]] && compgen -G "$STATE_DIR/pids/*.pid" >/dev/null; then
+    die "a control plane from $STATE_DIR/pids looks alive: run 'make -C tests/k8s down' first"
+fi
+
+rm -rf "$STATE_DIR" && mkdir -p "$STATE_DIR/logs" "$STATE_DIR/pids"
+"$K8S_DIR/scripts/gen-certs.sh"
+
+# kubeconfig <name> <cert name>
+kubeconfig() {
+    cat >"$STATE_DIR/$1.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: vgpu-e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: vgpu-e2e
+  context: {cluster: vgpu-e2e, user: $2}
+current-context: vgpu-e2e
+KC
+}
+kubeconfig admin admin
+kubeconfig controller-manager controller-manager
+kubeconfig scheduler scheduler
+# The extender and kwok act with the admin identity here; the least-privilege RBAC of the
+# stack's service accounts is tested on its own (test_stack.py).
+cp "$STATE_DIR/admin.kubeconfig" "$STATE_DIR/extender.kubeconfig"
+
+# scheduler_config <file> <with extender: 1|0>
+scheduler_config() {
+    cat >"$1" <<SC
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: $STATE_DIR/scheduler.kubeconfig
+  qps: ${VGPU_E2E_SCHEDULER_QPS:-50}
+  burst: ${VGPU_E2E_SCHEDULER_BURST:-100}
+leaderElection:
+  leaderElect: false
+SC
+    [[ "$2" == 1 ]] || return 0
+    cat >>"$1" <<SC
+extenders:
+- urlPrefix: http://127.0.0.1:$EXTENDER_PORT
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  weight: 1
+  nodeCacheCapable: true
+  managedResources:
+  - name: vgpu.io/gpu-memory
+    ignoredByScheduler: true
+SC
+}
+scheduler_config "$STATE_DIR/scheduler-extender.yaml" 1
+scheduler_config "$STATE_DIR/scheduler-plain.yaml" 0
+
+cat >"$STATE_DIR/vgpu-config.yaml" <<VC
+resource_prefix: vgpu.io
+unit_mib: 100
+log_format: text
+extender:
+  address: 127.0.0.1
+  port: $EXTENDER_PORT
+VC
+
+# etcd: Debian's etcd-server binary, never its system service; data in RAM, thrown away by down.
+etcd_data="$(mktemp -d /dev/shm/vgpu-e2e-etcd.XXXXXX 2>/dev/null || mktemp -d)"
+echo "$etcd_data" >"$STATE_DIR/etcd-data-dir"
+start_proc etcd etcd --name vgpu-e2e --data-dir "$etcd_data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "vgpu-e2e=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
+    --quota-backend-bytes 4294967296 --snapshot-count 100000
+wait_until etcd 60 curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
+
+start_proc kube-apiserver "$BIN_DIR/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC --allow-privileged=true \
+    --endpoint-reconciler-type=none --profiling=false
+wait_until kube-apiserver 120 api_get /readyz
+
+start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    --kubeconfig="$STATE_DIR/controller-manager.kubeconfig" --leader-elect=false \
+    --secure-port=0 --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=false --profiling=false
+# Pods are only admitted once the service-account controller made the namespace's "default".
+wait_until kube-controller-manager 60 api_get /api/v1/namespaces/default/serviceaccounts/default
+
+start_proc kwok "$KWOK_BIN" --kubeconfig="$STATE_DIR/admin.kubeconfig" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --cidr=10.244.0.0/16
+wait_until kwok 60 curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz"
+
+if [[ "${VGPU_E2E_EXTENDER:-1}" == 1 ]]; then
+    start_extender
+fi
+start_scheduler "$STATE_DIR/scheduler-extender.yaml"
+
+cat >"$STATE_DIR/env" <<ENV
+KUBECONFIG=$STATE_DIR/admin.kubeconfig
+VGPU_E2E_EXTENDER_PORT=$EXTENDER_PORT
+VGPU_E2E_APISERVER=https://127.0.0.1:$APISERVER_PORT
+ENV
+log "control plane up: KUBECONFIG=$STATE_DIR/admin.kubeconfig (logs in $STATE_DIR/logs)"
