@@ -14,6 +14,11 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
+# community.docker and ansible.posix (molecule's docker driver needs both) come from this pinned
+# PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
+ANSIBLE_COMMUNITY := ansible==12.3.0
+TEST_COLLECTIONS := community/docker ansible/posix
+DOCKER_COLL := $(COLLECTIONS)/ansible_collections/community/docker
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -44,10 +49,20 @@ lock: ## re-resolve requirements-dev.in into requirements-dev.txt
 	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
 	build/lock-venv/bin/pip freeze --exclude-editable | sort -f > requirements-dev.txt
 
+$(DOCKER_COLL)/MANIFEST.json: | $(VENV)/.stamp
+	@echo ">> community.docker from $(ANSIBLE_COMMUNITY)"
+	$(BIN)/pip download --quiet --no-deps --dest $(CACHE_DIR)/wheels "$(ANSIBLE_COMMUNITY)"
+	for c in $(TEST_COLLECTIONS); do \
+	    $(PY) tests/harness/extract_collection.py \
+	        $(CACHE_DIR)/wheels/$(subst ==,-,$(ANSIBLE_COMMUNITY))-py3-none-any.whl $$c $(COLLECTIONS); \
+	done
+
 .PHONY: collection
-collection: venv ## build the collection tarball and install it into .collections
-	mkdir -p build $(COLLECTIONS)
-	$(BIN)/ansible-galaxy collection build --force --output-path build . >/dev/null
+collection: venv $(DOCKER_COLL)/MANIFEST.json ## build the collection tarball and install it into .collections
+	rm -rf build/src && mkdir -p build/src $(COLLECTIONS)
+	# Build from the files git knows (tracked, or new and not ignored): never caches or outputs.
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t build/src
+	$(BIN)/ansible-galaxy collection build --force --output-path build build/src >/dev/null
 	$(BIN)/ansible-galaxy collection install --force --offline -p $(COLLECTIONS) \
 	    build/vgpu-isolation-$(VERSION).tar.gz >/dev/null
 	@echo ">> vgpu.isolation $(VERSION) installed in $(COLLECTIONS)"
@@ -79,7 +94,7 @@ lint: venv ## ruff, mypy, ansible-lint (production profile)
 .PHONY: sanity
 sanity: venv ## ansible-test sanity from an ansible_collections/vgpu/isolation path
 	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)
-	git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t $(SANITY_DIR)
+	git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t $(SANITY_DIR)
 	cd $(SANITY_DIR) && git init -q && git add -A \
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 

@@ -1,0 +1,18 @@
+"""Make `ansible_collections.vgpu.isolation` importable from this checkout for plain pytest runs.
+
+ansible-test units does this itself; `make unit` runs pytest from the repo root, so we point an
+`ansible_collections/vgpu/isolation` link at the checkout under build/ and put it on sys.path.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_TREE = ROOT / "build" / "pytest-collections"
+_LINK = _TREE / "ansible_collections" / "vgpu" / "isolation"
+
+if "ansible_collections.vgpu.isolation" not in sys.modules and not (ROOT.parent.parent.name == "ansible_collections"):
+    _LINK.parent.mkdir(parents=True, exist_ok=True)
+    if not _LINK.is_symlink():
+        _LINK.symlink_to(ROOT, target_is_directory=True)
+    sys.path.insert(0, str(_TREE))
