@@ -1,0 +1,197 @@
+# Copyright: vgpu.isolation contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Parsers for what a GPU node tells about its GPUs and driver.
+
+Everything here is pure: it takes the text a tool printed or a file held and returns plain data,
+so the modules stay thin and the parsing is unit-tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+NVIDIA_PCI_VENDOR = "10de"
+
+# The nvidia-smi query used when NVML bindings are absent; the order matters for parse_smi_gpus.
+SMI_GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "memory.total",
+    "memory.used",
+    "memory.free",
+    "compute_mode",
+    "mig.mode.current",
+    "persistence_mode",
+)
+
+_MEMORY_RE = re.compile(r"^\s*(\d+)\s*(MiB|GiB|TiB|KiB|Mi|Gi|Ti|Ki)?\s*$")
+_MIB_PER_UNIT = {
+    None: 1,
+    "KiB": None,
+    "Ki": None,
+    "MiB": 1,
+    "Mi": 1,
+    "GiB": 1024,
+    "Gi": 1024,
+    "TiB": 1 << 20,
+    "Ti": 1 << 20,
+}
+
+
+def parse_memory_mib(value: Any) -> int:
+    """Turn a memory size of the inventory contract into MiB.
+
+    Accepts an integer number of MiB or a string with a binary suffix (``3000MiB``, ``3GiB``).
+    Decimal suffixes (``3000MB``, ``3G``) are ambiguous and rejected, as are zero and negatives.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"memory size {value!r} is a boolean; expected MiB as an integer or a string like '3000MiB'")
+    if isinstance(value, int):
+        mib = value
+    else:
+        text = str(value)
+        match = _MEMORY_RE.match(text)
+        if not match:
+            raise ValueError(f"memory size {text!r} is not understood; expected integer MiB or a MiB/GiB/TiB suffix")
+        number, suffix = int(match.group(1)), match.group(2)
+        factor = _MIB_PER_UNIT.get(suffix)
+        if factor is None:
+            raise ValueError(f"memory size {text!r} is smaller than MiB granularity; use MiB, GiB or TiB")
+        mib = number * factor
+    if mib <= 0:
+        raise ValueError(f"memory size {value!r} must be positive")
+    return mib
+
+
+def version_tuple(version: str) -> Tuple[int, ...]:
+    """``470.256.02`` -> ``(470, 256, 2)``; non-numeric parts end the tuple."""
+    parts: List[int] = []
+    for piece in re.split(r"[.\-~+]", version.strip()):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    if not parts:
+        raise ValueError(f"driver version {version!r} does not start with a number (expected e.g. 470.256.02)")
+    return tuple(parts)
+
+
+def branch_of(version: str) -> str:
+    """The driver branch of a version: ``580.95.05`` -> ``580``."""
+    return str(version_tuple(version)[0])
+
+
+def parse_proc_version(text: str) -> Optional[str]:
+    """The loaded kernel module's version from /proc/driver/nvidia/version."""
+    match = re.search(r"Kernel Module(?: for [\w-]+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return match.group(1) if match else None
+
+
+def parse_smi_header(text: str) -> Dict[str, Optional[str]]:
+    """Driver and CUDA version from the banner of plain ``nvidia-smi``."""
+    driver = re.search(r"Driver Version:\s*([\d.]+)", text)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    return {"driver_version": driver.group(1) if driver else None, "cuda_version": cuda.group(1) if cuda else None}
+
+
+def _smi_value(raw: str) -> Optional[str]:
+    value = raw.strip()
+    if value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]"):
+        return None
+    return value
+
+
+def _int_or_none(raw: Optional[str]) -> Optional[int]:
+    if raw is None:
+        return None
+    match = re.match(r"^(\d+)", raw)
+    return int(match.group(1)) if match else None
+
+
+def parse_smi_gpus(text: str) -> List[Dict[str, Any]]:
+    """GPUs from ``nvidia-smi --query-gpu=<SMI_GPU_FIELDS> --format=csv,noheader,nounits``."""
+    gpus = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [_smi_value(cell) for cell in line.split(",")]
+        if len(cells) != len(SMI_GPU_FIELDS):
+            raise ValueError(f"nvidia-smi printed {len(cells)} fields, {len(SMI_GPU_FIELDS)} were asked for: {line!r}")
+        row = dict(zip(SMI_GPU_FIELDS, cells))
+        mig = row["mig.mode.current"]
+        gpus.append(
+            {
+                "index": _int_or_none(row["index"]),
+                "uuid": row["uuid"],
+                "name": row["name"],
+                "pci_bus_id": row["pci.bus_id"],
+                "memory_total_mib": _int_or_none(row["memory.total"]),
+                "memory_used_mib": _int_or_none(row["memory.used"]),
+                "memory_free_mib": _int_or_none(row["memory.free"]),
+                "compute_mode": row["compute_mode"],
+                "mig_mode": mig,
+                "mig_enabled": mig is not None and mig.lower() == "enabled",
+                "persistence_mode": row["persistence_mode"],
+            }
+        )
+    return gpus
+
+
+def parse_smi_memory(text: str) -> Tuple[int, int]:
+    """``used, total`` MiB from ``nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits``.
+
+    Only the first line counts: the caller asks for one GPU.
+    """
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) == 2 and cells[0].isdigit() and cells[1].isdigit():
+            return int(cells[0]), int(cells[1])
+    raise ValueError(f"nvidia-smi did not print 'used, total' in MiB: {text.strip()!r}")
+
+
+def parse_lspci(text: str) -> List[Dict[str, str]]:
+    """NVIDIA display and 3D controllers from ``lspci -Dnn``."""
+    devices = []
+    pattern = re.compile(r"^(\S+)\s+(.*?)\s*\[(03[0-9a-f]{2})\]:\s*(.*?)\s*\[(10de):([0-9a-f]{4})\]", re.IGNORECASE)
+    for line in text.splitlines():
+        match = pattern.match(line.strip())
+        if match:
+            devices.append(
+                {
+                    "slot": match.group(1),
+                    "class": match.group(2),
+                    "name": match.group(4),
+                    "vendor_id": match.group(5).lower(),
+                    "device_id": match.group(6).lower(),
+                }
+            )
+    return devices
+
+
+def parse_mokutil(text: str) -> Optional[bool]:
+    """Secure Boot state from ``mokutil --sb-state``; None when it cannot tell."""
+    lowered = text.lower()
+    if "secureboot enabled" in lowered:
+        return True
+    if "secureboot disabled" in lowered or "efi variables are not supported" in lowered:
+        return False
+    return None
+
+
+def parse_efivar_secureboot(data: bytes) -> Optional[bool]:
+    """Secure Boot state from the SecureBoot EFI variable: 4 attribute bytes, then the value."""
+    if len(data) < 5:
+        return None
+    return data[4] == 1
+
+
+def modprobe_blacklists(files: Dict[str, str], module: str) -> List[str]:
+    """The modprobe.d files (name -> text) that blacklist ``module``."""
+    found = []
+    pattern = re.compile(rf"^\s*blacklist\s+{re.escape(module)}\s*$", re.MULTILINE)
+    for name, text in sorted(files.items()):
+        if pattern.search(text):
+            found.append(name)
+    return found
