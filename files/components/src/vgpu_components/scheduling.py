@@ -1,0 +1,297 @@
+"""The scheduler extender's per-GPU model of the cluster (pure: no HTTP, no API client).
+
+Per GPU, used units = max(what the node's device plugin published in the `<prefix>/gpus`
+annotation, the units of pods the extender placed there and that still run or wait to start).
+The annotation is kubelet's truth but lags by a few seconds; the pod side covers binds that
+kubelet has not allocated yet. Taking the larger never over-admits.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_components.allocator import best_fit
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class GpuState:
+    uuid: str
+    index: int
+    units: int
+    published_used: int
+    healthy: bool
+    placed: int = 0  # units of pods the extender knows are on this GPU
+
+    @property
+    def used(self) -> int:
+        return max(self.published_used, self.placed)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.units - self.used) if self.healthy else 0
+
+
+@dataclass
+class NodeState:
+    name: str
+    unit_mib: int
+    gpus: list[GpuState]
+    max_free: int = 0
+    max_units: int = 0
+
+    def refresh(self) -> None:
+        self.max_free = max((g.free for g in self.gpus), default=0)
+        self.max_units = max((g.units for g in self.gpus if g.healthy), default=0)
+
+    def gpu(self, uuid: str) -> GpuState | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+
+@dataclass
+class Placement:
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    gpu_uuid: str
+    units: int
+    reserved_at: float | None = None  # monotonic time of our bind; None once seen bound
+
+
+@dataclass
+class Fit:
+    """The outcome of fitting a request on a node."""
+
+    gpu: GpuState | None
+    reason: str = ""
+    unresolvable: bool = False
+    score: int = 0
+
+
+@dataclass
+class PendingPod:
+    namespace: str
+    name: str
+    units: int
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def parse_quantity(value: Any, what: str) -> int:
+    """An extended-resource quantity: a whole number (kube-scheduler sends strings like "30")."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a whole number, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    elif isinstance(value, str) and value.strip().endswith("k") and value.strip()[:-1].isdigit():
+        number = int(value.strip()[:-1]) * 1000
+    else:
+        raise ValueError(f"{what}: expected a whole number of units, got {value!r}")
+    return number
+
+
+def _container_units(container: Mapping[str, Any], resource: str) -> int:
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise ValueError(f"container {container.get('name')!r}: resources must be an object")
+    for part in ("limits", "requests"):
+        values = resources.get(part) or {}
+        if not isinstance(values, Mapping):
+            raise ValueError(f"container {container.get('name')!r}: resources.{part} must be an object")
+        if resource in values:
+            return parse_quantity(values[resource], f"container {container.get('name')!r} {resource}")
+    return 0
+
+
+def pod_units(pod: Mapping[str, Any], resource: str) -> int:
+    """Units a pod needs on one GPU: app containers add up; init containers run one at a time."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ValueError("Pod.spec must be an object")
+    containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(inits, list):
+        raise ValueError("Pod.spec.containers and initContainers must be lists")
+    app = sum(_container_units(c, resource) for c in containers if isinstance(c, Mapping))
+    init = max((_container_units(c, resource) for c in inits if isinstance(c, Mapping)), default=0)
+    return max(app, init)
+
+
+def parse_annotation(text: str) -> tuple[int, list[GpuState]]:
+    """The device plugin's node annotation -> (unit_mib, GPUs); ValueError when malformed."""
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
+        raise ValueError("annotation must be an object with a gpus list")
+    unit = int(doc.get("unit_mib", 0))
+    gpus = [
+        GpuState(
+            uuid=str(g["uuid"]),
+            index=int(g["index"]),
+            units=int(g["units"]),
+            published_used=int(g.get("used_units", 0)),
+            healthy=bool(g.get("healthy", True)),
+        )
+        for g in doc["gpus"]
+    ]
+    return unit, gpus
+
+
+class ClusterModel:
+    """Nodes' GPUs, pods placed on them and the extender's own bind reservations."""
+
+    def __init__(self, resource_prefix: str = "vgpu.io", reservation_ttl_s: float = 300.0) -> None:
+        self.prefix = resource_prefix
+        self.resource = f"{resource_prefix}/gpu-memory"
+        self.annotation_key = f"{resource_prefix}/gpus"
+        self.uuid_key = f"{resource_prefix}/gpu-uuid"
+        self.index_key = f"{resource_prefix}/gpu-index"
+        self.assume_key = f"{resource_prefix}/assume-time"
+        self.reservation_ttl_s = reservation_ttl_s
+        self.lock = threading.RLock()
+        self.nodes: dict[str, NodeState] = {}
+        self.node_errors: dict[str, str] = {}
+        self.placements: dict[str, Placement] = {}
+        self.pending: dict[str, PendingPod] = {}
+
+    # --- nodes ---------------------------------------------------------------------------------
+    def set_node(self, node: Mapping[str, Any]) -> None:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        text = (meta.get("annotations") or {}).get(self.annotation_key)
+        with self.lock:
+            if text is None:
+                self.nodes.pop(name, None)
+                self.node_errors.pop(name, None)
+                return
+            try:
+                unit, gpus = parse_annotation(text)
+            except (ValueError, KeyError, TypeError) as exc:
+                self.nodes.pop(name, None)
+                self.node_errors[name] = f"unreadable {self.annotation_key} annotation: {exc}"
+                return
+            self.node_errors.pop(name, None)
+            state = NodeState(name=name, unit_mib=unit, gpus=gpus)
+            self.nodes[name] = state
+            self._recount(name)
+
+    def remove_node(self, name: str) -> None:
+        with self.lock:
+            self.nodes.pop(name, None)
+            self.node_errors.pop(name, None)
+
+    def _recount(self, name: str) -> None:
+        state = self.nodes.get(name)
+        if state is None:
+            return
+        for gpu in state.gpus:
+            gpu.placed = 0
+        for placement in self.placements.values():
+            if placement.node == name:
+                target = state.gpu(placement.gpu_uuid)
+                if target is not None:
+                    target.placed += placement.units
+        state.refresh()
+
+    # --- pods ----------------------------------------------------------------------------------
+    def set_pod(self, pod: Mapping[str, Any]) -> None:
+        """Follow a pod from the watch: placed pods count on their GPU until they end."""
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        try:
+            units = pod_units(pod, self.resource)
+        except ValueError:
+            units = 0
+        phase = (pod.get("status") or {}).get("phase", "")
+        # A terminating pod still holds its memory until it is gone (DELETED event) or has ended.
+        ended = phase in TERMINAL_PHASES
+        with self.lock:
+            if units == 0 or ended:
+                self.remove_pod(uid)
+                return
+            node = (pod.get("spec") or {}).get("nodeName")
+            annotations = meta.get("annotations") or {}
+            gpu_uuid = annotations.get(self.uuid_key)
+            if not node:
+                self.pending[uid] = PendingPod(str(meta.get("namespace", "")), str(meta.get("name", "")), units)
+                return
+            self.pending.pop(uid, None)
+            if not gpu_uuid:
+                return  # not placed by us: the node annotation counts it
+            old = self.placements.get(uid)
+            self.placements[uid] = Placement(
+                uid, str(meta.get("namespace", "")), str(meta.get("name", "")), node, gpu_uuid, units
+            )
+            if old is not None and old.node != node:
+                self._recount(old.node)
+            self._recount(node)
+
+    def remove_pod(self, uid: str) -> None:
+        with self.lock:
+            self.pending.pop(uid, None)
+            old = self.placements.pop(uid, None)
+            if old is not None:
+                self._recount(old.node)
+
+    def replace_all(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[Mapping[str, Any]] | None) -> None:
+        """Rebuild from full lists (start-up and relists); our unexpired reservations survive."""
+        with self.lock:
+            if nodes is not None:
+                self.nodes.clear()
+                self.node_errors.clear()
+                for node in nodes:
+                    self.set_node(node)
+            if pods is not None:
+                keep = {uid: p for uid, p in self.placements.items() if p.reserved_at is not None}
+                self.placements = keep
+                self.pending.clear()
+                for pod in pods:
+                    self.set_pod(pod)
+            for name in list(self.nodes):
+                self._recount(name)
+
+    def expire_reservations(self, now: float | None = None) -> int:
+        """Drop reservations of binds that never showed up as bound pods; returns how many."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            stale = [
+                uid
+                for uid, p in self.placements.items()
+                if p.reserved_at is not None and now - p.reserved_at > self.reservation_ttl_s
+            ]
+            for uid in stale:
+                self.remove_pod(uid)
+            return len(stale)
+
+    # --- decisions -----------------------------------------------------------------------------
+    def fit(self, node_name: str, units: int) -> Fit:
+        """Can one GPU of this node take `units`? With the best-fit GPU and a bin-packing score."""
+        state = self.nodes.get(node_name)
+        if state is None:
+            why = self.node_errors.get(node_name) or (
+                f"node has no {self.annotation_key} annotation (is the device plugin running there?)"
+            )
+            return Fit(None, why, unresolvable=False)
+        if state.max_free < units:
+            unit = state.unit_mib
+            largest = f"largest free {state.max_free * unit} MiB"
+            if state.max_units < units:
+                return Fit(None, f"no GPU has {units * unit} MiB in total; {largest}", unresolvable=True)
+            return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
+        gpu = best_fit(((g.free, g.index, g) for g in state.gpus), units)
+        assert gpu is not None  # max_free >= units guarantees one
+        score = round(10 * (gpu.used + units) / gpu.units) if gpu.units else 0
+        return Fit(gpu, score=score)
+
+    def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> None:
+        with self.lock:
+            self.pending.pop(uid, None)
+            self.placements[uid] = Placement(uid, namespace, name, node, gpu.uuid, units, reserved_at=time.monotonic())
+            self._recount(node)

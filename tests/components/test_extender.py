@@ -1,0 +1,359 @@
+"""The scheduler extender over real HTTP on 127.0.0.1, with bodies shaped like kube-scheduler's.
+
+kube-scheduler (nodeCacheCapable: true) POSTs ExtenderArgs {"Pod", "Nodes": null, "NodeNames"}
+to filter and prioritize, and ExtenderBindingArgs {"PodName", "PodNamespace", "PodUID", "Node"}
+to bind. The API server is replaced by FakeClusterApi (no kube-apiserver in unit tests; tests/k8s
+runs the extender against a real one): it records pod annotations and bindings and feeds the
+list/watch the extender rebuilds its model from.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from vgpu_components.extender import Extender, ExtenderServer, Gone
+from vgpu_components.scheduling import ClusterModel
+
+GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
+
+
+def node_obj(name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100) -> dict[str, Any]:
+    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation."""
+    annotations = {}
+    if gpus is not None:
+        doc = {
+            "unit_mib": unit,
+            "gpus": [
+                {
+                    "uuid": u,
+                    "index": i,
+                    "key": "k",
+                    "total_mib": t,
+                    "units": t // unit,
+                    "used_units": used,
+                    "healthy": True,
+                }
+                for i, (u, t, used) in enumerate(gpus)
+            ],
+        }
+        annotations["vgpu.io/gpus"] = json.dumps(doc)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+
+
+def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod."""
+    resources: dict[str, Any] = {}
+    if mib is not None:
+        resources = {
+            "limits": {"vgpu.io/gpu-memory": str(mib // 100)},
+            "requests": {"vgpu.io/gpu-memory": str(mib // 100)},
+        }
+    pod: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "annotations": {}},
+        "spec": {
+            "containers": [{"name": "main", "image": "cuda:11.4", "resources": resources}],
+            "schedulerName": "default-scheduler",
+        },
+        "status": {"phase": "Pending"},
+    }
+    pod.update(extra)
+    return pod
+
+
+class FakeClusterApi:
+    """Records what the extender writes and serves a scripted list + watch."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
+        self.events: dict[str, queue.Queue[tuple[str, dict[str, Any]] | None]] = {
+            "nodes": queue.Queue(),
+            "pods": queue.Queue(),
+        }
+        self.lists: dict[str, int] = {"nodes": 0, "pods": 0}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.annotations: list[tuple[str, str, dict[str, str]]] = []
+        self.bindings: list[tuple[str, str, str, str]] = []
+        self.fail_bind = False
+
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists[kind] += 1
+        return list(self.objects[kind]), str(self.lists[kind])
+
+    def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        while True:
+            item = self.events[kind].get()
+            if item is None:
+                raise Gone("too old resource version")
+            yield item
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.pods[(namespace, name)]
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.annotations.append((namespace, name, annotations))
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if self.fail_bind:
+            raise RuntimeError('pods "x" is forbidden')
+        self.bindings.append((namespace, name, uid, node))
+
+
+class Scheduler:
+    """Plays kube-scheduler: POSTs to the extender and applies binds back through the watch."""
+
+    def __init__(self, port: int, api: FakeClusterApi, extender: Extender) -> None:
+        self.port = port
+        self.api = api
+        self.extender = extender
+
+    def post(self, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        data = raw if raw is not None else json.dumps(body).encode()
+        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        payload = response.read()
+        conn.close()
+        return response.status, json.loads(payload)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def schedule(self, pod: dict[str, Any], nodes: list[str]) -> tuple[str, dict[str, str]]:
+        """filter -> prioritize -> bind like kube-scheduler; returns (node, pod annotations)."""
+        self.api.pods[("default", pod["metadata"]["name"])] = pod
+        self.extender.model.set_pod(pod)  # the watch sees the new pending pod
+        args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+        status, result = self.post("/gpushare-scheduler/filter", args)
+        assert status == 200, result
+        assert result["Error"] == ""
+        feasible = result["NodeNames"]
+        assert feasible, f"no node fits: {result['FailedNodes']} {result['FailedAndUnresolvableNodes']}"
+        status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
+        assert status == 200
+        best = max(scores, key=lambda s: s["Score"])["Host"]
+        bind = {
+            "PodName": pod["metadata"]["name"],
+            "PodNamespace": "default",
+            "PodUID": pod["metadata"]["uid"],
+            "Node": best,
+        }
+        status, result = self.post("/gpushare-scheduler/bind", bind)
+        assert status == 200 and result == {"Error": ""}, result
+        annotations = self.api.annotations[-1][2]
+        bound = json.loads(json.dumps(pod))
+        bound["spec"]["nodeName"] = best
+        bound["metadata"]["annotations"].update(annotations)
+        self.extender.model.set_pod(bound)  # the watch sees the bound pod
+        return best, annotations
+
+
+@pytest.fixture
+def cluster() -> Iterator[Scheduler]:
+    api = FakeClusterApi()
+    model = ClusterModel("vgpu.io")
+    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
+    model.set_node(node_obj("cpu-b", None))
+    extender = Extender(model, api)
+    server = ExtenderServer("127.0.0.1", 0, extender)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield Scheduler(server.server_address[1], api, extender)
+    server.shutdown()
+    server.server_close()
+
+
+def test_reference_scenario_big_pods_spread_small_pods_share(cluster: Scheduler) -> None:
+    """2 x 12 GiB: two 8000 MiB pods land on different GPUs, two 2000 MiB pods on the same GPU."""
+    big1 = cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])[1]
+    big2 = cluster.schedule(pod_obj("big-2", 8000), ["gpu-a"])[1]
+    assert {big1["vgpu.io/gpu-uuid"], big2["vgpu.io/gpu-uuid"]} == {GPU0, GPU1}
+    small1 = cluster.schedule(pod_obj("small-1", 2000), ["gpu-a"])[1]
+    small2 = cluster.schedule(pod_obj("small-2", 2000), ["gpu-a"])[1]
+    assert small1["vgpu.io/gpu-uuid"] == small2["vgpu.io/gpu-uuid"]
+    assert small1["vgpu.io/gpu-index"] == small2["vgpu.io/gpu-index"]
+    assert "vgpu.io/assume-time" in small1
+    assert [b[3] for b in cluster.api.bindings] == ["gpu-a"] * 4
+    assert cluster.api.bindings[0][2] == "uid-big-1"
+
+
+def test_filter_says_why_a_node_fails(cluster: Scheduler) -> None:
+    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
+    cluster.schedule(pod_obj("big-2", 8000), ["gpu-a"])
+    args = {"Pod": pod_obj("big-3", 8000), "Nodes": None, "NodeNames": ["gpu-a", "cpu-b"]}
+    status, result = cluster.post("/filter", args)
+    assert status == 200
+    assert result["NodeNames"] == []
+    assert result["FailedNodes"]["gpu-a"] == "no single GPU with 8000 MiB free; largest free 4200 MiB"
+    assert "no vgpu.io/gpus annotation" in result["FailedNodes"]["cpu-b"]
+    assert result["Error"] == ""
+
+
+def test_a_request_larger_than_any_gpu_is_unresolvable(cluster: Scheduler) -> None:
+    status, result = cluster.post("/filter", {"Pod": pod_obj("huge", 13000), "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert status == 200
+    assert result["NodeNames"] == []
+    assert "no GPU has 13000 MiB in total" in result["FailedAndUnresolvableNodes"]["gpu-a"]
+
+
+def test_published_use_counts_even_for_pods_the_extender_did_not_place(cluster: Scheduler) -> None:
+    cluster.extender.model.set_node(node_obj("gpu-a", [(GPU0, 12288, 100), (GPU1, 12288, 110)]))
+    _status, result = cluster.post("/filter", {"Pod": pod_obj("p", 3000), "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert result["FailedNodes"]["gpu-a"] == "no single GPU with 3000 MiB free; largest free 2200 MiB"
+
+
+def test_pods_without_gpu_memory_pass_and_score_zero(cluster: Scheduler) -> None:
+    args = {"Pod": pod_obj("cpu-only", None), "Nodes": None, "NodeNames": ["gpu-a", "cpu-b"]}
+    assert cluster.post("/filter", args)[1]["NodeNames"] == ["gpu-a", "cpu-b"]
+    assert cluster.post("/prioritize", args)[1] == [{"Host": "gpu-a", "Score": 0}, {"Host": "cpu-b", "Score": 0}]
+
+
+def test_prioritize_prefers_the_node_it_packs_tighter(cluster: Scheduler) -> None:
+    model = cluster.extender.model
+    model.set_node(node_obj("gpu-c", [(GPU0 + "c", 12288, 100)]))  # 22 units free
+    args = {"Pod": pod_obj("p", 2000), "Nodes": None, "NodeNames": ["gpu-a", "gpu-c", "cpu-b"]}
+    status, scores = cluster.post("/prioritize", args)
+    by_host = {s["Host"]: s["Score"] for s in scores}
+    assert status == 200 and by_host["gpu-c"] == 10 and by_host["gpu-a"] == 2 and by_host["cpu-b"] == 0
+
+
+def test_full_node_list_when_not_node_cache_capable(cluster: Scheduler) -> None:
+    nodes = {"items": [node_obj("gpu-a", None), node_obj("cpu-b", None)]}
+    status, result = cluster.post("/filter", {"Pod": pod_obj("p", 1000), "Nodes": nodes, "NodeNames": None})
+    assert status == 200
+    assert result["NodeNames"] == ["gpu-a"]
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["gpu-a"]
+
+
+def test_init_containers_count_once_and_app_containers_add_up(cluster: Scheduler) -> None:
+    pod = pod_obj("multi", 6000)
+    spec = pod["spec"]
+    spec["containers"].append({"name": "side", "resources": {"limits": {"vgpu.io/gpu-memory": "40"}}})
+    spec["initContainers"] = [{"name": "init", "resources": {"limits": {"vgpu.io/gpu-memory": "100"}}}]
+    # app containers 60 + 40 = 100 units, init 100 units -> 100 units = 10000 MiB on one GPU
+    node, _annotations = cluster.schedule(pod, ["gpu-a"])
+    _status, result = cluster.post("/filter", {"Pod": pod_obj("p", 2300), "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert node == "gpu-a" and result["NodeNames"] == ["gpu-a"]  # the other GPU is still empty
+    _status, result = cluster.post("/filter", {"Pod": pod_obj("q", 12200), "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert result["NodeNames"] == ["gpu-a"]
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "message"),
+    [
+        ("/filter", b"{not json", "not JSON"),
+        ("/filter", b"[]", "ExtenderArgs"),
+        ("/filter", b'{"Pod": null, "NodeNames": ["gpu-a"]}', "Pod must be a Pod object"),
+        ("/filter", b'{"Pod": {"spec": {}}, "NodeNames": "gpu-a"}', "NodeNames must be a list"),
+        (
+            "/prioritize",
+            b'{"Pod": {"spec": {"containers": [{"name": "c", "resources": {"limits": '
+            b'{"vgpu.io/gpu-memory": "lots"}}}]}}, "NodeNames": ["gpu-a"]}',
+            "whole number of units",
+        ),
+        ("/bind", b'{"PodName": "p", "PodNamespace": "default", "Node": "gpu-a"}', "PodUID"),
+        ("/bind", b'"bind me"', "ExtenderBindingArgs"),
+    ],
+)
+def test_malformed_requests_get_400_with_a_message(cluster: Scheduler, path: str, raw: bytes, message: str) -> None:
+    status, result = cluster.post(path, None, raw=raw)
+    assert status == 400
+    assert message in result["Error"]
+    assert cluster.get("/healthz")[0] == 200  # still serving
+
+
+def test_unknown_verb_is_404(cluster: Scheduler) -> None:
+    status, result = cluster.post("/preempt", {"Pod": {}})
+    assert status == 404 and "unknown verb" in result["Error"]
+
+
+def test_failed_bind_reports_the_error_and_releases_the_reservation(cluster: Scheduler) -> None:
+    cluster.api.fail_bind = True
+    pod = pod_obj("big", 12000)
+    cluster.api.pods[("default", "big")] = pod
+    bind = {"PodName": "big", "PodNamespace": "default", "PodUID": "uid-big", "Node": "gpu-a"}
+    status, result = cluster.post("/bind", bind)
+    assert status == 200 and "forbidden" in result["Error"]
+    assert cluster.extender.model.fit("gpu-a", 120).gpu is not None
+    cluster.api.fail_bind = False
+    status, result = cluster.post("/bind", bind)
+    assert result == {"Error": ""}
+    assert cluster.extender.model.nodes["gpu-a"].max_free == 122  # one GPU taken, the other free
+
+
+def test_bind_refuses_when_the_gpu_filled_up_meanwhile(cluster: Scheduler) -> None:
+    cluster.schedule(pod_obj("a", 12000), ["gpu-a"])
+    cluster.schedule(pod_obj("b", 12000), ["gpu-a"])
+    cluster.api.pods[("default", "c")] = pod_obj("c", 1000)
+    _status, result = cluster.post(
+        "/bind", {"PodName": "c", "PodNamespace": "default", "PodUID": "uid-c", "Node": "gpu-a"}
+    )
+    assert "no single GPU with 1000 MiB free" in result["Error"]
+
+
+def test_model_is_rebuilt_from_list_and_follows_the_watch() -> None:
+    api = FakeClusterApi()
+    bound = pod_obj("running", 6000)
+    bound["spec"]["nodeName"] = "gpu-a"
+    bound["metadata"]["annotations"] = {"vgpu.io/gpu-uuid": GPU0, "vgpu.io/gpu-index": "0"}
+    bound["status"]["phase"] = "Running"
+    api.objects["nodes"] = [node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)])]
+    api.objects["pods"] = [bound]
+    extender = Extender(ClusterModel("vgpu.io"), api)
+    stop = threading.Event()
+    for kind in ("nodes", "pods"):
+        threading.Thread(target=extender.sync_forever, args=(kind, stop), daemon=True).start()
+    deadline = time.monotonic() + 5
+    while not extender.ready()[0] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert extender.ready()[0]
+    model = extender.model
+    assert [g.free for g in model.nodes["gpu-a"].gpus] == [62, 122]
+    api.events["pods"].put(("DELETED", bound))
+    deadline = time.monotonic() + 5
+    while model.nodes["gpu-a"].gpus[0].free != 122 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert model.nodes["gpu-a"].gpus[0].free == 122
+    # An expired watch makes the extender list again and rebuild.
+    api.objects["pods"] = [bound]
+    api.events["pods"].put(None)
+    deadline = time.monotonic() + 5
+    while model.nodes["gpu-a"].gpus[0].free != 62 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert api.lists["pods"] == 2 and model.nodes["gpu-a"].gpus[0].free == 62
+    api.events["nodes"].put(("MODIFIED", node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 122)])))
+    deadline = time.monotonic() + 5
+    while model.nodes["gpu-a"].gpus[1].free != 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert model.nodes["gpu-a"].max_free == 62
+    stop.set()
+
+
+def test_reservations_expire_when_the_pod_never_shows_up_bound(cluster: Scheduler) -> None:
+    model = cluster.extender.model
+    cluster.api.pods[("default", "ghost")] = pod_obj("ghost", 12000)
+    cluster.post("/bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "uid-ghost", "Node": "gpu-a"})
+    assert model.nodes["gpu-a"].gpus[0].free == 2
+    assert model.expire_reservations(now=time.monotonic() + 1) == 0
+    assert model.expire_reservations(now=time.monotonic() + 301) == 1
+    assert model.nodes["gpu-a"].gpus[0].free == 122
+
+
+def test_readyz_waits_for_the_api_and_metrics_count_requests(cluster: Scheduler) -> None:
+    status, body = cluster.get("/readyz")
+    assert status == 503
+    cluster.extender.synced = {"nodes": True, "pods": True}
+    assert cluster.get("/readyz")[0] == 200
+    cluster.post("/filter", {"Pod": pod_obj("p", 100), "Nodes": None, "NodeNames": ["gpu-a"]})
+    status, body = cluster.get("/metrics")
+    assert status == 200 and b'vgpu_extender_request_seconds_count{verb="filter"}' in body
