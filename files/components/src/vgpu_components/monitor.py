@@ -1,0 +1,201 @@
+"""cgpu-monitor: Prometheus exporter of GPU memory per GPU and per container on one node.
+
+Per GPU (NVML): total and used memory. Per container holding <prefix>/gpu-memory units (kubelet
+PodResources API): quota, used, context and peak from the interposer's region file, found by the
+alloc-id rule of docs/architecture.md. Containers that have not touched the GPU yet export zeros.
+Label names follow dcgm-exporter where they overlap (gpu, UUID, modelName, Hostname, namespace,
+pod, container).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import prometheus_client
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from vgpu_components import __version__, config, health, ids, logs, nvml, region
+from vgpu_components.allocator import Gpu
+from vgpu_components.podresources import PodResourcesClient
+
+log = logging.getLogger("vgpu.monitor")
+MIB = 1024 * 1024
+GPU_LABELS = ["gpu", "UUID", "modelName", "Hostname"]
+CONTAINER_LABELS = ["namespace", "pod", "container", "gpu", "UUID", "Hostname"]
+
+
+class MonitorCollector(Collector):
+    """Builds every sample at scrape time, so series of finished containers disappear at once."""
+
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        node: str,
+        backend: nvml.GpuBackend | None,
+        pod_resources: PodResourcesClient | None,
+    ) -> None:
+        self.cfg = cfg
+        self.node = node
+        self.backend = backend
+        self.pod_resources = pod_resources
+        self.resource = f"{cfg['resource_prefix']}/gpu-memory"
+        self.gpus: list[Gpu] = backend.gpus() if backend is not None else []
+        self.by_key = {ids.gpu_key(g.uuid): g for g in self.gpus}
+        self.region_errors = 0
+        self.pod_resources_errors = 0
+        self.last_ok = True
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._gpu_metrics()
+        yield from self._container_metrics()
+        errors = CounterMetricFamily("vgpu_monitor_errors", "Failed reads by source", labels=["source"])
+        errors.add_metric(["region"], self.region_errors)
+        errors.add_metric(["pod_resources"], self.pod_resources_errors)
+        yield errors
+
+    def _gpu_metrics(self) -> Iterator[Any]:
+        total = GaugeMetricFamily("vgpu_gpu_memory_total_bytes", "GPU memory size (NVML)", labels=GPU_LABELS)
+        used = GaugeMetricFamily("vgpu_gpu_memory_used_bytes", "GPU memory in use on the GPU (NVML)", labels=GPU_LABELS)
+        for gpu in self.gpus:
+            labels = [str(gpu.index), gpu.uuid, gpu.name, self.node]
+            assert self.backend is not None
+            try:
+                mem = self.backend.memory(gpu.uuid)
+            except Exception as exc:
+                log.warning("NVML memory query for %s failed: %s", gpu.uuid, exc)
+                continue
+            total.add_metric(labels, mem.total_mib * MIB)
+            used.add_metric(labels, mem.used_mib * MIB)
+        yield total
+        yield used
+
+    def _container_metrics(self) -> Iterator[Any]:
+        names = {
+            "quota": ("vgpu_container_memory_quota_bytes", "GPU memory quota of the container"),
+            "used": ("vgpu_container_memory_used_bytes", "GPU memory the container's live allocations use"),
+            "context": ("vgpu_container_memory_context_bytes", "GPU memory of the container's CUDA contexts"),
+            "peak": ("vgpu_container_memory_peak_bytes", "Highest used + context memory seen"),
+        }
+        families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
+        ooms = CounterMetricFamily(
+            "vgpu_container_oom_refusals", "Allocations refused because of the quota", labels=CONTAINER_LABELS
+        )
+        allocated: dict[str, int] = {}
+        holders = []
+        if self.pod_resources is not None:
+            try:
+                holders = self.pod_resources.list(self.resource)
+                self.last_ok = True
+            except Exception as exc:
+                self.pod_resources_errors += 1
+                self.last_ok = False
+                log.warning("PodResources List failed: %s", exc)
+        unit_bytes = int(self.cfg["unit_mib"]) * MIB
+        for holder in holders:
+            keys = {ids.parse_device_id(d)[0] for d in holder.device_ids if _ours(d)}
+            gpu = self.by_key.get(next(iter(keys))) if len(keys) == 1 else None
+            gpu_index, uuid = (str(gpu.index), gpu.uuid) if gpu else ("", "")
+            labels = [holder.namespace, holder.pod, holder.container, gpu_index, uuid, self.node]
+            quota = len(holder.device_ids) * unit_bytes
+            allocated[uuid] = allocated.get(uuid, 0) + quota
+            families["quota"].add_metric(labels, quota)
+            try:
+                sample = self._read_region(ids.alloc_id(holder.device_ids))
+            except region.RegionBusy:
+                continue  # a torn read costs this container one sample
+            usage = sample.devices[0] if sample and sample.devices else None
+            families["used"].add_metric(labels, usage.used_bytes if usage else 0)
+            families["context"].add_metric(labels, usage.ctx_bytes if usage else 0)
+            families["peak"].add_metric(labels, usage.peak_bytes if usage else 0)
+            ooms.add_metric(labels, usage.oom_count if usage else 0)
+        yield from families.values()
+        yield ooms
+        alloc = GaugeMetricFamily(
+            "vgpu_gpu_memory_allocated_bytes", "GPU memory handed out as container quotas", labels=GPU_LABELS
+        )
+        for gpu in self.gpus:
+            alloc.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], allocated.get(gpu.uuid, 0))
+        yield alloc
+
+    def _read_region(self, alloc_id: str) -> region.RegionSample | None:
+        path = region.region_path(self.cfg["state_dir"], alloc_id)
+        try:
+            return region.read(path)
+        except region.RegionBusy:
+            self.region_errors += 1
+            raise
+        except (OSError, region.RegionError) as exc:
+            self.region_errors += 1
+            log.warning("cannot read %s: %s", path, exc)
+            raise region.RegionBusy(str(exc)) from exc
+
+
+def _ours(device: str) -> bool:
+    try:
+        ids.parse_device_id(device)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="cgpu-monitor",
+        description="Prometheus exporter of per-GPU and per-container GPU memory (config keys: "
+        "resource_prefix, unit_mib, state_dir and the monitor section). The node name comes from NODE_NAME.",
+    )
+    config.add_common_arguments(parser)
+    parser.add_argument("--version", action="version", version=__version__)
+    return parser.parse_args(argv)
+
+
+def serve(collector: MonitorCollector, port: int, address: str = "") -> health.HealthServer:
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(collector)
+
+    def metrics() -> tuple[int, str, bytes]:
+        return 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest(registry)
+
+    def healthy() -> tuple[bool, str]:
+        return collector.last_ok, "ok" if collector.last_ok else "the last PodResources List failed"
+
+    return health.HealthServer(address, port, {"/metrics": metrics, "/healthz": health.check(healthy)}).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = config.load(args.config)
+    except config.ConfigError as exc:
+        print(f"cgpu-monitor: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    logs.setup("cgpu-monitor", cfg["log_format"], cfg["log_level"])
+    backend: nvml.GpuBackend | None = None
+    try:
+        backend = nvml.NvmlBackend()
+    except Exception as exc:
+        log.error("NVML unavailable (%s): exporting container metrics only", exc)
+    collector = MonitorCollector(
+        cfg, config.node_name(), backend, PodResourcesClient(cfg["monitor"]["pod_resources_socket"])
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = serve(collector, cfg["monitor"]["port"])
+    log.info("serving /metrics on port %d", server.server_address[1], extra={"gpus": len(collector.gpus)})
+    stop.wait()
+    server.stop()
+    if backend is not None:
+        backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

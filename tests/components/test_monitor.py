@@ -1,0 +1,162 @@
+"""cgpu-monitor over real HTTP, with a real PodResources gRPC server and region files written in
+the layout of files/libvgpu/docs/region-format.md. NVML is FakeGpus (no GPU on the CI machine).
+"""
+
+from __future__ import annotations
+
+import struct
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeGpus, FakePodResources, two_gpus
+from prometheus_client.parser import text_string_to_metric_families
+from vgpu_components import config, ids, monitor, region
+from vgpu_components.podresources import PodResourcesClient
+
+MIB = 1024 * 1024
+GPUS = two_gpus()
+KEY0 = ids.gpu_key(GPUS[0].uuid)
+KEY1 = ids.gpu_key(GPUS[1].uuid)
+
+
+def write_region(
+    path: Path, limit: int, used: int, ctx: int, peak: int, *, oom: int = 0, seq: int = 2, magic: int = 0x55504756
+) -> None:
+    """A version-1 region file as libvgpu lays it out (header, device record 0, empty slots)."""
+    buf = bytearray(region.FILE_SIZE)
+    struct.pack_into(
+        "<IIIIIIIIQQQIIQQII",
+        buf,
+        0,
+        magic,
+        1,
+        4096,
+        128,
+        16,
+        1024,
+        1024,
+        1,
+        region.FILE_SIZE,
+        seq,
+        1_700_000_000_000_000_000,
+        0b11,
+        1,
+        0,
+        1_700_000_001_000_000_000,
+        0,
+        0,
+    )
+    struct.pack_into("<QQQQQ", buf, 1024, limit, used, ctx, peak, 1)
+    struct.pack_into("<II", buf, 1024 + 112, 1, oom)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(buf))
+
+
+class Exporter:
+    def __init__(self, root: Path) -> None:
+        self.cfg = config.load(None, environ={})
+        self.cfg["state_dir"] = str(root / "state")
+        self.pod_resources = FakePodResources(root / "pr.sock").start()
+        self.backend = FakeGpus(GPUS)
+        self.collector = monitor.MonitorCollector(
+            self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
+        )
+        self.server = monitor.serve(self.collector, 0, "127.0.0.1")
+        self.port = self.server.server_address[1]
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((sample.labels, sample.value))
+        return out
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.pod_resources.stop()
+
+
+@pytest.fixture
+def exporter(short_tmp: Path) -> Iterator[Exporter]:
+    e = Exporter(short_tmp)
+    yield e
+    e.stop()
+
+
+def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
+    matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
+    assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
+    return float(matches[0])
+
+
+def test_gpu_memory_from_nvml(exporter: Exporter) -> None:
+    exporter.backend.used_mib[GPUS[1].uuid] = 5000
+    m = exporter.scrape()
+    assert value(m, "vgpu_gpu_memory_total_bytes", gpu="0", UUID=GPUS[0].uuid, Hostname="node-a") == 12288 * MIB
+    assert value(m, "vgpu_gpu_memory_used_bytes", gpu="1", modelName="Fake 12G") == 5000 * MIB
+
+
+def test_container_quota_used_and_peak_from_its_region(exporter: Exporter) -> None:
+    held = [f"{KEY0}-{n}" for n in range(30)]
+    exporter.pod_resources.holders = [("ml", "trainer-0", "main", "vgpu.io/gpu-memory", held)]
+    write_region(
+        region.region_path(exporter.cfg["state_dir"], ids.alloc_id(held)),
+        limit=3000 * MIB,
+        used=1200 * MIB,
+        ctx=300 * MIB,
+        peak=1600 * MIB,
+        oom=2,
+    )
+    m = exporter.scrape()
+    who = {"namespace": "ml", "pod": "trainer-0", "container": "main", "gpu": "0", "UUID": GPUS[0].uuid}
+    assert value(m, "vgpu_container_memory_quota_bytes", **who) == 3000 * MIB
+    assert value(m, "vgpu_container_memory_used_bytes", **who) == 1200 * MIB
+    assert value(m, "vgpu_container_memory_context_bytes", **who) == 300 * MIB
+    assert value(m, "vgpu_container_memory_peak_bytes", **who) == 1600 * MIB
+    assert value(m, "vgpu_container_oom_refusals_total", **who) == 2
+    assert value(m, "vgpu_gpu_memory_allocated_bytes", gpu="0") == 3000 * MIB
+    assert value(m, "vgpu_gpu_memory_allocated_bytes", gpu="1") == 0
+
+
+def test_idle_allocation_exports_zeros_and_finished_containers_vanish(exporter: Exporter) -> None:
+    exporter.pod_resources.holders = [("default", "idle", "c", "vgpu.io/gpu-memory", [f"{KEY1}-0", f"{KEY1}-1"])]
+    m = exporter.scrape()
+    who = {"pod": "idle", "container": "c", "gpu": "1"}
+    assert value(m, "vgpu_container_memory_quota_bytes", **who) == 200 * MIB
+    assert value(m, "vgpu_container_memory_used_bytes", **who) == 0
+    assert value(m, "vgpu_container_memory_peak_bytes", **who) == 0
+    exporter.pod_resources.holders = []
+    m = exporter.scrape()
+    assert "vgpu_container_memory_quota_bytes" not in m or not m["vgpu_container_memory_quota_bytes"]
+
+
+def test_torn_or_foreign_regions_cost_a_sample_not_the_exporter(exporter: Exporter) -> None:
+    torn = [f"{KEY0}-{n}" for n in range(10)]
+    foreign = [f"{KEY1}-{n}" for n in range(10)]
+    exporter.pod_resources.holders = [
+        ("default", "torn", "c", "vgpu.io/gpu-memory", torn),
+        ("default", "foreign", "c", "vgpu.io/gpu-memory", foreign),
+    ]
+    state = exporter.cfg["state_dir"]
+    write_region(region.region_path(state, ids.alloc_id(torn)), 1000 * MIB, 10 * MIB, 0, 10 * MIB, seq=3)
+    write_region(region.region_path(state, ids.alloc_id(foreign)), 1000 * MIB, 10 * MIB, 0, 10 * MIB, magic=1)
+    m = exporter.scrape()
+    assert value(m, "vgpu_container_memory_quota_bytes", pod="torn") == 1000 * MIB
+    assert not [lab for lab, _ in m.get("vgpu_container_memory_used_bytes", []) if lab["pod"] in ("torn", "foreign")]
+    assert value(m, "vgpu_monitor_errors_total", source="region") == 2
+
+
+def test_healthz_reports_pod_resources_trouble(exporter: Exporter) -> None:
+    exporter.scrape()
+    with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/healthz", timeout=5) as response:
+        assert response.status == 200
+    exporter.pod_resources.stop()
+    exporter.scrape()
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/healthz", timeout=5)
+    assert err.value.code == 503
