@@ -102,7 +102,7 @@ class K8sApi:
         except (ApiException, DynamicApiError) as exc:
             raise K8sError("apply %s %s failed: %s" % (body["kind"], meta["name"], _reason(exc))) from exc
 
-    def merge_patch(self, api_version, kind, name, patch, namespace=None, field_manager=None, dry_run=False):
+    def merge_patch(self, api_version, kind, name, patch, *, namespace=None, field_manager=None, dry_run=False):
         """JSON merge patch (null removes a key) of an existing object; returns the patched object."""
         resource = self._resource(api_version, kind)
         kwargs = {"content_type": "application/merge-patch+json"}

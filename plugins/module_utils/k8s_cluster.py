@@ -3,6 +3,7 @@
 """Pure helpers that judge the vgpu components' state from objects read off the API server."""
 
 import re
+from typing import Any, Dict, Set
 
 COMPONENTS = ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps", "gpushare-scheduler-extender")
 NAME_LABEL = "app.kubernetes.io/name"
@@ -65,13 +66,13 @@ def node_memory(node, prefix, unit_mib):
 
 def summarize(nodes, pods, gpu_node_names, prefix, unit_mib):
     """Per-component and per-node view plus the list of problems a user has to act on."""
-    by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
+    by_name = {str((n.get("metadata") or {}).get("name")): n for n in nodes}
     problems = []
     for missing in sorted(set(gpu_node_names) - set(by_name)):
         problems.append("GPU node %s is not registered in the cluster" % missing)
 
-    components = {name: {"expected": 0, "running": 0, "nodes": {}} for name in COMPONENTS}
-    running_on = {}
+    components: Dict[str, Dict[str, Any]] = {name: {"expected": 0, "running": 0, "nodes": {}} for name in COMPONENTS}
+    running_on: Dict[str, Set[str]] = {}
     for pod in pods:
         name = ((pod.get("metadata") or {}).get("labels") or {}).get(NAME_LABEL)
         node_name = (pod.get("spec") or {}).get("nodeName")

@@ -2,165 +2,12 @@
 # Copyright: vgpu.isolation contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 
-DOCUMENTATION = r"""
----
-module: vgpu_cluster_facts
-short_description: Check that the vgpu components run and every GPU node advertises GPU memory
-version_added: "0.1.0"
-description:
-  - Reads nodes and kube-system pods from the API server and reports, per component, on which nodes
-    it runs; per GPU node, how many units of C(<prefix>/gpu-memory) it advertises; and whether the
-    scheduler extender answers on its health endpoint.
-  - Expects V(nvidia-shared-device-plugin) and V(cgpu-monitor) on every GPU node, V(nvidia-mps) on GPU
-    nodes labelled C(<prefix>/mps=true), and V(gpushare-scheduler-extender) on every control-plane node.
-  - Optionally runs the reference sample pod (a quota of O(sample_quota_mib), using O(sample_use_mib)),
-    reads the memory line of C(nvidia-smi) from its log, and deletes it again.
-  - Every finding a user has to act on is listed in RV(problems); RV(healthy) is true when there is none.
-author:
-  - vgpu.isolation maintainers
-requirements:
-  - kubernetes (the Python client) >= 18.20 on the host that runs the module
-options:
-  kubeconfig:
-    description: Path of the kubeconfig file; the client's default when omitted.
-    type: path
-  context:
-    description: Context of the kubeconfig to use.
-    type: str
-  namespace:
-    description: Namespace of the components.
-    type: str
-    default: kube-system
-  resource_prefix:
-    description: Extended-resource prefix (C(vgpu_resource_prefix)).
-    type: str
-    default: vgpu.io
-  unit_mib:
-    description: MiB per advertised unit (C(vgpu_memory_unit_mib)).
-    type: int
-    default: 100
-  gpu_nodes:
-    description:
-      - Kubernetes node names that must be GPU nodes.
-      - When omitted, the nodes labelled C(<prefix>/gpu-node=true) are the GPU nodes.
-    type: list
-    elements: str
-  extender_url:
-    description: Health URL of the scheduler extender, reached from the host that runs the module.
-    type: str
-    default: http://127.0.0.1:32766/healthz
-  check_extender:
-    description: Whether to check the extender's health URL (run the module on a control-plane node).
-    type: bool
-    default: true
-  sample_app:
-    description: Run the sample pod and read nvidia-smi inside it. Skipped in check mode.
-    type: bool
-    default: false
-  sample_image:
-    description: Image of the sample pod (it needs a shell; nvidia-smi comes from the NVIDIA runtime).
-    type: str
-    default: localhost/vgpu-components:0.1.0
-  sample_namespace:
-    description: Namespace the sample pod runs in.
-    type: str
-    default: default
-  sample_quota_mib:
-    description: GPU-memory quota of the sample container in MiB; must be a multiple of O(unit_mib).
-    type: int
-    default: 3000
-  sample_use_mib:
-    description: MiB the sample container allocates.
-    type: int
-    default: 1200
-  sample_command:
-    description:
-      - Shell command of the sample container. C({use_mib}) and C({quota_mib}) are replaced.
-      - The default allocates with C(/opt/vgpu/vgpu-memory-usage), then prints C(nvidia-smi) while it holds.
-    type: str
-    default: "/opt/vgpu/vgpu-memory-usage {use_mib} 20 & sleep 8; nvidia-smi; wait"
-  sample_runtime_class:
-    description: RuntimeClass of the sample pod; empty when the NVIDIA runtime is the node default.
-    type: str
-    default: nvidia
-  sample_timeout:
-    description: Seconds to wait for the sample pod to finish.
-    type: int
-    default: 300
-attributes:
-  check_mode:
-    support: full
-    details: reads only; the sample pod is not run in check mode
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
-"""
-
-EXAMPLES = r"""
-- name: Check the components on a K3s server
-  vgpu.isolation.vgpu_cluster_facts:
-    kubeconfig: /etc/rancher/k3s/k3s.yaml
-    gpu_nodes: [gpu-1, gpu-2]
-  register: cluster
-
-- name: Fail when anything is wrong
-  ansible.builtin.assert:
-    that: cluster.healthy
-    fail_msg: "{{ cluster.problems }}"
-
-- name: Run the reference sample (quota 3000 MiB, using 1200 MiB)
-  vgpu.isolation.vgpu_cluster_facts:
-    kubeconfig: /etc/kubernetes/admin.conf
-    sample_app: true
-"""
-
-RETURN = r"""
-healthy:
-  description: True when RV(problems) is empty.
-  returned: always
-  type: bool
-problems:
-  description: Findings to act on, one sentence each.
-  returned: always
-  type: list
-  elements: str
-  sample: ["cgpu-monitor is not running on gpu-2 (Pending)"]
-components:
-  description: Per component, the number of nodes that should run it, how many run it, and the pod phase per node.
-  returned: always
-  type: dict
-  sample:
-    cgpu-monitor: {expected: 2, running: 2, nodes: {gpu-1: Running, gpu-2: Running}}
-nodes:
-  description: Per GPU node, the units of C(<prefix>/gpu-memory) advertised and the MiB they stand for.
-  returned: always
-  type: list
-  elements: dict
-  sample:
-    - {name: gpu-1, capacity_units: 245, allocatable_units: 245, allocatable_mib: 24500, gpus_annotation: "{...}"}
-extender:
-  description: Result of the extender health check.
-  returned: always
-  type: dict
-  sample: {url: "http://127.0.0.1:32766/healthz", checked: true, reachable: true, status: 200}
-sample:
-  description: The sample pod's outcome.
-  returned: when O(sample_app=true)
-  type: dict
-  sample: {ran: true, node: gpu-1, phase: Succeeded, used_mib: 1200, total_mib: 3000, log: "..."}
-ansible_facts:
-  description: The same data under C(vgpu_cluster).
-  returned: always
-  type: dict
-"""
-
 import time
 import uuid
+from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.urls import open_url
-
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
@@ -173,7 +20,7 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_cluster import 
     summarize,
 )
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = dict(
     kubeconfig=dict(type="path"),
     context=dict(type="str"),
     namespace=dict(type="str", default="kube-system"),
@@ -263,7 +110,8 @@ def run_sample(api, params, clock=time.monotonic, pause=time.sleep):
 
 def sample_problems(params, outcome):
     if outcome["phase"] != "Succeeded":
-        return ["sample pod %s ended %s (node %s)" % (outcome["name"], outcome["phase"] or "unscheduled", outcome["node"])]
+        phase = outcome["phase"] or "unscheduled"
+        return ["sample pod %s ended %s (node %s)" % (outcome["name"], phase, outcome["node"])]
     if outcome["total_mib"] != params["sample_quota_mib"]:
         return [
             "sample pod saw %s MiB of GPU memory in nvidia-smi, expected the quota %d MiB"
@@ -283,14 +131,15 @@ def run(api, params, check_mode, extender_check=check_extender):
         ]
     else:
         gpu_nodes = list(params["gpu_nodes"])
-    pods = api.list("v1", "Pod", namespace=params["namespace"], label_selector="app.kubernetes.io/part-of=vgpu-isolation")
+    selector = "app.kubernetes.io/part-of=vgpu-isolation"
+    pods = api.list("v1", "Pod", namespace=params["namespace"], label_selector=selector)
     components, memory, problems = summarize(nodes, pods, gpu_nodes, prefix, params["unit_mib"])
     if not gpu_nodes:
         problems.append("no GPU node: none named and none labelled %s/gpu-node=true" % prefix)
     if params["check_extender"]:
         extender = extender_check(params["extender_url"])
         if not extender["reachable"]:
-            problems.append("scheduler extender at %s is not reachable: %s" % (params["extender_url"], extender["error"]))
+            problems.append("scheduler extender at %s is not reachable: %s" % (extender["url"], extender["error"]))
     else:
         extender = {"url": params["extender_url"], "checked": False, "reachable": None, "status": None, "error": ""}
     facts = {"components": components, "nodes": memory, "extender": extender, "gpu_nodes": gpu_nodes}

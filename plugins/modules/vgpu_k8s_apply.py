@@ -2,164 +2,11 @@
 # Copyright: vgpu.isolation contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 
-DOCUMENTATION = r"""
----
-module: vgpu_k8s_apply
-short_description: Server-side apply Kubernetes manifests and wait for their rollout
-version_added: "0.1.0"
-description:
-  - Applies every object of one or more manifests with server-side apply, under one field manager,
-    in dependency order (service accounts and RBAC before the workloads that use them).
-  - Reports a change only when the intent of an object changed, not when the server merely rewrote
-    its bookkeeping, so a second run with the same manifests reports no change.
-  - Can wait until every DaemonSet and Deployment it applied has rolled out.
-  - With O(state=patched) it merge-patches objects that must already exist (node labels and
-    annotations); a V(null) value removes a key. With O(state=absent) it deletes the objects.
-  - Talks to the API server named by a kubeconfig file, so it runs on a control-plane node or
-    anywhere a kubeconfig reaches the cluster.
-author:
-  - vgpu.isolation maintainers
-requirements:
-  - kubernetes (the Python client) >= 18.20 on the host that runs the module
-extends_documentation_fragment: []
-options:
-  kubeconfig:
-    description:
-      - Path of the kubeconfig file on the host that runs the module.
-      - When omitted, the client's default (E(KUBECONFIG), then C(~/.kube/config)) is used.
-    type: path
-  context:
-    description: Context of the kubeconfig to use; the current context when omitted.
-    type: str
-  src:
-    description:
-      - Path of a YAML file (one or more documents, C(kind: List) allowed) on the host that runs the module.
-      - Exactly one of O(src) and O(definition) is required.
-    type: path
-  definition:
-    description:
-      - The objects inline, as one mapping, a list of mappings, or a YAML string.
-    type: raw
-  state:
-    description:
-      - V(present) applies the objects; V(absent) deletes them; V(patched) merge-patches objects that
-        must exist already and fails for any that does not.
-    type: str
-    choices: [present, absent, patched]
-    default: present
-  field_manager:
-    description: Field manager name recorded by the API server for the fields this module sets.
-    type: str
-    default: vgpu-isolation
-  force_conflicts:
-    description: Take over fields another field manager owns instead of failing on the conflict.
-    type: bool
-    default: true
-  wait:
-    description: Wait until every applied DaemonSet and Deployment has rolled out.
-    type: bool
-    default: false
-  wait_timeout:
-    description: Seconds to wait for the rollout before failing.
-    type: int
-    default: 300
-  wait_sleep:
-    description: Seconds between two rollout checks.
-    type: int
-    default: 2
-attributes:
-  check_mode:
-    support: full
-    details: uses the API server's dry run, so admission and validation still run
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
-notes:
-  - Objects without a namespace of a namespaced kind fail with a clear error instead of landing in C(default).
-"""
-
-EXAMPLES = r"""
-- name: Apply the vgpu components and wait until they run
-  vgpu.isolation.vgpu_k8s_apply:
-    kubeconfig: /etc/rancher/k3s/k3s.yaml
-    src: /etc/vgpu/manifests/components.yaml
-    wait: true
-    wait_timeout: 600
-
-- name: Label and annotate a GPU node (the node must exist)
-  vgpu.isolation.vgpu_k8s_apply:
-    kubeconfig: /etc/kubernetes/admin.conf
-    state: patched
-    definition:
-      apiVersion: v1
-      kind: Node
-      metadata:
-        name: gpu-1
-        labels:
-          vgpu.io/gpu-node: "true"
-          vgpu.io/mps: "false"
-
-- name: Remove the labels again
-  vgpu.isolation.vgpu_k8s_apply:
-    kubeconfig: /etc/kubernetes/admin.conf
-    state: patched
-    definition:
-      apiVersion: v1
-      kind: Node
-      metadata:
-        name: gpu-1
-        labels:
-          vgpu.io/gpu-node: null
-          vgpu.io/mps: null
-
-- name: Remove the components
-  vgpu.isolation.vgpu_k8s_apply:
-    kubeconfig: /etc/rancher/k3s/k3s.yaml
-    src: /etc/vgpu/manifests/components.yaml
-    state: absent
-"""
-
-RETURN = r"""
-objects:
-  description: One entry per object, in the order handled.
-  returned: always
-  type: list
-  elements: dict
-  contains:
-    ref:
-      description: Kind, namespace and name, for example C(DaemonSet/kube-system/cgpu-monitor).
-      type: str
-    result:
-      description: V(created), V(configured), V(unchanged), V(deleted) or V(absent).
-      type: str
-  sample:
-    - {ref: ServiceAccount/kube-system/cgpu-monitor, result: unchanged}
-    - {ref: DaemonSet/kube-system/cgpu-monitor, result: configured}
-rollout:
-  description: Rollout state of each DaemonSet and Deployment when O(wait=true).
-  returned: when O(wait=true) and not in check mode
-  type: list
-  elements: dict
-  contains:
-    ref:
-      description: The workload.
-      type: str
-    ready:
-      description: Whether it finished rolling out.
-      type: bool
-    message:
-      description: Pods updated and available against desired.
-      type: str
-  sample:
-    - {ref: DaemonSet/kube-system/cgpu-monitor, ready: true, message: "DaemonSet/kube-system/cgpu-monitor: 1 of 1 pods available"}
-"""
-
 import time
+from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_text
-
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
@@ -177,7 +24,7 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_resources impor
     rollout_state,
 )
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = dict(
     kubeconfig=dict(type="path"),
     context=dict(type="str"),
     src=dict(type="path"),
@@ -246,7 +93,13 @@ def apply_patched(api, objects, params, check_mode):
             raise ManifestError("%s does not exist, so it cannot be patched" % ref(obj))
         patch = {key: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
         after = api.merge_patch(
-            api_version, kind, name, patch, namespace, field_manager=params["field_manager"], dry_run=check_mode
+            api_version,
+            kind,
+            name,
+            patch,
+            namespace=namespace,
+            field_manager=params["field_manager"],
+            dry_run=check_mode,
         )
         results.append({"ref": ref(obj), "result": "configured" if differs(before, after) else "unchanged"})
     return results
@@ -265,7 +118,7 @@ def apply_absent(api, objects, check_mode):
     return results
 
 
-def wait_for_rollout(api, objects, timeout, sleep, clock=time.monotonic, pause=time.sleep):
+def wait_for_rollout(api, objects, timeout, sleep, *, clock=time.monotonic, pause=time.sleep):
     """Poll the workloads until all rolled out; returns (all_ready, states)."""
     workloads = [obj for obj in objects if obj["kind"] in ("DaemonSet", "Deployment")]
     deadline = clock() + timeout

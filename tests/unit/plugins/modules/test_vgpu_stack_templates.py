@@ -1,0 +1,301 @@
+"""The vgpu_stack templates, rendered by Ansible itself (ansible-playbook on localhost).
+
+Checks that the manifests and the scheduler configuration are valid YAML with the fields
+kube-scheduler and the API server require, that the ConfigMap follows the config schema of
+docs/architecture.md, and that each component gets exactly the API access it needs.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[4]
+ROLE = ROOT / "roles" / "vgpu_stack"
+TEMPLATES = [
+    "components.yaml.j2",
+    "kube-scheduler-config.yaml.j2",
+    "node-labels.yaml.j2",
+    "k3s-scheduler-dropin.yaml.j2",
+]
+CASES: dict[str, dict] = {
+    "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
+    "kubeadm-custom": {
+        "vgpu_kubernetes_flavour": "kubeadm",
+        "vgpu_resource_prefix": "acme.dev",
+        "vgpu_memory_unit_mib": 256,
+        "vgpu_mps_enabled": True,
+        "vgpu_stack_extender_port": 32700,
+        "vgpu_stack_runtime_class": "",
+        "vgpu_stack_percentage_of_nodes_to_score": 100,
+    },
+}
+
+PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+    - {extra}
+  tasks:
+    - ansible.builtin.template:
+        src: "{role}/templates/{{{{ item }}}}"
+        dest: "{out}/{{{{ item | replace('.j2', '') }}}}"
+        mode: "0644"
+      loop: {templates}
+"""
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = {}
+    for case, extra in CASES.items():
+        folder = tmp_path_factory.mktemp(case)
+        variables: dict = dict(extra)
+        variables.update(
+            ansible_facts={"os_family": "Debian", "nodename": "edge"},
+            vgpu_stack_gpu_nodes=[{"name": "edge", "mps": False}, {"name": "gpu-2", "mps": True}],
+        )
+        (folder / "extra.yml").write_text(yaml.safe_dump(variables))
+        playbook = folder / "render.yml"
+        playbook.write_text(PLAYBOOK.format(role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES))
+        env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+        binary = Path(sys.executable).with_name("ansible-playbook")
+        proc = subprocess.run([str(binary), str(playbook)], capture_output=True, text=True, env=env, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out[case] = {
+            name.replace(".j2", ""): [
+                d for d in yaml.safe_load_all((folder / name.replace(".j2", "")).read_text()) if d
+            ]
+            for name in TEMPLATES
+        }
+    return out
+
+
+def objects(rendered, case, kind=None):
+    return [d for d in rendered[case]["components.yaml"] if kind is None or d["kind"] == kind]
+
+
+def by_name(rendered, case, kind):
+    return {d["metadata"]["name"]: d for d in objects(rendered, case, kind)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_object_has_api_version_kind_name_and_labels(rendered, case):
+    for doc in objects(rendered, case):
+        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], doc
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vgpu-isolation"
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert doc["metadata"]["namespace"], doc["metadata"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_four_daemonsets_critical_local_image_and_matching_selectors(rendered, case):
+    daemonsets = by_name(rendered, case, "DaemonSet")
+    assert sorted(daemonsets) == sorted(
+        ["nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps", "gpushare-scheduler-extender"]
+    )
+    for name, ds in daemonsets.items():
+        assert ds["metadata"]["namespace"] == "kube-system"
+        pod = ds["spec"]["template"]
+        assert ds["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        spec = pod["spec"]
+        assert spec["priorityClassName"] == "system-node-critical"
+        assert spec["serviceAccountName"] == name
+        (container,) = spec["containers"]
+        assert container["image"] == "localhost/vgpu-components:0.1.0"
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert container["command"] == [name, "--config", "/etc/vgpu/config.yaml"]
+        assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+        mounts = {m["name"] for m in container["volumeMounts"]}
+        assert mounts <= {v["name"] for v in spec["volumes"]}, "every mount needs a volume"
+
+
+def test_daemonsets_select_the_nodes_of_their_role(rendered):
+    ds = by_name(rendered, "kubeadm-custom", "DaemonSet")
+    assert ds["nvidia-shared-device-plugin"]["spec"]["template"]["spec"]["nodeSelector"] == {
+        "acme.dev/gpu-node": "true"
+    }
+    assert ds["nvidia-mps"]["spec"]["template"]["spec"]["nodeSelector"] == {
+        "acme.dev/gpu-node": "true",
+        "acme.dev/mps": "true",
+    }
+    extender = ds["gpushare-scheduler-extender"]["spec"]["template"]["spec"]
+    assert extender["hostNetwork"] is True
+    terms = extender["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {t["matchExpressions"][0]["key"] for t in terms} == {
+        "node-role.kubernetes.io/control-plane",
+        "node-role.kubernetes.io/master",
+    }
+    probe = extender["containers"][0]["livenessProbe"]["httpGet"]
+    assert (probe["host"], probe["port"]) == ("127.0.0.1", 32700)
+
+
+def test_runtime_class_is_set_unless_nvidia_is_the_default_runtime(rendered):
+    for case, expected in (("k3s-defaults", "nvidia"), ("kubeadm-custom", None)):
+        ds = by_name(rendered, case, "DaemonSet")
+        for name in ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps"):
+            assert ds[name]["spec"]["template"]["spec"].get("runtimeClassName") == expected
+        assert "runtimeClassName" not in ds["gpushare-scheduler-extender"]["spec"]["template"]["spec"]
+
+
+def rules_of(rendered, account):
+    """All RBAC rules bound to a service account, as (namespace or '*', group, resource, verb) tuples."""
+    bindings = objects(rendered, "k3s-defaults", "ClusterRoleBinding") + objects(
+        rendered, "k3s-defaults", "RoleBinding"
+    )
+    roles = {
+        (d["kind"], d["metadata"]["name"]): d for d in objects(rendered, "k3s-defaults") if d["kind"].endswith("Role")
+    }
+    granted = set()
+    for binding in bindings:
+        if {"kind": "ServiceAccount", "name": account, "namespace": "kube-system"} not in binding["subjects"]:
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        scope = role["metadata"].get("namespace", "*")
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        granted.add((scope, group, resource, verb))
+    return granted
+
+
+def test_device_plugin_may_only_patch_nodes_and_post_events_in_default(rendered):
+    # files/components/src/vgpu_components/kube.py: patch_node, create_namespaced_event("default").
+    assert rules_of(rendered, "nvidia-shared-device-plugin") == {
+        ("*", "", "nodes", "patch"),
+        ("default", "", "events", "create"),
+    }
+
+
+def test_extender_reads_nodes_and_pods_and_binds(rendered):
+    granted = rules_of(rendered, "gpushare-scheduler-extender")
+    assert {("*", "", "pods/binding", "create"), ("*", "", "pods", "patch"), ("*", "", "nodes", "watch")} <= granted
+    assert not any(verb in ("delete", "update", "*") for _s, _g, _r, verb in granted)
+    assert not any(resource in ("secrets", "configmaps", "*") for _s, _g, resource, _v in granted)
+
+
+def test_monitor_and_mps_have_no_api_access_and_no_token(rendered):
+    accounts = by_name(rendered, "k3s-defaults", "ServiceAccount")
+    daemonsets = by_name(rendered, "k3s-defaults", "DaemonSet")
+    for name in ("cgpu-monitor", "nvidia-mps"):
+        assert rules_of(rendered, name) == set()
+        assert accounts[name]["automountServiceAccountToken"] is False
+        assert daemonsets[name]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_only_the_mps_supervisor_is_privileged(rendered):
+    for name, ds in by_name(rendered, "k3s-defaults", "DaemonSet").items():
+        context = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        if name == "nvidia-mps":
+            assert context == {"privileged": True}
+        else:
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+ARCHITECTURE_KEYS = {
+    "resource_prefix",
+    "unit_mib",
+    "reserved_mib",
+    "install_prefix",
+    "state_dir",
+    "log_format",
+    "device_plugin",
+    "monitor",
+    "mps",
+    "extender",
+}
+
+
+def test_configmap_follows_the_architecture_schema(rendered):
+    config_map = by_name(rendered, "kubeadm-custom", "ConfigMap")["vgpu-config"]
+    text = config_map["data"]["config.yaml"]
+    config = yaml.safe_load(text)
+    assert set(config) == ARCHITECTURE_KEYS
+    assert (config["resource_prefix"], config["unit_mib"], config["reserved_mib"]) == ("acme.dev", 256, 0)
+    assert config["device_plugin"] == {
+        "kubelet_dir": "/var/lib/kubelet/device-plugins",
+        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "healthz_port": 9396,
+        "mps_enabled": True,
+        "mps_active_thread_percentage": 100,
+        "switches": {
+            "gpu_virtual_memory": 1,
+            "limit": 1,
+            "gpu_cgroup_enable": 0,
+            "cgroup_map_mode": 0,
+            "gpu_compute_audit": 0,
+        },
+    }
+    assert config["monitor"] == {"port": 9395, "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock"}
+    assert config["mps"] == {
+        "pipe_dir": "/run/nvidia/mps",
+        "log_dir": "/run/nvidia/mps/log",
+        "set_exclusive_process": False,
+        "healthz_port": 9397,
+    }
+    assert config["extender"] == {"address": "127.0.0.1", "port": 32700}
+
+
+def test_pods_roll_when_the_configuration_changes(rendered):
+    hashes = set()
+    for case in CASES:
+        config = by_name(rendered, case, "ConfigMap")["vgpu-config"]["data"]["config.yaml"]
+        prefix = yaml.safe_load(config)["resource_prefix"]
+        for ds in objects(rendered, case, "DaemonSet"):
+            annotation = ds["spec"]["template"]["metadata"]["annotations"][f"{prefix}/config-sha256"]
+            assert annotation == hashlib.sha256(config.encode()).hexdigest()
+            hashes.add(annotation)
+    assert len(hashes) == 2
+
+
+@pytest.mark.parametrize(
+    ("case", "kubeconfig", "prefix", "port"),
+    [
+        ("k3s-defaults", "/var/lib/rancher/k3s/server/cred/scheduler.kubeconfig", "vgpu.io", 32766),
+        ("kubeadm-custom", "/etc/kubernetes/scheduler.conf", "acme.dev", 32700),
+    ],
+)
+def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, prefix, port):
+    (config,) = rendered[case]["kube-scheduler-config.yaml"]
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["clientConnection"] == {"kubeconfig": kubeconfig}
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == f"http://127.0.0.1:{port}"
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
+        "filter",
+        "prioritize",
+        "bind",
+    )
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is False
+    assert extender["managedResources"] == [{"name": f"{prefix}/gpu-memory", "ignoredByScheduler": False}]
+    assert extender["httpTimeout"] == "10s"
+    assert config.get("percentageOfNodesToScore") == (100 if case == "kubeadm-custom" else None)
+
+
+def test_k3s_dropin_appends_the_config_flag(rendered):
+    (dropin,) = rendered["k3s-defaults"]["k3s-scheduler-dropin.yaml"]
+    assert dropin == {"kube-scheduler-arg+": ["config=/etc/rancher/k3s/vgpu-scheduler-config.yaml"]}
+
+
+def test_node_labels_mark_gpu_nodes_and_their_mps_setting(rendered):
+    nodes = {d["metadata"]["name"]: d["metadata"] for d in rendered["kubeadm-custom"]["node-labels.yaml"]}
+    assert nodes["edge"]["labels"] == {"acme.dev/gpu-node": "true", "acme.dev/mps": "false"}
+    assert nodes["gpu-2"]["labels"] == {"acme.dev/gpu-node": "true", "acme.dev/mps": "true"}
+    assert nodes["gpu-2"]["annotations"]["acme.dev/unit-mib"] == "256"
+
+
+def test_role_version_matches_galaxy():
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["vgpu_stack_version"] == galaxy["version"]
