@@ -36,7 +36,7 @@ def _preflight(*extra_vars: str) -> str:
 
 def test_a_node_without_gpu_is_stopped_with_a_report_and_left_unchanged(host):
     before = host.file("/etc/ansible/facts.d/vgpu_preflight.fact").content_string
-    output = _preflight("vgpu_preflight_require_gpu=true", "vgpu_kubernetes_flavour=k3s")
+    output = _preflight("preflight_require_gpu=true", "vgpu_kubernetes_flavour=k3s")
     assert "Preflight found 1 problem(s)" in output
     assert "no NVIDIA GPU found" in output
     assert "Traceback" not in output
@@ -45,6 +45,6 @@ def test_a_node_without_gpu_is_stopped_with_a_report_and_left_unchanged(host):
 
 def test_bad_settings_are_all_named_in_one_report(host):
     output = _preflight('{"vgpu_sample_app_quota": "3000MB", "vgpu_mps_active_thread_percentage": 101}')
-    assert "Preflight found 2 problem(s)" in output, output
+    assert "The settings have 2 problem(s); nothing was changed" in output, output
     assert "vgpu_sample_app_quota: '3000MB'" in output
     assert "vgpu_mps_active_thread_percentage: 101" in output
