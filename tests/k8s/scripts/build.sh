@@ -9,12 +9,12 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 source "$here/versions.env"
 cache="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
 
-# build_set <module dir> <output dir> <package>...
+# build_set <module dir> <output dir> <extra -ldflags> <package>...
 build_set() {
-    local module="$1" out="$2"; shift 2
+    local module="$1" out="$2" ldflags="-s -w $3"; shift 3
     local stamp key
     stamp="$out/.stamp"
-    key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-16) $(go env GOVERSION)"
+    key="$(cat "$module/go.mod" "$module/go.sum" <(echo "$ldflags") | sha256sum | cut -c1-16) $(go env GOVERSION)"
     if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
         echo ">> reusing $out"
         return 0
@@ -26,7 +26,7 @@ build_set() {
     started="$(date +%s)"
     # Static, stripped, path-free binaries, as upstream's release builds; nice keeps the
     # shared build machine responsive.
-    if ! (cd "$module" && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags='-s -w' -o "$tmp/" "$@") \
+    if ! (cd "$module" && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$tmp/" "$@") \
             >"$out.log" 2>&1; then
         tail -n 30 "$out.log" >&2
         rm -rf "$tmp"
@@ -40,8 +40,30 @@ build_set() {
 }
 
 command -v go >/dev/null || { echo "!! go is not on PATH (Go >= 1.26 is needed to build Kubernetes $K8S_VERSION)" >&2; exit 1; }
-build_set "$here/upstream/kubernetes" "$cache/$K8S_VERSION" \
+# Upstream's release builds stamp the version the same way (hack/lib/version.sh); without it the
+# binaries report v0.0.0-master.
+minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
+kube_version=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kube_version+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+build_set "$here/upstream/kubernetes" "$cache/$K8S_VERSION" "$kube_version" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler
-build_set "$here/upstream/kwok" "$cache/kwok-$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+build_set "$here/upstream/kwok" "$cache/kwok-$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
+    sigs.k8s.io/kwok/cmd/kwok
+
+# kwok has no built-in behaviour: its "fast" stages (nodes become Ready and keep a lease, bound
+# pods become Running, deleted pods go away) come from the same module, so they match the binary.
+stages="$cache/kwok-$KWOK_VERSION/stages.yaml"
+if [[ ! -s "$stages" || "$stages" -ot "$cache/kwok-$KWOK_VERSION/.stamp" ]]; then
+    src="$(cd "$here/upstream/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage"
+    for file in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+            pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+        echo "---"
+        cat "$src/$file"
+    done >"$stages.tmp"
+    mv -f "$stages.tmp" "$stages"
+    echo ">> kwok stages written to $stages"
+fi

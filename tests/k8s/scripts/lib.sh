@@ -8,6 +8,7 @@ source "$K8S_DIR/versions.env"
 CACHE_DIR="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
 BIN_DIR="$CACHE_DIR/$K8S_VERSION"
 KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"
+KWOK_STAGES="$CACHE_DIR/kwok-$KWOK_VERSION/stages.yaml"
 STATE_DIR="${VGPU_K8S_STATE_DIR:-$REPO_ROOT/build/k8s}"
 VENV="${VENV:-$REPO_ROOT/.venv}"
 case "$VENV" in /*) ;; *) VENV="$REPO_ROOT/$VENV" ;; esac

@@ -7,8 +7,8 @@ set -euo pipefail
 # shellcheck source=/dev/null
 source "$(dirname "$0")/lib.sh"
 
-for bin in "$BIN_DIR/kube-apiserver" "$BIN_DIR/kube-controller-manager" "$BIN_DIR/kube-scheduler" "$KWOK_BIN"; do
-    [[ -x "$bin" ]] || die "$bin is missing: run 'make -C tests/k8s build' first"
+for bin in "$BIN_DIR/kube-apiserver" "$BIN_DIR/kube-controller-manager" "$BIN_DIR/kube-scheduler" "$KWOK_BIN" "$KWOK_STAGES"; do
+    [[ -e "$bin" ]] || die "$bin is missing: run 'make -C tests/k8s build' first"
 done
 command -v etcd >/dev/null || die "etcd is not installed: run 'make -C tests/k8s etcd' (Debian package etcd-server)"
 if [[ -d "$STATE_DIR/pids" ]] && compgen -G "$STATE_DIR/pids/*.pid" >/dev/null; then
@@ -101,17 +101,20 @@ start_proc kube-apiserver "$BIN_DIR/kube-apiserver" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC --allow-privileged=true \
+    --requestheader-client-ca-file="$PKI/ca.crt" --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --endpoint-reconciler-type=none --profiling=false
 wait_until kube-apiserver 120 api_get /readyz
 
 start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
     --kubeconfig="$STATE_DIR/controller-manager.kubeconfig" --leader-elect=false \
     --secure-port=0 --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-    --use-service-account-credentials=false --profiling=false
+    --use-service-account-credentials=true --profiling=false
 # Pods are only admitted once the service-account controller made the namespace's "default".
 wait_until kube-controller-manager 60 api_get /api/v1/namespaces/default/serviceaccounts/default
 
-start_proc kwok "$KWOK_BIN" --kubeconfig="$STATE_DIR/admin.kubeconfig" \
+start_proc kwok "$KWOK_BIN" --kubeconfig="$STATE_DIR/admin.kubeconfig" --config="$KWOK_STAGES" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --cidr=10.244.0.0/16
 wait_until kwok 60 curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz"
