@@ -1,0 +1,126 @@
+"""The shared config file with VGPU_* overrides, and the four entry points' command lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vgpu_components import config
+
+SRC = Path(config.__file__).resolve().parents[1]
+
+FULL = """\
+resource_prefix: example.com
+unit_mib: 50
+reserved_mib: 256
+install_prefix: /opt/vgpu
+state_dir: /var/lib/vgpu
+log_format: text
+device_plugin:
+  kubelet_dir: /var/lib/kubelet/device-plugins
+  pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock
+  healthz_port: 9396
+  mps_enabled: true
+  mps_active_thread_percentage: 40
+  switches: {gpu_virtual_memory: 1, limit: 1, gpu_cgroup_enable: 1, cgroup_map_mode: 0, gpu_compute_audit: 0}
+monitor:
+  port: 9395
+  pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock
+mps:
+  pipe_dir: /run/nvidia/mps
+  log_dir: /run/nvidia/mps/log
+  set_exclusive_process: false
+  healthz_port: 9397
+extender:
+  address: 127.0.0.1
+  port: 32766
+"""
+
+
+def test_the_documented_schema_loads(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(FULL)
+    cfg = config.load(path, environ={})
+    assert cfg["resource_prefix"] == "example.com"
+    assert cfg["unit_mib"] == 50 and cfg["reserved_mib"] == 256
+    assert cfg["device_plugin"]["mps_enabled"] is True
+    assert cfg["device_plugin"]["switches"]["gpu_cgroup_enable"] == 1
+    assert cfg["extender"]["port"] == 32766
+
+
+def test_environment_overrides_common_and_section_keys(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(FULL)
+    env = {
+        "VGPU_UNIT_MIB": "25",
+        "VGPU_EXTENDER_PORT": "32767",
+        "VGPU_DEVICE_PLUGIN_MPS_ENABLED": "false",
+        "VGPU_DEVICE_PLUGIN_SWITCHES": "{limit: 0}",
+        "VGPU_MPS_SET_EXCLUSIVE_PROCESS": "true",
+    }
+    cfg = config.load(path, environ=env)
+    assert cfg["unit_mib"] == 25
+    assert cfg["extender"]["port"] == 32767
+    assert cfg["device_plugin"]["mps_enabled"] is False
+    assert cfg["device_plugin"]["switches"] == {**config.DEFAULT_SWITCHES, "limit": 0}
+    assert cfg["mps"]["set_exclusive_process"] is True
+
+
+def test_missing_file_means_defaults() -> None:
+    cfg = config.load("/nonexistent/config.yaml", environ={})
+    assert cfg["unit_mib"] == 100 and cfg["resource_prefix"] == "vgpu.io"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ("unit_mib: lots\n", {}, "unit_mib: expected an integer, got 'lots'"),
+        ("", {"VGPU_UNIT_MIB": "0"}, "unit_mib: expected a positive number"),
+        ("", {"VGPU_EXTENDER_PORT": "http"}, "VGPU_EXTENDER_PORT: expected an integer"),
+        ("device_plugin: [1, 2]\n", {}, "device_plugin: expected a mapping"),
+        ("device_plugin: {mps_enabled: maybe}\n", {}, "device_plugin.mps_enabled: expected true or false"),
+        ("device_plugin: {switches: {turbo: 1}}\n", {}, "unknown key 'turbo'"),
+        ("log_format: xml\n", {}, "log_format: expected json or text"),
+        ("resource_prefix: nvidia.com/gpu\n", {}, "resource_prefix: expected a domain"),
+        ("- a\n- b\n", {}, "expected a mapping at the top level"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError) as err:
+        config.load(path, environ=env)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("module", "prog"),
+    [
+        ("device_plugin", "nvidia-shared-device-plugin"),
+        ("monitor", "cgpu-monitor"),
+        ("mps", "nvidia-mps"),
+        ("extender", "gpushare-scheduler-extender"),
+    ],
+)
+def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, module: str, prog: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-m", f"vgpu_components.{module}", "--help"], env=env, capture_output=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().startswith(f"usage: {prog}")
+    assert "--config" in out.stdout.decode()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("unit_mib: -3\n")
+    out = subprocess.run(
+        [sys.executable, "-m", f"vgpu_components.{module}", "--config", str(bad)],
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "unit_mib" in out.stderr.decode()
