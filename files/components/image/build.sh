@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Build the component image localhost/vgpu-components:<version> without any container registry:
+# a debootstrap Debian 12 (minbase + python3) root filesystem, our wheel and its dependency
+# wheels, `docker import`, then `docker save` into build/images/vgpu-components-<version>.tar
+# (importable with `ctr -n k8s.io images import` and `k3s ctr images import`).
+#
+# Usage: files/components/image/build.sh [WHEELHOUSE]
+#   WHEELHOUSE (or $VGPU_WHEELHOUSE): folder of dependency wheels for CPython 3.11 x86_64; without
+#   it the wheels are downloaded from PyPI once into the cache.
+# Environment: VGPU_CACHE_DIR (default ~/.cache/vgpu-isolation; the root filesystem is cached
+#   there keyed by the hash of its recipe, debootstrap's .deb files in $VGPU_CACHE_DIR/debs),
+#   DEBIAN_MIRROR, PYTHON (the build Python with pip and grpcio-tools; default .venv/bin/python),
+#   OUT_DIR (default build/images).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+components=$(dirname "$here")
+root=$(cd "$components/../.." && pwd)
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$components/pyproject.toml")
+python=${PYTHON:-$root/.venv/bin/python}
+cache=${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}
+wheelhouse=${1:-${VGPU_WHEELHOUSE:-}}
+out_dir=${OUT_DIR:-$root/build/images}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+image=localhost/vgpu-components:$version
+py_version=3.11  # Debian 12's python3
+
+# --- 1. base root filesystem (cached by recipe hash) ------------------------------------------
+suite=bookworm
+variant=minbase
+include=python3
+recipe="suite=$suite variant=$variant include=$include mirror=$mirror recipe=1"
+recipe_hash=$(printf '%s' "$recipe" | sha256sum | cut -c1-16)
+base_tar=$cache/rootfs/debian12-python3-$recipe_hash.tar
+mkdir -p "$cache/rootfs" "$cache/debs" "$out_dir"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/vgpu-image.XXXXXX")
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
+
+if [[ ! -s $base_tar ]]; then
+    echo ">> debootstrap $suite ($variant + $include) into the cache ($recipe_hash)"
+    command -v debootstrap >/dev/null || { echo "debootstrap is not installed (apt-get install debootstrap)" >&2; exit 1; }
+    nice -n 10 debootstrap --variant="$variant" --include="$include" --cache-dir="$cache/debs" \
+        "$suite" "$work/base" "$mirror" >"$work/debootstrap.log" 2>&1 \
+        || { tail -n 40 "$work/debootstrap.log" >&2; exit 1; }
+    # Keep the image small: no package lists, docs, man pages or locales.
+    rm -rf "$work/base/var/lib/apt/lists/"* "$work/base/var/cache/apt/"*.bin \
+        "$work/base/usr/share/doc/"* "$work/base/usr/share/man/"* "$work/base/usr/share/info/"* \
+        "$work/base/usr/share/locale/"* "$work/base/var/log/"*
+    tar -C "$work/base" --numeric-owner -cf "$base_tar.tmp" .
+    mv "$base_tar.tmp" "$base_tar"
+    rm -rf "$work/base"
+else
+    echo ">> base root filesystem from the cache: $base_tar"
+fi
+
+# --- 2. wheels ----------------------------------------------------------------------------
+echo ">> building the vgpu-components wheel"
+make -s -C "$components" PYTHON="$python" wheel >/dev/null
+wheel=$(ls "$components"/dist/vgpu_components-"$version"-*.whl)
+pip_target=(--only-binary=:all: --implementation cp --python-version "$py_version" --abi cp311 --abi abi3 --abi none
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+if [[ -z $wheelhouse ]]; then
+    wheelhouse=$cache/wheels/cp311-x86_64
+    mkdir -p "$wheelhouse"
+    echo ">> downloading dependency wheels from PyPI into $wheelhouse"
+    "$python" -m pip download --quiet "${pip_target[@]}" -d "$wheelhouse" "$wheel"
+    rm -f "$wheelhouse"/vgpu_components-*.whl
+fi
+echo ">> installing into the image from $wheelhouse"
+mkdir -p "$work/rootfs"
+tar -C "$work/rootfs" -xf "$base_tar"
+site=$work/rootfs/usr/local/lib/python$py_version/dist-packages
+"$python" -m pip install --quiet --no-index --find-links "$wheelhouse" "${pip_target[@]}" --no-compile \
+    --target "$site" "$wheel"
+rm -rf "$site/bin"
+chroot "$work/rootfs" python3 -m compileall -q "/usr/local/lib/python$py_version/dist-packages" >/dev/null
+
+# Console scripts (pip --target does not write them for the image's interpreter).
+for entry in nvidia-shared-device-plugin:device_plugin gpushare-scheduler-extender:extender \
+    cgpu-monitor:monitor nvidia-mps:mps; do
+    name=${entry%%:*}
+    module=${entry##*:}
+    printf '#!/usr/bin/python3\nimport sys\nfrom vgpu_components.%s import main\nsys.exit(main())\n' "$module" \
+        >"$work/rootfs/usr/local/bin/$name"
+    chmod 0755 "$work/rootfs/usr/local/bin/$name"
+done
+
+# --- 3. image and tarball -------------------------------------------------------------------
+echo ">> docker import $image"
+tar -C "$work/rootfs" --numeric-owner -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/bin' \
+    --change 'ENV PYTHONUNBUFFERED=1' \
+    --change 'ENV PYTHONDONTWRITEBYTECODE=1' \
+    --change 'CMD ["nvidia-shared-device-plugin", "--help"]' \
+    --message "vgpu-components $version" - "$image" >/dev/null
+tarball=$out_dir/vgpu-components-$version.tar
+docker save -o "$tarball.tmp" "$image"
+mv "$tarball.tmp" "$tarball"
+size=$(docker image inspect --format '{{.Size}}' "$image")
+echo ">> $image saved to $tarball ($((size / 1024 / 1024)) MiB unpacked)"

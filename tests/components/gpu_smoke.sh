@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Smoke test of the components on a real GPU host (the team's H200 machine).
+# The host has no package registry: the caller puts the runtime wheels (grpcio, protobuf,
+# prometheus_client, kubernetes and its dependencies, pyyaml, nvidia-ml-py) on PYTHONPATH, and
+# the generated gRPC stubs must exist (`make -C files/components proto` before copying the tree).
+#   PYTHONPATH=/path/to/site-packages tests/components/gpu_smoke.sh
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../../files/components/src" && pwd)
+if ! ls "$src"/vgpu_components/proto/deviceplugin_pb2.py >/dev/null 2>&1; then
+    echo "gRPC stubs missing in $src/vgpu_components/proto: run 'make -C files/components proto' first" >&2
+    exit 2
+fi
+export PYTHONPATH="$src:$here${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$PATH:/usr/local/nvidia/bin"
+exec "${PYTHON:-python3}" "$here/gpu_smoke.py" "$@"
