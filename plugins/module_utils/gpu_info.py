@@ -27,18 +27,9 @@ SMI_GPU_FIELDS = (
     "persistence_mode",
 )
 
-_MEMORY_RE = re.compile(r"^\s*(\d+)\s*(MiB|GiB|TiB|KiB|Mi|Gi|Ti|Ki)?\s*$")
-_MIB_PER_UNIT = {
-    None: 1,
-    "KiB": None,
-    "Ki": None,
-    "MiB": 1,
-    "Mi": 1,
-    "GiB": 1024,
-    "Gi": 1024,
-    "TiB": 1 << 20,
-    "Ti": 1 << 20,
-}
+_MEMORY_RE = re.compile(r"^\s*(\d+)\s*([KMGT]i(?:B)?)?\s*$", re.IGNORECASE)
+# MiB per binary unit; KiB is below the granularity of a quota.
+_MIB_PER_UNIT = {"": 1, "k": None, "m": 1, "g": 1024, "t": 1 << 20}
 
 
 def parse_memory_mib(value: Any) -> int:
@@ -56,8 +47,8 @@ def parse_memory_mib(value: Any) -> int:
         match = _MEMORY_RE.match(text)
         if not match:
             raise ValueError(f"memory size {text!r} is not understood; expected integer MiB or a MiB/GiB/TiB suffix")
-        number, suffix = int(match.group(1)), match.group(2)
-        factor = _MIB_PER_UNIT.get(suffix)
+        number, suffix = int(match.group(1)), (match.group(2) or "")[:1].lower()
+        factor = _MIB_PER_UNIT[suffix]
         if factor is None:
             raise ValueError(f"memory size {text!r} is smaller than MiB granularity; use MiB, GiB or TiB")
         mib = number * factor

@@ -391,6 +391,7 @@ def driver_plan(module: AnsibleModule, facts: Dict[str, Any]) -> Dict[str, Any]:
         )
     except (PlanError, ValueError) as error:
         module.fail_json(msg=str(error))
+        return {}  # not reached: fail_json exits
 
 
 def main() -> None:

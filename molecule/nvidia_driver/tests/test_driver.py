@@ -1,0 +1,62 @@
+"""What the nvidia_driver role leaves on a Debian 12 node (the container of this scenario).
+
+The kernel module cannot load in a container, so these check the installed state only.
+"""
+
+import re
+
+DRIVER_VERSION = "470.256.02"
+PACKAGES = [
+    "nvidia-tesla-470-driver",
+    "nvidia-tesla-470-kernel-dkms",
+    "nvidia-tesla-470-smi",
+    "libnvidia-tesla-470-cuda1",
+    "libnvidia-tesla-470-ml1",
+]
+
+
+def test_driver_packages_are_installed_at_the_pinned_version(host):
+    for name in PACKAGES:
+        package = host.package(name)
+        assert package.is_installed, name
+        assert package.version.startswith(DRIVER_VERSION + "-"), (name, package.version)
+
+
+def test_driver_packages_are_held(host):
+    selections = host.check_output("dpkg --get-selections " + " ".join(PACKAGES))
+    held = {line.split()[0] for line in selections.splitlines() if line.split()[-1] == "hold"}
+    assert held == set(PACKAGES)
+
+
+def test_apt_preferences_pin_the_version(host):
+    pin = host.file("/etc/apt/preferences.d/vgpu-nvidia-driver")
+    assert pin.contains(f"Pin: version {re.escape(DRIVER_VERSION)}-\\*")
+    assert pin.contains("Pin-Priority: 1001")
+    # apt itself agrees: the candidate stays at the pinned version.
+    policy = host.check_output("apt-cache policy nvidia-tesla-470-driver")
+    assert f"Candidate: {DRIVER_VERSION}-" in policy
+
+
+def test_apt_upgrade_would_not_move_the_driver(host):
+    simulation = host.check_output("apt-get -s upgrade")
+    assert not any(f"Inst {name} " in simulation for name in PACKAGES)
+
+
+def test_nouveau_is_blacklisted_for_modprobe_and_the_initramfs(host):
+    blacklist = host.file("/etc/modprobe.d/vgpu-blacklist-nouveau.conf")
+    assert blacklist.contains("^blacklist nouveau$")
+    assert blacklist.contains("^options nouveau modeset=0$")
+    # initramfs-tools copies /etc/modprobe.d into every initramfs it builds (hook "kmod" / modprobe config).
+    assert host.package("initramfs-tools").is_installed
+    assert host.exists("update-initramfs")
+
+
+def test_dkms_built_the_module_for_the_debian_kernel(host):
+    status = host.check_output("dkms status")
+    assert re.search(r"^nvidia\S*/470\.256\.02, \S+-amd64, x86_64: installed", status, re.MULTILINE), status
+
+
+def test_gpu_facts_see_the_installed_driver(host):
+    kernel = host.check_output("ls /lib/modules | grep -- -amd64 | sort -V | tail -n1")
+    version = host.check_output(f"modinfo -k {kernel} -F version nvidia")
+    assert version == DRIVER_VERSION
