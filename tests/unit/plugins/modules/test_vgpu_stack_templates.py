@@ -24,6 +24,7 @@ TEMPLATES = [
 ]
 CASES: dict[str, dict] = {
     "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
+    "kubeadm-defaults": {"vgpu_kubernetes_flavour": "kubeadm"},
     "kubeadm-custom": {
         "vgpu_kubernetes_flavour": "kubeadm",
         "vgpu_resource_prefix": "acme.dev",
@@ -91,7 +92,7 @@ def test_every_object_has_api_version_kind_name_and_labels(rendered, case):
     for doc in objects(rendered, case):
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], doc
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vgpu-isolation"
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "RuntimeClass"):
             assert doc["metadata"]["namespace"], doc["metadata"]
 
 
@@ -143,6 +144,13 @@ def test_runtime_class_is_set_unless_nvidia_is_the_default_runtime(rendered):
         for name in ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps"):
             assert ds[name]["spec"]["template"]["spec"].get("runtimeClassName") == expected
         assert "runtimeClassName" not in ds["gpushare-scheduler-extender"]["spec"]["template"]["spec"]
+
+
+def test_kubeadm_gets_the_nvidia_runtime_class_and_k3s_keeps_its_own(rendered):
+    (runtime_class,) = objects(rendered, "kubeadm-defaults", "RuntimeClass")
+    assert (runtime_class["metadata"]["name"], runtime_class["handler"]) == ("nvidia", "nvidia")
+    assert objects(rendered, "k3s-defaults", "RuntimeClass") == []
+    assert objects(rendered, "kubeadm-custom", "RuntimeClass") == [], "no RuntimeClass when nvidia is the default"
 
 
 def rules_of(rendered, account):
@@ -247,7 +255,7 @@ def test_configmap_follows_the_architecture_schema(rendered):
 
 def test_pods_roll_when_the_configuration_changes(rendered):
     hashes = set()
-    for case in CASES:
+    for case in ("k3s-defaults", "kubeadm-custom"):
         config = by_name(rendered, case, "ConfigMap")["vgpu-config"]["data"]["config.yaml"]
         prefix = yaml.safe_load(config)["resource_prefix"]
         for ds in objects(rendered, case, "DaemonSet"):

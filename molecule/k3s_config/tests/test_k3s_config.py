@@ -1,0 +1,61 @@
+"""What the k3s role leaves on a single-node edge when K3s is rendered but not started."""
+
+import yaml
+
+
+def read_yaml(host, path):
+    return yaml.safe_load(host.file(path).content_string)
+
+
+def test_binary_from_the_bundle_and_tool_links(host):
+    binary = host.file("/usr/local/bin/k3s")
+    assert binary.mode == 0o755
+    assert "v1.31.4+k3s1" in host.check_output("/usr/local/bin/k3s --version")
+    for tool in ("kubectl", "crictl", "ctr"):
+        assert host.file(f"/usr/local/bin/{tool}").linked_to == "/usr/local/bin/k3s"
+
+
+def test_airgap_images_where_k3s_imports_them(host):
+    images = host.file("/var/lib/rancher/k3s/agent/images/k3s-airgap-images-amd64.tar.zst")
+    assert images.exists
+    assert images.content_string == "not a real image archive\n"
+
+
+def test_config_names_the_node_and_keeps_the_token_private(host):
+    config = host.file("/etc/rancher/k3s/config.yaml")
+    assert config.mode == 0o600
+    data = read_yaml(host, "/etc/rancher/k3s/config.yaml")
+    assert data["node-name"] == "edge-1"
+    assert data["token"] == "molecule-secret-token-0123456789"
+    assert data["write-kubeconfig-mode"] == "0600"
+    assert "server" not in data, "the first server initialises, it joins nobody"
+    assert "cluster-init" not in data, "one server: no embedded etcd needed"
+
+
+def test_gpu_node_runs_nvidia_by_default(host):
+    assert read_yaml(host, "/etc/rancher/k3s/config.yaml.d/60-vgpu-runtime.yaml") == {"default-runtime": "nvidia"}
+
+
+def test_scheduler_dropin_and_configuration(host):
+    dropin = read_yaml(host, "/etc/rancher/k3s/config.yaml.d/50-vgpu-scheduler.yaml")
+    assert dropin == {"kube-scheduler-arg+": ["config=/etc/rancher/k3s/vgpu-scheduler-config.yaml"]}
+    config = read_yaml(host, "/etc/rancher/k3s/vgpu-scheduler-config.yaml")
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["clientConnection"]["kubeconfig"] == "/var/lib/rancher/k3s/server/cred/scheduler.kubeconfig"
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:32766"
+    assert extender["nodeCacheCapable"] is True
+    assert extender["managedResources"] == [{"name": "acme.dev/gpu-memory", "ignoredByScheduler": False}]
+
+
+def test_unit_runs_the_server_and_is_not_started(host):
+    unit = host.file("/etc/systemd/system/k3s.service").content_string
+    assert "ExecStart=/usr/local/bin/k3s server" in unit
+    assert not host.service("k3s").is_running
+    assert not host.file("/etc/systemd/system/k3s-agent.service").exists
+
+
+def test_restart_helper_is_installed(host):
+    helper = host.file("/usr/local/sbin/vgpu-restart-kube-scheduler")
+    assert helper.mode == 0o755
+    assert "systemctl restart k3s" in helper.content_string
