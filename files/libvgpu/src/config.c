@@ -1,0 +1,232 @@
+/* Configuration: the read-only quota file (VGPU_CONFIG_FILE, default /etc/vgpu/quota.conf) is
+ * the source of truth when present; environment variables are the fallback. Any malformed value
+ * is an error that names the value: the caller fails closed. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vgpu.h"
+
+#define DEFAULT_CONFIG_FILE "/etc/vgpu/quota.conf"
+#define DEFAULT_REGION_DIR "/var/run/vgpu"
+/* Charged per CUDA context unless VGPU_CONTEXT_RESERVE says otherwise; see docs/design.md. */
+#define DEFAULT_CTX_RESERVE "0MiB"
+
+/* "3000MiB", "3GiB", "512KiB", "1TiB" or a plain number of MiB. Decimal units are refused. */
+int vgpu_parse_size(const char *text, uint64_t *bytes)
+{
+    const char *p = text;
+    uint64_t n = 0;
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    while (isdigit((unsigned char)*p)) {
+        if (n > (UINT64_MAX - 9) / 10)
+            return -1;
+        n = n * 10 + (uint64_t)(*p++ - '0');
+    }
+    uint64_t unit;
+    if (*p == '\0' || strcmp(p, "MiB") == 0)
+        unit = VGPU_MIB;
+    else if (strcmp(p, "KiB") == 0)
+        unit = 1024ULL;
+    else if (strcmp(p, "GiB") == 0)
+        unit = 1024ULL * VGPU_MIB;
+    else if (strcmp(p, "TiB") == 0)
+        unit = 1024ULL * 1024ULL * VGPU_MIB;
+    else
+        return -1;
+    if (n == 0 || n > UINT64_MAX / unit)
+        return -1;
+    *bytes = n * unit;
+    return 0;
+}
+
+/* "3000MiB" (every device) or "0:3000MiB,1:2000MiB" (per CUDA ordinal). */
+int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *err, size_t errlen)
+{
+    char buf[512];
+    memset(out, 0, sizeof(uint64_t) * VGPU_MAX_DEVICES);
+    if (strlen(text) >= sizeof buf) {
+        snprintf(err, errlen, "memory limit \"%.40s...\" is too long", text);
+        return -1;
+    }
+    strcpy(buf, text);
+    if (!strchr(buf, ':')) {
+        uint64_t b;
+        if (vgpu_parse_size(buf, &b) != 0) {
+            snprintf(err, errlen,
+                     "memory limit \"%s\" is not a size: expected e.g. 3000MiB, 3GiB or 0:3000MiB,1:2000MiB",
+                     text);
+            return -1;
+        }
+        for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+            out[i] = b;
+        return 0;
+    }
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(item, ':');
+        char *end = NULL;
+        long idx = colon ? strtol(item, &end, 10) : -1;
+        uint64_t b;
+        if (!colon || end != colon || idx < 0 || idx >= VGPU_MAX_DEVICES || !isdigit((unsigned char)item[0])
+            || vgpu_parse_size(colon + 1, &b) != 0) {
+            snprintf(err, errlen,
+                     "memory limit item \"%s\" in \"%s\" is malformed: expected <device 0-%d>:<size>, e.g. 0:3000MiB",
+                     item, text, VGPU_MAX_DEVICES - 1);
+            return -1;
+        }
+        if (out[idx]) {
+            snprintf(err, errlen, "memory limit \"%s\" names device %ld twice", text, idx);
+            return -1;
+        }
+        out[idx] = b;
+    }
+    return 0;
+}
+
+static int parse_switch(const char *name, const char *value, int *out, char *err, size_t errlen)
+{
+    if (strcmp(value, "0") == 0 || strcmp(value, "1") == 0) {
+        *out = value[0] - '0';
+        return 0;
+    }
+    snprintf(err, errlen, "%s=\"%s\" is invalid: expected 0 or 1", name, value);
+    return -1;
+}
+
+struct switch_def {
+    const char *file_key;
+    const char *env;
+    size_t offset;
+};
+static const struct switch_def switches[] = {
+    {"gpu_virtual_memory", "GPU_VIRTUAL_MEMORY", offsetof(struct vgpu_config, virtual_memory)},
+    {"limit", "LIMIT", offsetof(struct vgpu_config, limit_enforce)},
+    {"gpu_cgroup_enable", "GPU_CGROUP_ENABLE", offsetof(struct vgpu_config, cgroup_enable)},
+    {"cgroup_map_mode", "CGROUP_MAP_MODE", offsetof(struct vgpu_config, cgroup_map_mode)},
+    {"gpu_compute_audit", "GPU_COMPUTE_AUDIT", offsetof(struct vgpu_config, compute_audit)},
+};
+#define NSWITCHES (sizeof switches / sizeof switches[0])
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int load_file(struct vgpu_config *cfg, FILE *f, const char *path, char *err, size_t errlen)
+{
+    char line[1024];
+    int lineno = 0, have_limit = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s line %d: \"%s\" is not key=value", path, lineno, s);
+            return -1;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        char what[300];
+        snprintf(what, sizeof what, "%s line %d: %s", path, lineno, key);
+        if (strcmp(key, "memory_limit") == 0) {
+            char e2[400];
+            if (vgpu_parse_limits(value, cfg->limit, e2, sizeof e2) != 0) {
+                snprintf(err, errlen, "%s line %d: %s", path, lineno, e2);
+                return -1;
+            }
+            have_limit = 1;
+            continue;
+        }
+        size_t i;
+        for (i = 0; i < NSWITCHES; i++)
+            if (strcmp(key, switches[i].file_key) == 0)
+                break;
+        if (i == NSWITCHES) {
+            vgpu_log(VGPU_WARN, "%s line %d: unknown key \"%s\" ignored", path, lineno, key);
+            continue;
+        }
+        if (parse_switch(what, value, (int *)((char *)cfg + switches[i].offset), err, errlen) != 0)
+            return -1;
+    }
+    if (!have_limit) {
+        snprintf(err, errlen, "%s has no memory_limit line", path);
+        return -1;
+    }
+    return 0;
+}
+
+uint32_t vgpu_config_flags(const struct vgpu_config *cfg)
+{
+    return (uint32_t)(cfg->limit_enforce | cfg->virtual_memory << 1 | cfg->cgroup_enable << 2
+                      | cfg->cgroup_map_mode << 3 | cfg->compute_audit << 4);
+}
+
+int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->limit_enforce = 1;
+    cfg->virtual_memory = 1;
+
+    for (size_t i = 0; i < NSWITCHES; i++) {
+        const char *v = getenv(switches[i].env);
+        if (v && *v && parse_switch(switches[i].env, v, (int *)((char *)cfg + switches[i].offset), err, errlen) != 0)
+            return -1;
+    }
+
+    const char *reserve = getenv("VGPU_CONTEXT_RESERVE");
+    if (!reserve || !*reserve)
+        reserve = DEFAULT_CTX_RESERVE;
+    if (strcmp(reserve, "0") == 0 || strcmp(reserve, "0MiB") == 0)
+        cfg->ctx_reserve = 0;
+    else if (vgpu_parse_size(reserve, &cfg->ctx_reserve) != 0) {
+        snprintf(err, errlen, "VGPU_CONTEXT_RESERVE=\"%s\" is not a size: expected e.g. 300MiB or 0", reserve);
+        return -1;
+    }
+
+    const char *dir = getenv("VGPU_REGION_DIR");
+    cfg->region_dir_explicit = dir && *dir;
+    snprintf(cfg->region_dir, sizeof cfg->region_dir, "%s", cfg->region_dir_explicit ? dir : DEFAULT_REGION_DIR);
+
+    const char *path = getenv("VGPU_CONFIG_FILE");
+    int explicit_file = path && *path;
+    if (!explicit_file)
+        path = DEFAULT_CONFIG_FILE;
+    FILE *f = fopen(path, "re");
+    if (f) {
+        int rc = load_file(cfg, f, path, err, errlen);
+        fclose(f);
+        snprintf(cfg->source, sizeof cfg->source, "quota file %s", path);
+        return rc;
+    }
+    if (explicit_file || errno != ENOENT) {
+        snprintf(err, errlen, "cannot read quota file VGPU_CONFIG_FILE=\"%s\": %s", path, strerror(errno));
+        return -1;
+    }
+
+    const char *env = getenv("VGPU_MEMORY_LIMIT");
+    if (env && *env) {
+        char e2[400];
+        if (vgpu_parse_limits(env, cfg->limit, e2, sizeof e2) != 0) {
+            snprintf(err, errlen, "VGPU_MEMORY_LIMIT: %s", e2);
+            return -1;
+        }
+        snprintf(cfg->source, sizeof cfg->source, "VGPU_MEMORY_LIMIT=%s", env);
+    } else {
+        snprintf(cfg->source, sizeof cfg->source, "no quota configured");
+    }
+    return 0;
+}

@@ -1,0 +1,481 @@
+/* The shared accounting region (docs/region-format.md): one file per container, mapped by every
+ * process, guarded by a process-shared robust mutex, published to lock-free readers by a
+ * sequence counter. Slots are never moved, so a process's slot index stays valid. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "region.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t sat_sub(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+static void write_begin(struct vgpu_region *r)
+{
+    __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
+}
+
+static void write_end(struct vgpu_region *r)
+{
+    r->hdr.updated_ns = now_ns();
+    __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_RELEASE);
+}
+
+static void init_mutex(struct vgpu_region *r)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    memset(&r->hdr.lock, 0, sizeof r->hdr.lock);
+    pthread_mutex_init(&r->hdr.lock.mutex, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+void vgpu_region_init_header(struct vgpu_region *r)
+{
+    memset(r, 0, sizeof *r);
+    struct vgpu_region_header *h = &r->hdr;
+    h->magic = VGPU_REGION_MAGIC;
+    h->version = VGPU_REGION_VERSION;
+    h->header_size = VGPU_HEADER_SIZE;
+    h->device_size = VGPU_DEVICE_SIZE;
+    h->max_devices = VGPU_MAX_DEVICES;
+    h->slot_size = VGPU_SLOT_SIZE;
+    h->max_slots = VGPU_MAX_SLOTS;
+    h->file_size = VGPU_REGION_SIZE;
+    h->created_ns = now_ns();
+    init_mutex(r);
+    __atomic_store_n(&h->state, 1, __ATOMIC_RELEASE);
+}
+
+int vgpu_region_header_valid(const struct vgpu_region *r)
+{
+    const struct vgpu_region_header *h = &r->hdr;
+    return h->magic == VGPU_REGION_MAGIC && h->version == VGPU_REGION_VERSION && h->header_size == VGPU_HEADER_SIZE
+        && h->device_size == VGPU_DEVICE_SIZE && h->max_devices == VGPU_MAX_DEVICES
+        && h->slot_size == VGPU_SLOT_SIZE && h->max_slots == VGPU_MAX_SLOTS && h->file_size == VGPU_REGION_SIZE
+        && h->state == 1 && h->device_count <= VGPU_MAX_DEVICES;
+}
+
+struct vgpu_region *vgpu_region_map_file(const char *path, int create, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0)
+            (void)fchmod(fd, 0666); /* every uid in the container shares it, whatever the umask */
+        else if (errno == EEXIST)
+            fd = open(path, O_RDWR | O_CLOEXEC);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open region %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    /* flock serialises creation and re-initialisation only; accounting uses the mutex. */
+    if (flock(fd, LOCK_EX) != 0) {
+        snprintf(err, errlen, "cannot lock region %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (st.st_size < (off_t)VGPU_REGION_SIZE && ftruncate(fd, VGPU_REGION_SIZE) != 0)) {
+        snprintf(err, errlen, "cannot size region %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    struct vgpu_region *r = mmap(NULL, VGPU_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map region %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!vgpu_region_header_valid(r)) {
+        if (r->hdr.magic != 0)
+            vgpu_log(VGPU_WARN, "region %s has an invalid header (magic %#x version %u): re-initialising", path,
+                     r->hdr.magic, r->hdr.version);
+        vgpu_region_init_header(r);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    return r;
+}
+
+struct vgpu_region *vgpu_region_map(const char *dir, int explicit_dir, int create, char *err, size_t errlen)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, VGPU_REGION_FILE);
+    struct vgpu_region *r = vgpu_region_map_file(path, create, err, errlen);
+    if (r || explicit_dir)
+        return r;
+    /* Run by hand without a region folder: account this process alone. */
+    vgpu_log(VGPU_INFO, "%s; accounting this process alone", err);
+    r = mmap(NULL, VGPU_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map anonymous region: %s", strerror(errno));
+        return NULL;
+    }
+    vgpu_region_init_header(r);
+    return r;
+}
+
+void vgpu_region_recompute_locked(struct vgpu_region *r)
+{
+    write_begin(r);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        uint64_t used = 0, ctx = 0, bufs = 0;
+        for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+            const struct vgpu_region_slot *s = &r->slots[i];
+            if (s->state != 1)
+                continue;
+            used += s->devices[d].used_bytes;
+            ctx += s->devices[d].ctx_bytes;
+            bufs += s->devices[d].buffers;
+        }
+        struct vgpu_region_device *dv = &r->hdr.devices[d];
+        dv->used_bytes = used;
+        dv->ctx_bytes = ctx;
+        dv->live_buffers = bufs;
+    }
+    if (r->hdr.device_count > VGPU_MAX_DEVICES)
+        r->hdr.device_count = VGPU_MAX_DEVICES;
+    /* leave seq even whatever a dead writer left */
+    if (r->hdr.seq & 1)
+        r->hdr.seq++;
+    write_end(r);
+}
+
+void vgpu_region_lock(struct vgpu_region *r)
+{
+    int rc = pthread_mutex_lock(&r->hdr.lock.mutex);
+    if (rc == EOWNERDEAD) {
+        vgpu_log(VGPU_WARN, "region lock holder %u died; recovering", r->hdr.lock_owner_pid);
+        vgpu_region_recompute_locked(r);
+        r->hdr.reset_count++;
+        pthread_mutex_consistent(&r->hdr.lock.mutex);
+    } else if (rc != 0) {
+        /* ENOTRECOVERABLE or a mutex scribbled over: rebuild it; accounting is recomputed. */
+        vgpu_log(VGPU_WARN, "region lock unusable (%s); re-initialising it", strerror(rc));
+        init_mutex(r);
+        pthread_mutex_lock(&r->hdr.lock.mutex);
+        vgpu_region_recompute_locked(r);
+        r->hdr.reset_count++;
+    }
+    r->hdr.lock_owner_pid = (uint32_t)getpid();
+}
+
+void vgpu_region_unlock(struct vgpu_region *r)
+{
+    r->hdr.lock_owner_pid = 0;
+    pthread_mutex_unlock(&r->hdr.lock.mutex);
+}
+
+uint64_t vgpu_proc_start_time(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    /* after ") " come fields 3..; starttime is field 22 */
+    p += 2;
+    int field = 3;
+    if (*p == 'Z' || *p == 'X')
+        return 0;
+    while (*p && field < 22) {
+        if (*p++ == ' ')
+            field++;
+    }
+    return strtoull(p, NULL, 10);
+}
+
+static void read_cgroup(int pid, char *out, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
+    out[0] = '\0';
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup)
+{
+    if (pid <= 0)
+        return 0;
+    uint64_t st = vgpu_proc_start_time(pid);
+    if (st == 0) {
+        /* no /proc entry (or a zombie): only kill() can still say it exists */
+        if (access("/proc/self/stat", R_OK) == 0)
+            return 0;
+        return kill(pid, 0) == 0 || errno == EPERM;
+    }
+    if (start_time && st != start_time)
+        return 0; /* pid reused by another process */
+    if (cgroup && *cgroup) {
+        char cg[256];
+        read_cgroup(pid, cg, sizeof cg);
+        if (strcmp(cg, cgroup) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void reclaim_slot_locked(struct vgpu_region *r, struct vgpu_region_slot *s)
+{
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        struct vgpu_region_device *dv = &r->hdr.devices[d];
+        struct vgpu_slot_device *sd = &s->devices[d];
+        dv->used_bytes = sat_sub(dv->used_bytes, sd->used_bytes);
+        dv->ctx_bytes = sat_sub(dv->ctx_bytes, sd->ctx_bytes);
+        dv->live_buffers = sat_sub(dv->live_buffers, sd->buffers);
+        dv->reclaimed_buffers += sd->buffers;
+        dv->reclaimed_bytes += sd->used_bytes;
+    }
+    memset(s, 0, sizeof *s);
+}
+
+int vgpu_region_sweep_locked(struct vgpu_region *r)
+{
+    int reclaimed = 0;
+    const char *cg = (r->hdr.flags & (1u << 3)) ? r->hdr.cgroup : NULL;
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        if (s->state == 0 && s->pid == 0)
+            continue;
+        if (s->state == 1 && vgpu_proc_alive((int)s->pid, s->start_time, cg))
+            continue;
+        write_begin(r);
+        reclaim_slot_locked(r, s);
+        write_end(r);
+        reclaimed++;
+    }
+    return reclaimed;
+}
+
+static void read_comm(char *out, size_t len)
+{
+    memset(out, 0, len);
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, out, len - 1);
+    close(fd);
+    if (n > 0 && out[n - 1] == '\n')
+        out[n - 1] = '\0';
+}
+
+static int attach_locked(struct vgpu_region *r)
+{
+    int me = getpid();
+    uint64_t start = vgpu_proc_start_time(me);
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        /* our own pid from before an exec(): that image's memory is gone */
+        if (s->state == 1 && (int)s->pid == me) {
+            write_begin(r);
+            reclaim_slot_locked(r, s);
+            write_end(r);
+        }
+    }
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        if (s->state != 0 || s->pid != 0)
+            continue;
+        write_begin(r);
+        memset(s, 0, sizeof *s);
+        s->pid = (uint32_t)me;
+        s->start_time = start;
+        s->attach_ns = now_ns();
+        read_comm(s->comm, sizeof s->comm);
+        s->state = 1;
+        write_end(r);
+        return (int)i;
+    }
+    return -1;
+}
+
+int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg)
+{
+    vgpu_region_lock(r);
+    vgpu_region_sweep_locked(r);
+    int slot = attach_locked(r);
+    /* a per-device quota names the devices in use; one quota for all names none */
+    int same = 1;
+    for (unsigned d = 1; d < VGPU_MAX_DEVICES; d++)
+        same &= cfg->limit[d] == cfg->limit[0];
+    write_begin(r);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        r->hdr.devices[d].limit_bytes = cfg->limit[d];
+        if (!same && cfg->limit[d] && r->hdr.device_count < d + 1)
+            r->hdr.device_count = d + 1;
+    }
+    r->hdr.flags = vgpu_config_flags(cfg);
+    r->hdr.ctx_reserve_bytes = cfg->ctx_reserve;
+    if (cfg->cgroup_enable) {
+        char cg[256];
+        read_cgroup(getpid(), cg, sizeof cg);
+        memcpy(r->hdr.cgroup, cg, sizeof cg);
+    }
+    write_end(r);
+    vgpu_region_unlock(r);
+    if (slot < 0)
+        vgpu_log(VGPU_ERR, "region is full (%u live processes): this process is not accounted", VGPU_MAX_SLOTS);
+    return slot;
+}
+
+void vgpu_region_detach(struct vgpu_region *r, int slot)
+{
+    if (slot < 0 || (unsigned)slot >= VGPU_MAX_SLOTS)
+        return;
+    vgpu_region_lock(r);
+    struct vgpu_region_slot *s = &r->slots[slot];
+    if ((int)s->pid == getpid() && s->state == 1) {
+        write_begin(r);
+        reclaim_slot_locked(r, s);
+        write_end(r);
+    }
+    vgpu_region_unlock(r);
+}
+
+/* The slot must still be ours: a re-initialised region or a fork loses it; take a new one.
+ * NULL when the region is full (then only the device totals are kept). */
+static struct vgpu_region_slot *own_slot_locked(struct vgpu_region *r, int *slot)
+{
+    int i = *slot;
+    if (i >= 0 && (unsigned)i < VGPU_MAX_SLOTS && r->slots[i].state == 1 && (int)r->slots[i].pid == getpid())
+        return &r->slots[i];
+    *slot = attach_locked(r);
+    return *slot >= 0 ? &r->slots[*slot] : NULL;
+}
+
+int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes, uint64_t limit, int enforce)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0;
+    vgpu_region_lock(r);
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    if (enforce && limit) {
+        for (int pass = 0;; pass++) {
+            uint64_t inuse = d->used_bytes + d->ctx_bytes;
+            if (bytes <= limit && inuse <= limit - bytes)
+                break;
+            if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
+                continue;
+            write_begin(r);
+            d->oom_count++;
+            write_end(r);
+            vgpu_region_unlock(r);
+            return -1;
+        }
+    }
+    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
+    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL;
+    write_begin(r);
+    if ((unsigned)dev + 1 > r->hdr.device_count)
+        r->hdr.device_count = (uint32_t)dev + 1;
+    if (kind == VGPU_DATA) {
+        d->used_bytes += bytes;
+        d->live_buffers++;
+        d->alloc_count++;
+        d->bytes_allocated += bytes;
+        if (d->live_buffers > d->peak_buffers)
+            d->peak_buffers = d->live_buffers;
+        if (s) {
+            s->used_bytes += bytes;
+            s->buffers++;
+        }
+    } else {
+        d->ctx_bytes += bytes;
+        if (s)
+            s->ctx_bytes += bytes;
+    }
+    if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
+        d->peak_bytes = d->used_bytes + d->ctx_bytes;
+    if (s && s->used_bytes + s->ctx_bytes > s->peak_bytes)
+        s->peak_bytes = s->used_bytes + s->ctx_bytes;
+    write_end(r);
+    vgpu_region_unlock(r);
+    return 0;
+}
+
+void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return;
+    vgpu_region_lock(r);
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
+    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL;
+    write_begin(r);
+    if (kind == VGPU_DATA || kind == VGPU_ROLLBACK) {
+        /* only what this slot still holds: a reset may already have released it */
+        uint64_t b = s ? (bytes < s->used_bytes ? bytes : s->used_bytes) : bytes;
+        d->used_bytes = sat_sub(d->used_bytes, b);
+        d->live_buffers = sat_sub(d->live_buffers, !s || s->buffers ? 1 : 0);
+        if (kind == VGPU_ROLLBACK) {
+            /* an admission undone because the driver failed: it never happened */
+            d->alloc_count = sat_sub(d->alloc_count, 1);
+            d->bytes_allocated = sat_sub(d->bytes_allocated, bytes);
+        } else {
+            d->free_count++;
+            d->bytes_freed += bytes;
+        }
+        if (s) {
+            s->used_bytes -= b;
+            s->buffers = sat_sub(s->buffers, 1);
+        }
+    } else {
+        uint64_t b = s ? (bytes < s->ctx_bytes ? bytes : s->ctx_bytes) : bytes;
+        d->ctx_bytes = sat_sub(d->ctx_bytes, b);
+        if (s)
+            s->ctx_bytes -= b;
+    }
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+int vgpu_region_sample(const struct vgpu_region *r, struct vgpu_region_header *out)
+{
+    for (int i = 0; i < 100; i++) {
+        uint64_t s1 = __atomic_load_n(&r->hdr.seq, __ATOMIC_ACQUIRE);
+        if (!(s1 & 1)) {
+            memcpy(out, &r->hdr, sizeof *out);
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            uint64_t s2 = __atomic_load_n(&r->hdr.seq, __ATOMIC_RELAXED);
+            if (s1 == s2)
+                return 0;
+        }
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}

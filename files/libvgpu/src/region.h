@@ -1,0 +1,132 @@
+/* The shared accounting region: layout documented byte by byte in docs/region-format.md. */
+#ifndef VGPU_REGION_H
+#define VGPU_REGION_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "vgpu.h"
+
+#define VGPU_REGION_MAGIC 0x55504756u /* "VGPU" little-endian */
+#define VGPU_REGION_VERSION 1u
+#define VGPU_REGION_FILE "vgpu.region"
+#define VGPU_HEADER_SIZE 4096u
+#define VGPU_DEVICE_SIZE 128u
+#define VGPU_SLOT_SIZE 1024u
+#define VGPU_MAX_SLOTS 1024u
+#define VGPU_REGION_SIZE (VGPU_HEADER_SIZE + VGPU_SLOT_SIZE * VGPU_MAX_SLOTS)
+
+struct vgpu_region_device {
+    uint64_t limit_bytes;
+    uint64_t used_bytes;
+    uint64_t ctx_bytes;
+    uint64_t peak_bytes;
+    uint64_t live_buffers;
+    uint64_t peak_buffers;
+    uint64_t alloc_count;
+    uint64_t free_count;
+    uint64_t bytes_allocated;
+    uint64_t bytes_freed;
+    uint64_t reclaimed_buffers;
+    uint64_t reclaimed_bytes;
+    uint8_t uuid[16];
+    uint32_t uuid_valid;
+    uint32_t oom_count;
+    uint64_t reserved;
+};
+
+struct vgpu_region_header {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t device_size;
+    uint32_t max_devices;
+    uint32_t slot_size;
+    uint32_t max_slots;
+    uint32_t state;
+    uint64_t file_size;
+    uint64_t seq;
+    uint64_t created_ns;
+    uint32_t flags;
+    uint32_t device_count;
+    uint64_t ctx_reserve_bytes;
+    uint64_t updated_ns;
+    uint32_t lock_owner_pid;
+    uint32_t reset_count;
+    uint8_t reserved1[40];
+    union {
+        pthread_mutex_t mutex;
+        uint8_t pad[64];
+    } lock;
+    char cgroup[256];
+    uint8_t reserved2[576];
+    struct vgpu_region_device devices[VGPU_MAX_DEVICES];
+    uint8_t reserved3[1024];
+};
+
+struct vgpu_slot_device {
+    uint64_t used_bytes;
+    uint64_t ctx_bytes;
+    uint64_t peak_bytes;
+    uint64_t buffers;
+};
+
+struct vgpu_region_slot {
+    uint32_t pid;
+    uint32_t state;
+    uint64_t start_time;
+    uint64_t attach_ns;
+    uint64_t launches;
+    uint64_t gpu_time_ns;
+    char comm[16];
+    uint8_t reserved1[8];
+    struct vgpu_slot_device devices[VGPU_MAX_DEVICES];
+    uint8_t reserved2[448];
+};
+
+struct vgpu_region {
+    struct vgpu_region_header hdr;
+    struct vgpu_region_slot slots[VGPU_MAX_SLOTS];
+};
+
+_Static_assert(sizeof(struct vgpu_region_device) == VGPU_DEVICE_SIZE, "device record size");
+_Static_assert(sizeof(struct vgpu_region_header) == VGPU_HEADER_SIZE, "header size");
+_Static_assert(sizeof(struct vgpu_region_slot) == VGPU_SLOT_SIZE, "slot size");
+_Static_assert(sizeof(struct vgpu_region) == VGPU_REGION_SIZE, "region size");
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t fits its 64 bytes");
+
+enum vgpu_charge_kind { VGPU_DATA = 0, VGPU_CTX = 1, VGPU_ROLLBACK = 2 };
+
+/* Map (creating if needed) <dir>/vgpu.region; private anonymous memory when dir is not usable
+ * and not explicit. Returns NULL and fills err on failure. */
+VGPU_HIDDEN struct vgpu_region *vgpu_region_map(const char *dir, int explicit_dir, int create, char *err, size_t errlen);
+VGPU_HIDDEN struct vgpu_region *vgpu_region_map_file(const char *path, int create, char *err, size_t errlen);
+
+/* Lock with robust-owner recovery; every mutation runs between lock and unlock. */
+VGPU_HIDDEN void vgpu_region_lock(struct vgpu_region *r);
+VGPU_HIDDEN void vgpu_region_unlock(struct vgpu_region *r);
+
+/* Register this process (slot), write limits and switches; reclaims dead slots. -1 if full. */
+VGPU_HIDDEN int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg);
+VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
+
+/* Charge bytes to slot/device: 0 ok, -1 refused (would pass limit when enforce). */
+VGPU_HIDDEN int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes,
+                                   uint64_t limit, int enforce);
+VGPU_HIDDEN void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes);
+
+/* Reclaim slots of processes that are gone; caller holds the lock. Returns slots reclaimed. */
+VGPU_HIDDEN int vgpu_region_sweep_locked(struct vgpu_region *r);
+/* Recompute device totals from live slots; caller holds the lock. */
+VGPU_HIDDEN void vgpu_region_recompute_locked(struct vgpu_region *r);
+VGPU_HIDDEN void vgpu_region_init_header(struct vgpu_region *r);
+VGPU_HIDDEN int vgpu_region_header_valid(const struct vgpu_region *r);
+
+/* Process identity helpers. */
+VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
+VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
+
+/* Consistent lock-free copy of the header; 0 ok, -1 gave up. */
+VGPU_HIDDEN int vgpu_region_sample(const struct vgpu_region *r, struct vgpu_region_header *out);
+
+#endif

@@ -1,0 +1,61 @@
+/* libvgpu internal interfaces shared by the CUDA shim, the NVML shim and the tools. */
+#ifndef VGPU_H
+#define VGPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define VGPU_HIDDEN __attribute__((visibility("hidden")))
+#define VGPU_EXPORT __attribute__((visibility("default")))
+#define VGPU_MAX_DEVICES 16
+#define VGPU_MIB (1024ULL * 1024ULL)
+
+/* ---- configuration (config.c) ---- */
+struct vgpu_config {
+    uint64_t limit[VGPU_MAX_DEVICES]; /* bytes, 0 = no quota on that device */
+    int limit_enforce;                /* LIMIT */
+    int virtual_memory;               /* GPU_VIRTUAL_MEMORY */
+    int cgroup_enable;                /* GPU_CGROUP_ENABLE */
+    int cgroup_map_mode;              /* CGROUP_MAP_MODE */
+    int compute_audit;                /* GPU_COMPUTE_AUDIT */
+    uint64_t ctx_reserve;             /* bytes charged per CUDA context */
+    char region_dir[512];
+    int region_dir_explicit;          /* VGPU_REGION_DIR was set */
+    char source[600];                 /* where the quota came from, for messages */
+};
+
+VGPU_HIDDEN int vgpu_parse_size(const char *text, uint64_t *bytes);
+VGPU_HIDDEN int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *err, size_t errlen);
+VGPU_HIDDEN int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen);
+VGPU_HIDDEN uint32_t vgpu_config_flags(const struct vgpu_config *cfg);
+
+/* ---- logging (log.c) ---- */
+VGPU_HIDDEN void vgpu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define VGPU_ERR 0
+#define VGPU_WARN 1
+#define VGPU_INFO 2
+#define VGPU_DEBUG 3
+
+/* ---- finding the real driver libraries (loader.c) ---- */
+VGPU_HIDDEN void *vgpu_open_real(const char *soname, const char *override_env, char *err, size_t errlen);
+
+/* ---- pointer tracking (track.c) ---- */
+enum vgpu_kind { VGPU_K_PTR = 1, VGPU_K_HANDLE, VGPU_K_ARRAY, VGPU_K_MIPMAP, VGPU_K_CTX };
+struct vgpu_track_entry {
+    uint64_t key;
+    uint64_t bytes;
+    int32_t dev;
+    int32_t kind; /* 0 = empty slot in the table */
+};
+/* 0 = added, 1 = replaced a stale entry (old_* filled), -1 = out of memory */
+VGPU_HIDDEN int vgpu_track_put(int kind, uint64_t key, uint64_t bytes, int dev, uint64_t *old_bytes, int *old_dev);
+VGPU_HIDDEN int vgpu_track_take(int kind, uint64_t key, uint64_t *bytes, int *dev);
+VGPU_HIDDEN void vgpu_track_reset(void);
+
+/* In libvgpu.so our own exported dlsym is the hook: internal lookups must use the real one. */
+#ifdef VGPU_PRELOAD
+VGPU_HIDDEN void *vgpu_real_dlsym(void *handle, const char *name);
+#define dlsym vgpu_real_dlsym
+#endif
+
+#endif

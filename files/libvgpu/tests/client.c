@@ -1,0 +1,294 @@
+/* Test client: drives the driver API through libcuda.so.1 / libnvidia-ml.so.1 as the loader
+ * finds them (the shim via LD_LIBRARY_PATH, or the fake with libvgpu.so preloaded).
+ * Steps from argv, each printing one line that run-tests.sh checks:
+ *   init | alloc:MIB[:api] | free:N | freeall | info | infonull | totalmem | nvml | ctx |
+ *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H
+ * api: v2 managed async async_ptsz pool pool_ptsz create create_host array array3d mipmap
+ *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag) */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "abi.h"
+
+static void *cuda, *nvml;
+static void *fn(void *lib, const char *name)
+{
+    void *p = dlsym(lib, name);
+    if (!p) {
+        printf("missing-symbol %s\n", name);
+        exit(3);
+    }
+    return p;
+}
+#define CU(name, args) ((CUresult(*) args)fn(cuda, #name))
+#define NV(name, args) ((nvmlReturn_t(*) args)fn(nvml, #name))
+
+struct alloc {
+    char api[16];
+    uint64_t key;
+    int live;
+};
+static struct alloc allocs[4096];
+static int nallocs;
+
+static CUresult do_alloc(const char *api, size_t bytes, uint64_t *key)
+{
+    CUdeviceptr p = 0;
+    CUresult rc;
+    if (!strcmp(api, "v2")) {
+        rc = CU(cuMemAlloc_v2, (CUdeviceptr *, size_t))(&p, bytes);
+    } else if (!strcmp(api, "managed")) {
+        rc = CU(cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned))(&p, bytes, 1);
+    } else if (!strcmp(api, "async") || !strcmp(api, "async_ptsz")) {
+        rc = (!strcmp(api, "async") ? CU(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))
+                                    : CU(cuMemAllocAsync_ptsz, (CUdeviceptr *, size_t, CUstream)))(&p, bytes, NULL);
+    } else if (!strcmp(api, "pool") || !strcmp(api, "pool_ptsz")) {
+        CUmemoryPool pool;
+        CU(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))(&pool, 0);
+        rc = (!strcmp(api, "pool") ? CU(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))
+                                   : CU(cuMemAllocFromPoolAsync_ptsz,
+                                        (CUdeviceptr *, size_t, CUmemoryPool, CUstream)))(&p, bytes, pool, NULL);
+    } else if (!strcmp(api, "create") || !strcmp(api, "create_host")) {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = 1;
+        prop.location.type = !strcmp(api, "create") ? CU_MEM_LOCATION_TYPE_DEVICE : 2 /* HOST */;
+        prop.location.id = 0;
+        CUmemGenericAllocationHandle h = 0;
+        rc = CU(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                              unsigned long long))(&h, bytes, &prop, 0);
+        p = h;
+    } else if (!strcmp(api, "array")) {
+        CUDA_ARRAY_DESCRIPTOR d = {bytes / 16, 1, CU_AD_FORMAT_FLOAT, 4};
+        CUarray a = NULL;
+        rc = CU(cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))(&a, &d);
+        p = (uint64_t)(uintptr_t)a;
+    } else if (!strcmp(api, "array3d")) {
+        CUDA_ARRAY3D_DESCRIPTOR d = {bytes / (1024 * 4), 32, 32, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        CUarray a = NULL;
+        rc = CU(cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))(&a, &d);
+        p = (uint64_t)(uintptr_t)a;
+    } else if (!strcmp(api, "mipmap")) {
+        /* one level: exactly the size asked for */
+        CUDA_ARRAY3D_DESCRIPTOR d = {bytes / 4096, 1024, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        CUmipmappedArray a = NULL;
+        rc = CU(cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned))(&a, &d, 1);
+        p = (uint64_t)(uintptr_t)a;
+    } else if (!strncmp(api, "gpa", 3)) {
+        void *f = NULL;
+        CUresult g;
+        if (!strcmp(api, "gpa"))
+            g = CU(cuGetProcAddress, (const char *, void **, int, cuuint64_t))("cuMemAlloc", &f, 12000, 0);
+        else {
+            int status = -1;
+            g = CU(cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, int *))(
+                "cuMemAllocAsync", &f, 13000,
+                !strcmp(api, "gpa2_ptsz") ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &status);
+        }
+        if (g != CUDA_SUCCESS)
+            return g;
+        if (!strcmp(api, "gpa"))
+            rc = ((CUresult(*)(CUdeviceptr *, size_t))f)(&p, bytes);
+        else
+            rc = ((CUresult(*)(CUdeviceptr *, size_t, CUstream))f)(&p, bytes, NULL);
+    } else {
+        printf("unknown api %s\n", api);
+        exit(3);
+    }
+    *key = p;
+    return rc;
+}
+
+static CUresult do_free(struct alloc *a)
+{
+    const char *api = a->api;
+    if (!strcmp(api, "create") || !strcmp(api, "create_host"))
+        return CU(cuMemRelease, (CUmemGenericAllocationHandle))(a->key);
+    if (!strcmp(api, "array") || !strcmp(api, "array3d"))
+        return CU(cuArrayDestroy, (CUarray))((CUarray)(uintptr_t)a->key);
+    if (!strcmp(api, "mipmap"))
+        return CU(cuMipmappedArrayDestroy, (CUmipmappedArray))((CUmipmappedArray)(uintptr_t)a->key);
+    if (!strncmp(api, "async", 5) || !strncmp(api, "pool", 4) || !strncmp(api, "gpa2", 4))
+        return (strstr(api, "ptsz") ? CU(cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream))
+                                    : CU(cuMemFreeAsync, (CUdeviceptr, CUstream)))(a->key, NULL);
+    return CU(cuMemFree_v2, (CUdeviceptr))(a->key);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!cuda) {
+        printf("dlopen libcuda.so.1: %s\n", dlerror());
+        return 3;
+    }
+    for (int i = 1; i < argc; i++) {
+        char step[256];
+        snprintf(step, sizeof step, "%s", argv[i]);
+        char *arg1 = strchr(step, ':'), *arg2 = NULL;
+        if (arg1) {
+            *arg1++ = '\0';
+            arg2 = strchr(arg1, ':');
+            if (arg2)
+                *arg2++ = '\0';
+        }
+        if (!strcmp(step, "init")) {
+            CUresult rc = CU(cuInit, (unsigned))(0);
+            CUcontext c = NULL;
+            if (rc == CUDA_SUCCESS)
+                rc = CU(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))(&c, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = CU(cuCtxSetCurrent, (CUcontext))(c);
+            printf("init rc=%d\n", rc);
+        } else if (!strcmp(step, "alloc")) {
+            size_t mib = (size_t)atol(arg1);
+            const char *api = arg2 ? arg2 : "v2";
+            uint64_t key = 0;
+            CUresult rc = do_alloc(api, mib << 20, &key);
+            if (rc == CUDA_SUCCESS && nallocs < 4096) {
+                snprintf(allocs[nallocs].api, sizeof allocs[nallocs].api, "%s", api);
+                allocs[nallocs].key = key;
+                allocs[nallocs++].live = 1;
+            }
+            printf("alloc %zu %s rc=%d\n", mib, api, rc);
+        } else if (!strcmp(step, "free")) {
+            int n = atoi(arg1);
+            CUresult rc = n < nallocs && allocs[n].live ? do_free(&allocs[n]) : -1;
+            if (rc == CUDA_SUCCESS)
+                allocs[n].live = 0;
+            printf("free %d rc=%d\n", n, rc);
+        } else if (!strcmp(step, "freeall")) {
+            int bad = 0;
+            for (int k = 0; k < nallocs; k++)
+                if (allocs[k].live && do_free(&allocs[k]) != CUDA_SUCCESS)
+                    bad++;
+                else
+                    allocs[k].live = 0;
+            printf("freeall failures=%d\n", bad);
+        } else if (!strcmp(step, "info")) {
+            size_t f = 0, t = 0;
+            CUresult rc = CU(cuMemGetInfo_v2, (size_t *, size_t *))(&f, &t);
+            printf("info rc=%d free=%zu total=%zu\n", rc, f >> 20, t >> 20);
+        } else if (!strcmp(step, "infonull")) {
+            size_t t = 0;
+            CUresult rc1 = CU(cuMemGetInfo_v2, (size_t *, size_t *))(NULL, &t);
+            CUresult rc2 = CU(cuMemGetInfo_v2, (size_t *, size_t *))(NULL, NULL);
+            printf("infonull rc=%d total=%zu rc_both_null=%d\n", rc1, t >> 20, rc2);
+        } else if (!strcmp(step, "totalmem")) {
+            size_t t = 0;
+            CUresult rc = CU(cuDeviceTotalMem_v2, (size_t *, CUdevice))(&t, 0);
+            printf("totalmem rc=%d total=%zu\n", rc, t >> 20);
+        } else if (!strcmp(step, "nvml")) {
+            nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            if (!nvml) {
+                printf("dlopen libnvidia-ml.so.1: %s\n", dlerror());
+                return 3;
+            }
+            nvmlReturn_t rc = NV(nvmlInit_v2, (void))();
+            nvmlDevice_t d = NULL;
+            if (rc == NVML_SUCCESS)
+                rc = NV(nvmlDeviceGetHandleByIndex_v2, (unsigned, nvmlDevice_t *))(0, &d);
+            nvmlMemory_t m = {0, 0, 0};
+            nvmlMemory_v2_t m2;
+            memset(&m2, 0, sizeof m2);
+            m2.version = (unsigned)(sizeof m2 | 2u << 24);
+            nvmlReturn_t r1 = rc ? rc : NV(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *))(d, &m);
+            nvmlReturn_t r2 = rc ? rc : NV(nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, nvmlMemory_v2_t *))(d, &m2);
+            const char *es = ((const char *(*)(nvmlReturn_t))fn(nvml, "nvmlErrorString"))(r1);
+            printf("nvml rc=%d total=%llu used=%llu free=%llu (%s)\n", r1, m.total >> 20, m.used >> 20, m.free >> 20,
+                   es);
+            printf("nvml2 rc=%d total=%llu used=%llu reserved=%llu free=%llu\n", r2, m2.total >> 20, m2.used >> 20,
+                   m2.reserved >> 20, m2.free >> 20);
+        } else if (!strcmp(step, "ctx")) {
+            CUcontext c = NULL, prev = NULL;
+            CU(cuCtxGetCurrent, (CUcontext *))(&prev);
+            CUresult rc = CU(cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))(&c, 0, 0);
+            size_t f = 0, t = 0;
+            CU(cuMemGetInfo_v2, (size_t *, size_t *))(&f, &t);
+            CUresult rd = CU(cuCtxDestroy_v2, (CUcontext))(c);
+            CU(cuCtxSetCurrent, (CUcontext))(prev);
+            printf("ctx rc=%d free_inside=%zu destroy=%d\n", rc, f >> 20, rd);
+        } else if (!strcmp(step, "hold")) {
+            printf("holding\n");
+            sleep((unsigned)atoi(arg1));
+        } else if (!strcmp(step, "launch")) {
+            int n = atoi(arg1), bad = 0;
+            void *f = NULL;
+            CU(cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, int *))("cuLaunchKernel", &f, 13000, 0,
+                                                                                     NULL);
+            for (int k = 0; k < n; k++) {
+                CUresult r1 = CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                                  unsigned, unsigned, CUstream, void **, void **))(
+                    NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                CUresult r2 = ((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                            unsigned, CUstream, void **, void **))f)(NULL, 1, 1, 1, 1, 1, 1, 0, NULL,
+                                                                                     NULL, NULL);
+                bad += r1 != CUDA_SUCCESS || r2 != CUDA_SUCCESS;
+            }
+            printf("launch n=%d failures=%d\n", 2 * n, bad);
+        } else if (!strcmp(step, "rawfree")) {
+            /* memory the interposer never saw: allocated straight from the real driver */
+            void *real = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
+            if (!real)
+                real = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW);
+            CUdeviceptr p = 0;
+            CUresult ra = ((CUresult(*)(CUdeviceptr *, size_t))dlsym(real, "cuMemAlloc_v2"))(&p, 1 << 20);
+            CUresult rf = CU(cuMemFree_v2, (CUdeviceptr))(p);
+            CUresult rb = CU(cuMemFree_v2, (CUdeviceptr))(0xdead000);
+            printf("rawfree alloc=%d free=%d bogus=%d\n", ra, rf, rb);
+        } else if (!strcmp(step, "forward")) {
+            char name[64] = "";
+            int v = 0;
+            CUresult r1 = CU(cuDeviceGetName, (char *, int, CUdevice))(name, sizeof name, 0);
+            CUresult r2 = CU(cuDriverGetVersion, (int *))(&v);
+            printf("forward name=%s rc=%d version=%d rc=%d\n", name, r1, v, r2);
+        } else if (!strcmp(step, "missing")) {
+            /* exported by the shim (CUDA 13 list) but absent from this driver */
+            CUresult r = CU(cuCtxSynchronize_v2, (CUcontext))(NULL);
+            printf("missing rc=%d\n", r);
+        } else if (!strcmp(step, "pitch")) {
+            CUdeviceptr p;
+            size_t pitch = 0;
+            CUresult rc = CU(cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned))(
+                &p, &pitch, (size_t)atol(arg1), (size_t)atol(arg2), 4);
+            if (rc == CUDA_SUCCESS) {
+                snprintf(allocs[nallocs].api, sizeof allocs[nallocs].api, "v2");
+                allocs[nallocs].key = p;
+                allocs[nallocs++].live = 1;
+            }
+            printf("pitch rc=%d pitch=%zu\n", rc, pitch);
+        } else if (!strcmp(step, "hammer")) {
+            int iters = atoi(arg1), maxmib = atoi(arg2), ok = 0, oom = 0, other = 0;
+            unsigned seed = (unsigned)getpid();
+            CUdeviceptr held[8] = {0};
+            for (int k = 0; k < iters; k++) {
+                int s = rand_r(&seed) % 8;
+                if (held[s]) {
+                    if (CU(cuMemFree_v2, (CUdeviceptr))(held[s]) != CUDA_SUCCESS)
+                        other++;
+                    held[s] = 0;
+                } else {
+                    size_t mib = 1 + (size_t)(rand_r(&seed) % maxmib);
+                    CUresult rc = CU(cuMemAlloc_v2, (CUdeviceptr *, size_t))(&held[s], mib << 20);
+                    if (rc == CUDA_SUCCESS)
+                        ok++;
+                    else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+                        oom++, held[s] = 0;
+                    else
+                        other++, held[s] = 0;
+                }
+            }
+            for (int s = 0; s < 8; s++)
+                if (held[s])
+                    CU(cuMemFree_v2, (CUdeviceptr))(held[s]);
+            printf("hammer ok=%d oom=%d other=%d\n", ok, oom, other);
+        } else {
+            printf("unknown step %s\n", step);
+            return 3;
+        }
+    }
+    return 0;
+}

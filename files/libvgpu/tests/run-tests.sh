@@ -1,0 +1,263 @@
+#!/bin/bash
+# libvgpu behaviour tests against the fake driver (CI has no GPU; tests/fake_*.c stand in for
+# the real libcuda/libnvidia-ml). Usage: run-tests.sh BUILD_DIR VARIANT
+# Appends "PASS|FAIL [variant] name" lines to BUILD_DIR/../results.txt.
+set -u
+B=$(cd "$1" && pwd)
+V=$2
+RESULTS=$(dirname "$B")/results.txt
+WORK=$(mktemp -d /tmp/vgpu-test.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
+CLIENT=$B/vgpu-test-client
+MANAGE=$B/manage
+FAKE=$B/fake/libcuda.so.1
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+
+pass() { echo "PASS [$V] $1" | tee -a "$RESULTS"; }
+fail() {
+    echo "FAIL [$V] $1" | tee -a "$RESULTS"
+    echo "---- output:"; sed 's/^/    /' "$OUT" | head -40
+    echo "---- stderr:"; sed 's/^/    /' "$ERR" | head -40
+}
+
+# A fresh container: region folder, no quota file, the fake driver as the real one.
+fresh() {
+    R=$(mktemp -d "$WORK/region.XXXX")
+    OUT=$R/out ERR=$R/err
+    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT VGPU_CONTEXT_RESERVE LD_PRELOAD
+    export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
+    export VGPU_CONFIG_FILE=""
+    export VGPU_REAL_LIBCUDA=$FAKE VGPU_REAL_LIBNVML=$B/fake/libnvidia-ml.so.1 FAKE_DRIVER=$FAKE
+    export LD_LIBRARY_PATH=$B
+    export VGPU_MEMORY_LIMIT=${1:-100MiB}
+}
+# run: the client's steps; output in $OUT, stderr in $ERR; sanitizer reports fail the test.
+run() { timeout 60 "$CLIENT" "$@" >"$OUT" 2>"$ERR"; }
+sanitizer_clean() { ! grep -qE 'AddressSanitizer|runtime error:|LeakSanitizer' "$ERR"; }
+expect() { # name, grep patterns that must all be in $OUT
+    local name=$1; shift
+    for p in "$@"; do
+        if ! grep -qE -- "$p" "$OUT"; then fail "$name (missing: $p)"; return 1; fi
+    done
+    if ! sanitizer_clean; then fail "$name (sanitizer report)"; return 1; fi
+    pass "$name"
+}
+wait_for() { for _ in $(seq 100); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+json_field() { "$MANAGE" --stats --json | grep -oE "\"$1\": [0-9]+" | head -1 | awk '{print $2}'; }
+
+# ---------------------------------------------------------------- enforcement, every path
+for api in v2 managed async async_ptsz pool pool_ptsz create array array3d mipmap gpa gpa2 gpa2_ptsz; do
+    fresh 100MiB
+    run init alloc:60:$api alloc:60:$api info free:0 info alloc:90:$api info
+    expect "quota holds for $api: over refused with OOM, free releases" \
+        "alloc 60 $api rc=0" "alloc 60 $api rc=2$" "info rc=0 free=40 total=100" "free 0 rc=0" \
+        "info rc=0 free=100 total=100" "alloc 90 $api rc=0" "info rc=0 free=10 total=100"
+done
+
+fresh 100MiB
+run init alloc:90:create_host info
+expect "host-located cuMemCreate is not device memory" "alloc 90 create_host rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init pitch:1000:1000 info pitch:200000:1000
+expect "pitch allocation charged at the driver's real pitch" "pitch rc=0 pitch=1024" "info rc=0 free=99 total=100" \
+    "pitch rc=2 pitch=0"
+
+fresh 50MiB
+run init alloc:40 alloc:20 alloc:10
+expect "several small allocations add up against the quota" "alloc 40 v2 rc=0" "alloc 20 v2 rc=2" "alloc 10 v2 rc=0"
+
+# ---------------------------------------------------------------- virtualisation
+fresh 100MiB
+run init alloc:30 info totalmem nvml infonull
+expect "cuMemGetInfo, cuDeviceTotalMem and NVML v1/v2 report the quota" "info rc=0 free=70 total=100" \
+    "totalmem rc=0 total=100" "nvml rc=0 total=100 used=30 free=70" "nvml2 rc=0 total=100 used=30 reserved=0 free=70"
+expect "NULL outputs behave as the driver's" "infonull rc=0 total=100 rc_both_null=1"
+
+fresh 100MiB
+export LIMIT=0
+run init alloc:150 info nvml
+expect "LIMIT=0 accounts but never refuses; reports saturate" "alloc 150 v2 rc=0" "info rc=0 free=0 total=100" \
+    "nvml rc=0 total=100 used=100 free=0"
+
+fresh 100MiB
+export GPU_VIRTUAL_MEMORY=0
+run init alloc:60 info alloc:60
+expect "GPU_VIRTUAL_MEMORY=0 reports the physical GPU but still enforces" "info rc=0 free=8132 total=8192" \
+    "alloc 60 v2 rc=2"
+
+fresh 100MiB
+export VGPU_CONTEXT_RESERVE=10MiB
+run init info nvml ctx alloc:95 alloc:85
+expect "each context's footprint counts against the quota and shows as NVML reserved" \
+    "info rc=0 free=90 total=100" "nvml2 rc=0 total=100 used=0 reserved=10 free=90" "ctx rc=0 free_inside=80 destroy=0" \
+    "alloc 95 v2 rc=2" "alloc 85 v2 rc=0"
+
+fresh 3000MiB
+export FAKE_TOTAL_MIB=2048
+run init info
+expect "reported total never exceeds the physical GPU" "info rc=0 free=2048 total=2048"
+unset FAKE_TOTAL_MIB
+
+# ---------------------------------------------------------------- forwarding
+fresh
+run init forward missing rawfree
+expect "generated forwarding reaches the real driver" "forward name=Fake GPU rc=0 version=13000 rc=0"
+expect "a listed function the driver lacks answers CUDA_ERROR_NOT_SUPPORTED" "missing rc=801"
+expect "frees of untracked pointers go to the driver untouched" "rawfree alloc=0 free=0 bogus=1"
+
+fresh 100MiB
+export LD_PRELOAD=$B/libvgpu.so LD_LIBRARY_PATH=$B/fake ASAN_OPTIONS=$ASAN_OPTIONS:verify_asan_link_order=0
+run init alloc:60 alloc:60 alloc:30:gpa2 info nvml
+expect "LD_PRELOAD=libvgpu.so: dlsym of the real driver returns the hooks" "alloc 60 v2 rc=0" "alloc 60 v2 rc=2" \
+    "alloc 30 gpa2 rc=0" "info rc=0 free=10 total=100" "nvml rc=0 total=100 used=90"
+unset LD_PRELOAD
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+
+fresh 100MiB
+export GPU_COMPUTE_AUDIT=1
+(run init launch:5 hold:3) &
+wait_for holding "$OUT"
+launches=$(json_field launches)
+wait
+if [ "$launches" = 10 ]; then pass "GPU_COMPUTE_AUDIT=1 counts launches (direct and via cuGetProcAddress)"; else fail "audit launches=$launches, want 10"; fi
+fresh 100MiB
+(run init launch:5 hold:3) &
+wait_for holding "$OUT"
+launches=$(json_field launches)
+wait
+if [ "$launches" = 0 ]; then pass "launches are not intercepted without GPU_COMPUTE_AUDIT"; else fail "launches=$launches without audit"; fi
+
+# ---------------------------------------------------------------- configuration
+fresh 3000MB
+run init alloc:1
+if grep -q "init rc=3" "$OUT" && grep -q '3000MB' "$ERR"; then pass "malformed VGPU_MEMORY_LIMIT fails closed and names the value"; else fail "bad VGPU_MEMORY_LIMIT"; fi
+
+fresh 100MiB
+printf 'memory_limit=0:50MiB\nlimit=1\n' >"$R/quota.conf"
+export VGPU_CONFIG_FILE=$R/quota.conf
+run init alloc:60 info
+expect "the quota file wins over VGPU_MEMORY_LIMIT" "alloc 60 v2 rc=2" "info rc=0 free=50 total=50"
+
+fresh 100MiB
+printf '# quota\nmemory_limit=0:abc\n' >"$R/quota.conf"
+export VGPU_CONFIG_FILE=$R/quota.conf
+run init nvml
+if grep -q "init rc=3" "$OUT" && grep -q "nvml rc=999" "$OUT" && grep -q 'line 2' "$ERR" && grep -q '0:abc' "$ERR"; then
+    pass "malformed quota file fails CUDA and NVML closed, naming file, line and value"
+else fail "bad quota file"; fi
+
+fresh 100MiB
+export VGPU_CONFIG_FILE=$R/missing.conf
+run init
+if grep -q "init rc=3" "$OUT" && grep -q 'missing.conf' "$ERR"; then pass "a missing VGPU_CONFIG_FILE fails closed"; else fail "missing quota file"; fi
+
+fresh 100MiB
+export LIMIT=yes
+run init
+if grep -q "init rc=3" "$OUT" && grep -q 'LIMIT="yes"' "$ERR"; then pass "a bad switch value fails closed"; else fail "bad LIMIT"; fi
+
+fresh 100MiB
+export VGPU_REGION_DIR=$R/does-not-exist
+run init
+if grep -q "init rc=3" "$OUT" && grep -q 'does-not-exist' "$ERR"; then pass "an unusable VGPU_REGION_DIR fails closed"; else fail "bad region dir"; fi
+
+# ---------------------------------------------------------------- processes sharing one quota
+fresh 100MiB
+O1=$R/p1
+(timeout 60 "$CLIENT" init alloc:60 hold:4 >"$O1" 2>&1) &
+wait_for holding "$O1"
+run init alloc:60 alloc:30 info nvml
+wait
+expect "two processes share one quota" "alloc 60 v2 rc=2" "alloc 30 v2 rc=0" "info rc=0 free=10 total=100" \
+    "nvml rc=0 total=100 used=90"
+
+fresh 200MiB
+ledger=$R/ledger
+export FAKE_LEDGER=$ledger
+for i in $(seq 16); do (timeout 120 "$CLIENT" init hammer:400:40 >"$R/h$i" 2>&1) & done
+wait
+unset FAKE_LEDGER
+peak=$(od -An -t u8 -j 8 -N 8 "$ledger" | tr -d ' ')
+now=$(od -An -t u8 -j 0 -N 8 "$ledger" | tr -d ' ')
+ooms=$(cat "$R"/h* | sed -n 's/.*oom=\([0-9]*\).*/\1/p' | paste -sd+ | bc)
+others=$(cat "$R"/h* | sed -n 's/.*other=\([0-9]*\).*/\1/p' | paste -sd+ | bc)
+used=$(json_field used_bytes)
+if [ -n "$peak" ] && [ "$peak" -le $((200 << 20)) ] && [ "$ooms" -gt 0 ] && [ "$others" = 0 ] && [ "$now" = 0 ] \
+    && [ "$used" = 0 ] && ! grep -qE 'Sanitizer|runtime error' "$R"/h*; then
+    pass "16 processes racing: driver-side peak $((peak >> 20)) MiB never above the 200 MiB quota ($ooms refusals)"
+else
+    OUT=$R/h1 ERR=$R/h2; fail "race: peak=$peak now=$now ooms=$ooms others=$others used=$used"
+fi
+
+# ---------------------------------------------------------------- crashes and repair
+fresh 100MiB
+O1=$R/p1
+"$CLIENT" init alloc:80 hold:60 >"$O1" 2>&1 &
+victim=$!
+wait_for holding "$O1"
+kill -9 $victim; wait $victim 2>/dev/null
+run init alloc:80 info freeall
+reclaimed=$(json_field reclaimed_buffers)
+expect "memory of a process killed with -9 is reclaimed" "alloc 80 v2 rc=0" "info rc=0 free=20 total=100" && \
+    { [ "$reclaimed" = 1 ] && pass "kill -9 reclaim is counted as a leak" || fail "reclaimed_buffers=$reclaimed"; }
+
+fresh 100MiB
+run init alloc:10
+"$MANAGE" --hold-lock 60 >"$R/holder" 2>&1 &
+holder=$!
+wait_for holding "$R/holder"
+kill -9 $holder; wait $holder 2>/dev/null
+start=$(date +%s)
+run init alloc:50 info
+expect "a process killed holding the lock mid-update does not wedge the others" "alloc 50 v2 rc=0" \
+    "info rc=0 free=50 total=100"
+[ $(( $(date +%s) - start )) -lt 10 ] && pass "lock recovery is immediate" || fail "lock recovery took too long"
+
+fresh 100MiB
+O1=$R/p1
+timeout 60 "$CLIENT" init alloc:30 hold:6 >"$O1" 2>&1 &
+wait_for holding "$O1"
+region=$R/vgpu.region
+printf '\377\377\377\377\377\377\377\177' | dd of="$region" bs=1 seek=1032 conv=notrunc status=none   # used_bytes
+printf '\007\000\000\000' | dd of="$region" bs=1 seek=$((4096 + 700 * 1024 + 4)) conv=notrunc status=none  # slot state
+printf '\003\000\000\000' | dd of="$region" bs=1 seek=40 conv=notrunc status=none   # seq left odd
+"$MANAGE" --reset >"$R/reset" 2>&1
+used=$(json_field used_bytes)
+run init alloc:60 info
+wait
+OUT2=$OUT; OUT=$R/reset
+if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared" "$R/reset" \
+    && grep -q "buffers allocated" "$R/reset" && grep -q "pid .*live memory 30.0 MiB" "$R/reset" \
+    && [ "$used" = $((30 << 20)) ]; then
+    pass "manage --reset repairs a corrupted region while a process is live"
+else fail "reset: used=$used"; fi
+OUT=$OUT2
+expect "allocations work after the repair" "alloc 60 v2 rc=0" "info rc=0 free=10 total=100"
+
+fresh 100MiB
+run init alloc:10
+printf 'JUNK' | dd of="$R/vgpu.region" bs=1 seek=0 conv=notrunc status=none
+"$MANAGE" --stats >"$R/stats" 2>&1; st=$?
+"$MANAGE" --reset >"$R/reset" 2>&1
+run init alloc:90 info
+if [ $st -ne 0 ] && grep -q "re-initialised" "$R/reset"; then pass "manage refuses a region with a bad magic; --reset rebuilds it"; else fail "bad magic"; fi
+expect "allocations work after a rebuilt region" "alloc 90 v2 rc=0"
+
+fresh 100MiB
+run init alloc:20 alloc:30 free:0
+"$MANAGE" --stats >"$OUT" 2>&1
+expect "manage --stats reports counts, bytes, peaks and leaks" "buffers allocated 2, freed 1, live 0, peak buffers 2" \
+    "bytes allocated 52428800, freed 20971520" "peak memory 50.0 MiB" "leak warning: 1 buffers \(30.0 MiB\)"
+
+# ---------------------------------------------------------------- the shipped test program
+fresh 100MiB
+timeout 30 "$B/vgpu-memory-usage" 60 0 >"$OUT" 2>"$ERR"; a=$?
+timeout 30 "$B/vgpu-memory-usage" 120 0 >>"$OUT" 2>>"$ERR"; b=$?
+if [ $a = 0 ] && [ $b = 2 ] && grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 MiB" "$OUT" \
+    && sanitizer_clean; then pass "vgpu-memory-usage holds within the quota and exits 2 past it"; else fail "vgpu-memory-usage a=$a b=$b"; fi
+
+# ---------------------------------------------------------------- unit tests
+OUT=$WORK/unit ERR=$WORK/unit.err
+"$B/unit-tests" >"$OUT" 2>"$ERR"
+expect "region layout matches region-format.md; parsing and tables" "unit: [0-9]+ checks, 0 failed"

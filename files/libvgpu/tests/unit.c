@@ -1,0 +1,126 @@
+/* Unit tests of the parts that need no driver: the region layout against
+ * docs/region-format.md, size and limit parsing, and the allocation table. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "region.h"
+#include "vgpu.h"
+
+static int failures, checks;
+#define CHECK(cond, ...)                                                                                              \
+    do {                                                                                                              \
+        checks++;                                                                                                     \
+        if (!(cond)) {                                                                                                \
+            failures++;                                                                                               \
+            printf("  unit FAIL %s:%d: ", __FILE__, __LINE__);                                                        \
+            printf(__VA_ARGS__);                                                                                      \
+            printf("\n");                                                                                             \
+        }                                                                                                             \
+    } while (0)
+#define OFF(type, field, want) CHECK(offsetof(type, field) == (want), #type "." #field " at %zu, doc says %d", offsetof(type, field), want)
+
+static void layout(void)
+{
+    OFF(struct vgpu_region_header, magic, 0);
+    OFF(struct vgpu_region_header, version, 4);
+    OFF(struct vgpu_region_header, header_size, 8);
+    OFF(struct vgpu_region_header, device_size, 12);
+    OFF(struct vgpu_region_header, max_devices, 16);
+    OFF(struct vgpu_region_header, slot_size, 20);
+    OFF(struct vgpu_region_header, max_slots, 24);
+    OFF(struct vgpu_region_header, state, 28);
+    OFF(struct vgpu_region_header, file_size, 32);
+    OFF(struct vgpu_region_header, seq, 40);
+    OFF(struct vgpu_region_header, created_ns, 48);
+    OFF(struct vgpu_region_header, flags, 56);
+    OFF(struct vgpu_region_header, device_count, 60);
+    OFF(struct vgpu_region_header, ctx_reserve_bytes, 64);
+    OFF(struct vgpu_region_header, updated_ns, 72);
+    OFF(struct vgpu_region_header, lock_owner_pid, 80);
+    OFF(struct vgpu_region_header, reset_count, 84);
+    OFF(struct vgpu_region_header, lock, 128);
+    OFF(struct vgpu_region_header, cgroup, 192);
+    OFF(struct vgpu_region_header, devices, 1024);
+    OFF(struct vgpu_region_device, limit_bytes, 0);
+    OFF(struct vgpu_region_device, used_bytes, 8);
+    OFF(struct vgpu_region_device, ctx_bytes, 16);
+    OFF(struct vgpu_region_device, peak_bytes, 24);
+    OFF(struct vgpu_region_device, live_buffers, 32);
+    OFF(struct vgpu_region_device, peak_buffers, 40);
+    OFF(struct vgpu_region_device, alloc_count, 48);
+    OFF(struct vgpu_region_device, free_count, 56);
+    OFF(struct vgpu_region_device, bytes_allocated, 64);
+    OFF(struct vgpu_region_device, bytes_freed, 72);
+    OFF(struct vgpu_region_device, reclaimed_buffers, 80);
+    OFF(struct vgpu_region_device, reclaimed_bytes, 88);
+    OFF(struct vgpu_region_device, uuid, 96);
+    OFF(struct vgpu_region_device, uuid_valid, 112);
+    OFF(struct vgpu_region_device, oom_count, 116);
+    OFF(struct vgpu_region_slot, pid, 0);
+    OFF(struct vgpu_region_slot, state, 4);
+    OFF(struct vgpu_region_slot, start_time, 8);
+    OFF(struct vgpu_region_slot, attach_ns, 16);
+    OFF(struct vgpu_region_slot, launches, 24);
+    OFF(struct vgpu_region_slot, gpu_time_ns, 32);
+    OFF(struct vgpu_region_slot, comm, 40);
+    OFF(struct vgpu_region_slot, devices, 64);
+    OFF(struct vgpu_slot_device, used_bytes, 0);
+    OFF(struct vgpu_slot_device, ctx_bytes, 8);
+    OFF(struct vgpu_slot_device, peak_bytes, 16);
+    OFF(struct vgpu_slot_device, buffers, 24);
+    OFF(struct vgpu_region, slots, 4096);
+    CHECK(sizeof(struct vgpu_region) == 1052672, "region is %zu bytes", sizeof(struct vgpu_region));
+}
+
+static void sizes(void)
+{
+    uint64_t b = 0;
+    CHECK(vgpu_parse_size("3000MiB", &b) == 0 && b == 3000ULL << 20, "3000MiB");
+    CHECK(vgpu_parse_size("3GiB", &b) == 0 && b == 3ULL << 30, "3GiB");
+    CHECK(vgpu_parse_size("1200", &b) == 0 && b == 1200ULL << 20, "plain MiB");
+    CHECK(vgpu_parse_size("3000MB", &b) != 0, "decimal MB refused");
+    CHECK(vgpu_parse_size("3G", &b) != 0, "3G refused");
+    CHECK(vgpu_parse_size("0MiB", &b) != 0, "zero refused");
+    CHECK(vgpu_parse_size("-5MiB", &b) != 0, "negative refused");
+    CHECK(vgpu_parse_size("99999999999999999999MiB", &b) != 0, "overflow refused");
+    uint64_t lim[VGPU_MAX_DEVICES];
+    char err[400];
+    CHECK(vgpu_parse_limits("0:3000MiB,1:2GiB", lim, err, sizeof err) == 0 && lim[0] == 3000ULL << 20
+              && lim[1] == 2ULL << 30 && lim[2] == 0,
+          "per-device limits");
+    CHECK(vgpu_parse_limits("3000MiB", lim, err, sizeof err) == 0 && lim[0] == lim[15], "one limit for all");
+    CHECK(vgpu_parse_limits("0:3000MiB,0:1GiB", lim, err, sizeof err) != 0 && strstr(err, "twice"),
+          "duplicate device: %s", err);
+    CHECK(vgpu_parse_limits("16:1GiB", lim, err, sizeof err) != 0 && strstr(err, "16:1GiB"), "device 16: %s", err);
+    CHECK(vgpu_parse_limits("a:1GiB", lim, err, sizeof err) != 0, "bad index");
+    CHECK(vgpu_parse_limits("0:1GB", lim, err, sizeof err) != 0 && strstr(err, "0:1GB"), "names bad item: %s", err);
+}
+
+static void table(void)
+{
+    uint64_t bytes, ob;
+    int dev, od;
+    for (uint64_t k = 1; k <= 5000; k++)
+        CHECK(vgpu_track_put(VGPU_K_PTR, k * 4096, k, 0, &ob, &od) == 0, "put %llu", (unsigned long long)k);
+    CHECK(vgpu_track_put(VGPU_K_HANDLE, 4096, 7, 1, &ob, &od) == 0, "same key, other kind");
+    CHECK(vgpu_track_put(VGPU_K_PTR, 4096, 9, 0, &ob, &od) == 1 && ob == 1, "stale entry replaced");
+    for (uint64_t k = 2; k <= 5000; k += 2)
+        CHECK(vgpu_track_take(VGPU_K_PTR, k * 4096, &bytes, &dev) == 0 && bytes == k, "take %llu",
+              (unsigned long long)k);
+    for (uint64_t k = 3; k <= 5000; k += 2)
+        CHECK(vgpu_track_take(VGPU_K_PTR, k * 4096, &bytes, &dev) == 0 && bytes == k, "take odd %llu",
+              (unsigned long long)k);
+    CHECK(vgpu_track_take(VGPU_K_PTR, 2 * 4096, &bytes, &dev) != 0, "taken twice");
+    CHECK(vgpu_track_take(VGPU_K_HANDLE, 4096, &bytes, &dev) == 0 && bytes == 7 && dev == 1, "handle kept");
+}
+
+int main(void)
+{
+    layout();
+    sizes();
+    table();
+    printf("unit: %d checks, %d failed\n", checks, failures);
+    return failures != 0;
+}
