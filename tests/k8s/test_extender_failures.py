@@ -37,20 +37,26 @@ def gpu_use(pods: list[Any]) -> dict[tuple[str, str], int]:
     return dict(use)
 
 
+def wait_for_reason(core: Any, namespace: str, pod: str, *parts: str) -> str:
+    """The first FailedScheduling message of `pod` that contains every one of `parts`."""
+
+    def check() -> str | None:
+        return next((m for m in cluster.scheduling_events(core, namespace, pod) if all(p in m for p in parts)), None)
+
+    try:
+        return cluster.wait_for(f"a FailedScheduling event of {pod} saying {parts}", check, timeout=SCHEDULE_TIMEOUT)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; events: {cluster.scheduling_events(core, namespace, pod)}") from None
+
+
 def test_pod_larger_than_any_gpu_stays_pending_with_the_reason(
     core: Any, namespace: str, gpu_nodes: cluster.NodeFactory
 ) -> None:
     # 2 x 12 GiB: the node has 24576 MiB in all, but no single GPU has 13000 MiB.
     selector = gpu_nodes(1)
     core.create_namespaced_pod(namespace, cluster.pod_body("huge", 13000, selector))
-    messages = cluster.wait_for(
-        "a FailedScheduling event for pod huge",
-        lambda: cluster.scheduling_events(core, namespace, "huge") or None,
-        timeout=SCHEDULE_TIMEOUT,
-    )
-    text = " ".join(messages).lower()
-    assert "no single gpu" in text, f"the extender's reason is not in the events: {messages}"
-    assert "13000" in text, f"the event does not say how much was asked: {messages}"
+    # The extender's reason: the size asked and the largest free GPU (122 units of 100 MiB).
+    wait_for_reason(core, namespace, "huge", "13000 MiB", "largest free 12200 MiB")
     still_pending(core, namespace, "huge", 5)
 
 
@@ -73,6 +79,8 @@ def test_extender_restart_rebuilds_its_state(
     small = bound(core, namespace, "f")
     assert gpu_use([small]), "the 2000 MiB pod has no GPU recorded"
     still_pending(core, namespace, "e", 5)
+    # The restarted extender counts the old pods: each GPU has 12200 - 8000 MiB left.
+    wait_for_reason(core, namespace, "e", "no single GPU with 8000 MiB free", "largest free 4200 MiB")
 
 
 def test_gpu_pods_wait_while_the_extender_is_down_and_others_schedule(

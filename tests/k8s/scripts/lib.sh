@@ -93,7 +93,8 @@ start_extender() {
     start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
         "$VENV/bin/python" -m vgpu_components.extender \
         --config "$STATE_DIR/vgpu-config.yaml" --kubeconfig "$STATE_DIR/extender.kubeconfig"
-    wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/healthz"
+    # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
+    wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/readyz"
 }
 
 # start_scheduler [config]: kube-scheduler with our extender (default) or another config file.
