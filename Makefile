@@ -27,6 +27,8 @@ export VGPU_CACHE_DIR := $(CACHE_DIR)
 
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 PY_SOURCES := plugins files/components tests bench
+# Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
+HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync
 
 .PHONY: help
 help: ## list the targets
@@ -42,6 +44,10 @@ $(VENV)/.stamp: requirements-dev.txt
 
 .PHONY: venv
 venv: $(VENV)/.stamp ## the locked Python tool chain
+
+.PHONY: host-packages
+host-packages: ## the Debian packages the tests need (installed only when missing)
+	tests/harness/ensure-debian-packages.sh $(HOST_PACKAGES)
 
 .PHONY: lock
 lock: ## re-resolve requirements-dev.in into requirements-dev.txt
@@ -59,9 +65,9 @@ $(DOCKER_COLL)/MANIFEST.json: | $(VENV)/.stamp
 
 .PHONY: collection
 collection: venv $(DOCKER_COLL)/MANIFEST.json ## build the collection tarball and install it into .collections
-	rm -rf build/src && mkdir -p build/src $(COLLECTIONS)
 	# Build from the files git knows (tracked, or new and not ignored): never caches or outputs.
-	git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t build/src
+	tests/harness/copy-tree.sh build/src
+	mkdir -p $(COLLECTIONS)
 	$(BIN)/ansible-galaxy collection build --force --output-path build build/src >/dev/null
 	$(BIN)/ansible-galaxy collection install --force --offline -p $(COLLECTIONS) \
 	    build/vgpu-isolation-$(VERSION).tar.gz >/dev/null
@@ -78,7 +84,7 @@ verify: collection ## verify the inventory's nodes
 
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: venv lint sanity unit libvgpu-test images molecule e2e ## the complete offline test suite
+test: host-packages venv lint sanity unit libvgpu-test images molecule e2e ## the complete offline test suite
 	@echo ">> make test: all layers passed"
 
 .PHONY: lint
@@ -92,9 +98,9 @@ lint: venv ## ruff, mypy, ansible-lint (production profile)
 	$(BIN)/ansible-lint --offline --profile production
 
 .PHONY: sanity
-sanity: venv ## ansible-test sanity from an ansible_collections/vgpu/isolation path
-	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)
-	git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t $(SANITY_DIR)
+sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vgpu/isolation path
+	$(PY) tests/harness/install_get_pip.py
+	tests/harness/copy-tree.sh $(SANITY_DIR)
 	cd $(SANITY_DIR) && git init -q && git add -A \
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 

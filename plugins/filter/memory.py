@@ -1,5 +1,5 @@
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see LICENSE)
+# SPDX-License-Identifier: Apache-2.0 (see LICENSES/Apache-2.0.txt)
 """Filters that parse and validate the GPU-memory settings of the inventory."""
 
 from __future__ import absolute_import, division, print_function
