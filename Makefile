@@ -96,6 +96,8 @@ lint: venv ## ruff, mypy, ansible-lint (production profile)
 	$(BIN)/mypy
 	@echo ">> ansible-lint"
 	$(BIN)/ansible-lint --offline --profile production
+	@echo ">> changelog fragments"
+	$(BIN)/antsibull-changelog lint
 
 .PHONY: sanity
 sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vgpu/isolation path
