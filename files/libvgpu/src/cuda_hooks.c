@@ -14,14 +14,16 @@
 #include "vgpu.h"
 
 /* ---- the hooked entry points: name, used to resolve the real one and to route lookups ---- */
-#define CUDA_HOOKS(X)                                                                                                 \
+#define CUDA_HOOKS(X) CUDA_MEMORY_HOOKS(X) CUDA_LAUNCH_HOOKS(X)
+#define CUDA_MEMORY_HOOKS(X)                                                                                          \
     X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) \
     X(cuMemFree_v2) X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                            \
     X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemCreate) X(cuMemRelease)          \
     X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) \
     X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2)          \
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)                         \
-    X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2)               \
+    X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2) X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2)
+#define CUDA_LAUNCH_HOOKS(X)                                                                                          \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)                            \
     X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) X(cuGraphLaunch_ptsz)
 
@@ -86,6 +88,8 @@ static void at_fork_child(void)
     vgpu_track_reset();
 }
 
+static void install_audit(void);
+
 static void load_config(void)
 {
     char err[800];
@@ -100,6 +104,8 @@ static void load_config(void)
     }
     audit = cfg.compute_audit;
     cfg_ok = 1;
+    if (audit)
+        install_audit();
     pthread_atfork(NULL, NULL, at_fork_child);
     vgpu_log(VGPU_INFO, "quota from %s, enforce=%d, virtual_memory=%d", cfg.source, cfg.limit_enforce,
              cfg.virtual_memory);
@@ -130,6 +136,11 @@ VGPU_HIDDEN void *vgpu_fwd_resolve_cuda(unsigned index)
     else if (!(p = dlsym(real_lib, vgpu_fwd_names_cuda[index]))) {
         vgpu_log(VGPU_DEBUG, "%s is not in the real driver", vgpu_fwd_names_cuda[index]);
         p = (void *)fwd_not_supported;
+    }
+    if (audit && cfg_ok) {
+        void *h = vgpu_cuda_hook_for(p);
+        if (h)
+            p = h;
     }
     __atomic_store_n(&vgpu_fwd_table_cuda[index], p, __ATOMIC_RELEASE);
     return p;
@@ -635,7 +646,8 @@ VGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return rc;
 }
 
-/* ---- launch audit (GPU_COMPUTE_AUDIT=1); otherwise cuGetProcAddress hands out the driver's own ---- */
+/* ---- launch audit (GPU_COMPUTE_AUDIT=1). Launches are plain generated forwards; only when auditing
+ * are these wrappers put into the forwarding table and handed out by cuGetProcAddress. ---- */
 static void count_launch(void)
 {
     int s = slot;
@@ -644,7 +656,7 @@ static void count_launch(void)
 }
 
 #define LAUNCH11(NAME)                                                                                                \
-    VGPU_EXPORT CUresult NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,          \
+    static CUresult audit_##NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,          \
                               unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra)              \
     {                                                                                                                 \
         READY_OR_RETURN();                                                                                            \
@@ -657,7 +669,7 @@ LAUNCH11(cuLaunchKernel)
 LAUNCH11(cuLaunchKernel_ptsz)
 
 #define LAUNCH_COOP(NAME)                                                                                             \
-    VGPU_EXPORT CUresult NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,          \
+    static CUresult audit_##NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,          \
                               unsigned bz, unsigned shmem, CUstream stream, void **params)                            \
     {                                                                                                                 \
         READY_OR_RETURN();                                                                                            \
@@ -670,7 +682,7 @@ LAUNCH_COOP(cuLaunchCooperativeKernel)
 LAUNCH_COOP(cuLaunchCooperativeKernel_ptsz)
 
 #define LAUNCH_EX(NAME)                                                                                               \
-    VGPU_EXPORT CUresult NAME(const void *config, CUfunction f, void **params, void **extra)                          \
+    static CUresult audit_##NAME(const void *config, CUfunction f, void **params, void **extra)                          \
     {                                                                                                                 \
         READY_OR_RETURN();                                                                                            \
         count_launch();                                                                                               \
@@ -680,7 +692,7 @@ LAUNCH_EX(cuLaunchKernelEx)
 LAUNCH_EX(cuLaunchKernelEx_ptsz)
 
 #define GRAPH_LAUNCH(NAME)                                                                                            \
-    VGPU_EXPORT CUresult NAME(CUgraphExec exec, CUstream stream)                                                      \
+    static CUresult audit_##NAME(CUgraphExec exec, CUstream stream)                                                      \
     {                                                                                                                 \
         READY_OR_RETURN();                                                                                            \
         count_launch();                                                                                               \
@@ -693,7 +705,17 @@ GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 VGPU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
 VGPU_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status);
 #define HOOK_ADDR(n) (void *)n,
-static void *const hook_ptr[HOOK_COUNT] = {CUDA_HOOKS(HOOK_ADDR)};
+#define AUDIT_ADDR(n) (void *)audit_##n,
+static void *const hook_ptr[HOOK_COUNT] = {CUDA_MEMORY_HOOKS(HOOK_ADDR) CUDA_LAUNCH_HOOKS(AUDIT_ADDR)};
+
+/* With auditing on, point the launch trampolines at the audit wrappers. */
+static void install_audit(void)
+{
+    for (unsigned i = 0; i < vgpu_fwd_count_cuda; i++)
+        for (int h = LAUNCH_FIRST; h <= LAUNCH_LAST; h++)
+            if (strcmp(vgpu_fwd_names_cuda[i], real_names[h]) == 0 && real_ptr[h] != (void *)fwd_not_supported)
+                __atomic_store_n(&vgpu_fwd_table_cuda[i], hook_ptr[h], __ATOMIC_RELEASE);
+}
 
 /* Base names whose hook is certain when pointer identity fails (flags pick the _ptsz ABI). */
 static const struct {

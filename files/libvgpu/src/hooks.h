@@ -5,6 +5,7 @@
 
 extern VGPU_HIDDEN const char *const vgpu_fwd_names_cuda[];
 extern VGPU_HIDDEN void *vgpu_fwd_table_cuda[];
+extern VGPU_HIDDEN const unsigned vgpu_fwd_count_cuda;
 extern VGPU_HIDDEN const char *const vgpu_fwd_names_nvml[];
 extern VGPU_HIDDEN void *vgpu_fwd_table_nvml[];
 

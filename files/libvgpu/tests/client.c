@@ -62,18 +62,18 @@ static CUresult do_alloc(const char *api, size_t bytes, uint64_t *key)
                               unsigned long long))(&h, bytes, &prop, 0);
         p = h;
     } else if (!strcmp(api, "array")) {
-        CUDA_ARRAY_DESCRIPTOR d = {bytes / 16, 1, CU_AD_FORMAT_FLOAT, 4};
+        CUDA_ARRAY_DESCRIPTOR d = {bytes / (16 * 1024), 1024, CU_AD_FORMAT_FLOAT, 4};
         CUarray a = NULL;
         rc = CU(cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))(&a, &d);
         p = (uint64_t)(uintptr_t)a;
     } else if (!strcmp(api, "array3d")) {
-        CUDA_ARRAY3D_DESCRIPTOR d = {bytes / (1024 * 4), 32, 32, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        CUDA_ARRAY3D_DESCRIPTOR d = {1024, 1024, bytes / (4 << 20), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
         CUarray a = NULL;
         rc = CU(cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))(&a, &d);
         p = (uint64_t)(uintptr_t)a;
     } else if (!strcmp(api, "mipmap")) {
-        /* one level: exactly the size asked for */
-        CUDA_ARRAY3D_DESCRIPTOR d = {bytes / 4096, 1024, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        /* one level: exactly the size asked for (a multiple of 4 MiB) */
+        CUDA_ARRAY3D_DESCRIPTOR d = {1024, 1024, bytes / (4 << 20), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
         CUmipmappedArray a = NULL;
         rc = CU(cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned))(&a, &d, 1);
         p = (uint64_t)(uintptr_t)a;

@@ -433,8 +433,9 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_D
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t key, b = 0;
     for (unsigned l = 0; l < levels; l++) {
-        uint64_t w = d->Width >> l, h = d->Height >> l;
-        b += (w ? w : 1) * (d->Height ? (h ? h : 1) : 1) * fmt_bytes(d->Format) * d->NumChannels;
+        uint64_t w = d->Width >> l, h = d->Height >> l, z = d->Depth >> l;
+        b += (w ? w : 1) * (d->Height ? (h ? h : 1) : 1) * (d->Depth ? (z ? z : 1) : 1) * fmt_bytes(d->Format)
+             * d->NumChannels;
     }
     CUresult rc = make_array(b, &key);
     if (rc == CUDA_SUCCESS)
