@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _TREE = ROOT / "build" / "pytest-collections"
 _LINK = _TREE / "ansible_collections" / "vgpu" / "isolation"
 
-if "ansible_collections.vgpu.isolation" not in sys.modules and not (ROOT.parent.parent.name == "ansible_collections"):
+if "ansible_collections.vgpu.isolation" not in sys.modules and ROOT.parent.parent.name != "ansible_collections":
     _LINK.parent.mkdir(parents=True, exist_ok=True)
     if not _LINK.is_symlink():
         _LINK.symlink_to(ROOT, target_is_directory=True)

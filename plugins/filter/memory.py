@@ -44,7 +44,7 @@ def mib(value, name="value"):
     try:
         return parse_mib(value, name)
     except ValueError as exc:
-        raise AnsibleFilterError(str(exc))
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def _int_in_range(settings, name, low, high, problems):
@@ -64,7 +64,9 @@ def settings_problems(settings):
     problems = []
     flavour = settings.get("vgpu_kubernetes_flavour")
     if flavour not in FLAVOURS:
-        problems.append("vgpu_kubernetes_flavour: %r is not supported; expected one of %s" % (flavour, ", ".join(FLAVOURS)))
+        problems.append(
+            "vgpu_kubernetes_flavour: %r is not supported; expected one of %s" % (flavour, ", ".join(FLAVOURS))
+        )
     prefix = settings.get("vgpu_resource_prefix")
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
         problems.append("vgpu_resource_prefix: %r must be a DNS subdomain such as 'vgpu.io'" % (prefix,))
@@ -93,9 +95,9 @@ def settings_problems(settings):
             "vgpu_sample_app_use: %d MiB is more than vgpu_sample_app_quota (%d MiB); the sample app "
             "must fit its quota (the verification checks the over-quota case itself)" % (use, quota)
         )
-    for index, total in enumerate(settings.get("vgpu_gpu_memory_mib") or []):
+    for index, stated in enumerate(settings.get("vgpu_gpu_memory_mib") or []):
         try:
-            total = parse_mib(total, "vgpu_gpu_memory_mib[%d]" % index)
+            total = parse_mib(stated, "vgpu_gpu_memory_mib[%d]" % index)
         except ValueError as exc:
             problems.append(str(exc))
             continue
