@@ -8,14 +8,13 @@ kubelet has not allocated yet. Taking the larger never over-admits.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from vgpu_components.allocator import best_fit
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -45,10 +44,22 @@ class NodeState:
     gpus: list[GpuState]
     max_free: int = 0
     max_units: int = 0
+    # GPUs ordered by (free, index) and their free counts, for a bisect best fit per request.
+    ranked: list[GpuState] = field(default_factory=list)
+    ranked_free: list[int] = field(default_factory=list)
 
     def refresh(self) -> None:
-        self.max_free = max((g.free for g in self.gpus), default=0)
-        self.max_units = max((g.units for g in self.gpus if g.healthy), default=0)
+        """Recompute the summaries after any change; requests then cost O(log GPUs)."""
+        self.ranked = sorted((g for g in self.gpus if g.healthy), key=lambda g: (g.free, g.index))
+        self.ranked_free = [g.free for g in self.ranked]
+        self.max_free = self.ranked_free[-1] if self.ranked_free else 0
+        self.max_units = max((g.units for g in self.ranked), default=0)
+
+    def best_fit(self, units: int) -> GpuState | None:
+        """The GPU with the least free units that still fits (ties: lowest index), the same rule as
+        allocator.best_fit that the device plugin's GetPreferredAllocation uses."""
+        at = bisect.bisect_left(self.ranked_free, units)
+        return self.ranked[at] if at < len(self.ranked) else None
 
     def gpu(self, uuid: str) -> GpuState | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -285,10 +296,15 @@ class ClusterModel:
             if state.max_units < units:
                 return Fit(None, f"no GPU has {units * unit} MiB in total; {largest}", unresolvable=True)
             return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
-        gpu = best_fit(((g.free, g.index, g) for g in state.gpus), units)
+        gpu = state.best_fit(units)
         assert gpu is not None  # max_free >= units guarantees one
         score = round(10 * (gpu.used + units) / gpu.units) if gpu.units else 0
         return Fit(gpu, score=score)
+
+    def admits(self, node_name: str, units: int) -> bool:
+        """filter's fast path: does any GPU of the node have `units` free?"""
+        state = self.nodes.get(node_name)
+        return state is not None and state.max_free >= units
 
     def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> None:
         with self.lock:

@@ -1,0 +1,124 @@
+"""The component image built by files/components/image/build.sh, run with Docker.
+
+Builds the image when the tarball is missing or older than the package sources (the root
+filesystem comes from the cache after the first build), loads the tarball like an offline node
+would, and runs every entry point.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENTS = ROOT / "files" / "components"
+VERSION = next(
+    line.split('"')[1]
+    for line in (COMPONENTS / "pyproject.toml").read_text().splitlines()
+    if line.startswith("version")
+)
+IMAGE = f"localhost/vgpu-components:{VERSION}"
+TARBALL = ROOT / "build" / "images" / f"vgpu-components-{VERSION}.tar"
+ENTRY_POINTS = ["nvidia-shared-device-plugin", "gpushare-scheduler-extender", "cgpu-monitor", "nvidia-mps"]
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _stale() -> bool:
+    if not TARBALL.exists():
+        return True
+    built = TARBALL.stat().st_mtime
+    sources = [
+        *COMPONENTS.joinpath("src").rglob("*.py"),
+        *COMPONENTS.joinpath("src").rglob("*.proto"),
+        COMPONENTS / "pyproject.toml",
+        COMPONENTS / "image" / "build.sh",
+    ]
+    return any(p.stat().st_mtime > built for p in sources if "_pb2" not in p.name)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    subprocess.run([str(ROOT / "tests" / "harness" / "ensure-docker.sh")], check=True)
+    if _stale():
+        subprocess.run([str(COMPONENTS / "image" / "build.sh")], check=True, timeout=1800)
+    subprocess.run(["docker", "load", "-i", str(TARBALL)], check=True, capture_output=True)
+    return IMAGE
+
+
+def docker_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "run", "--rm", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_each_console_script_answers_help(image: str, entry: str) -> None:
+    out = docker_run(image, entry, "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: {entry}")
+
+
+def test_python_module_form_works(image: str) -> None:
+    out = docker_run(image, "python3", "-m", "vgpu_components.monitor", "--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: cgpu-monitor"), out.stderr
+
+
+def test_image_is_small(image: str) -> None:
+    size = int(
+        subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{.Size}}", image], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert size < 300 * 1024 * 1024, f"image is {size // 2**20} MiB"
+
+
+def test_extender_serves_healthz_and_stops_on_sigterm(image: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    name = f"vgpu-extender-test-{port}"
+    subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "-e",
+            "VGPU_EXTENDER_ADDRESS=0.0.0.0",
+            "-e",
+            "NODE_NAME=cp-0",
+            "-p",
+            f"127.0.0.1:{port}:32766",
+            image,
+            "gpushare-scheduler-extender",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        status = 0
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+                    status = response.status
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert status == 200
+        subprocess.run(["docker", "stop", "-t", "20", name], check=True, capture_output=True)
+        code = subprocess.run(
+            ["docker", "inspect", "--format", "{{.State.ExitCode}}", name], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert code == "0"
+        logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=True).stderr
+        assert '"component": "gpushare-scheduler-extender"' in logs
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
