@@ -160,13 +160,11 @@ class DeviceTable:
         Units kubelet lists as available are free, so the free units per GPU are counted from them.
         """
         free: dict[str, list[tuple[int, str]]] = {}
+        # kubelet sends every free unit of the node (thousands): a cheap split, not the full parse.
         for dev in available:
-            try:
-                key, unit = ids.parse_device_id(dev)
-            except ValueError:
-                continue
-            if key in self.by_key:
-                free.setdefault(key, []).append((unit, dev))
+            key, _, unit = dev.partition("-")
+            if key in self.by_key and unit.isdigit():
+                free.setdefault(key, []).append((int(unit), dev))
         must = [d for d in dict.fromkeys(must_include) if self._known(d)]
         must_keys = {ids.parse_device_id(d)[0] for d in must}
         if len(must_keys) == 1:
