@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from vgpu_components import config
+from vgpu_components import config, monitor
 
 SRC = Path(config.__file__).resolve().parents[1]
 
@@ -124,3 +126,14 @@ def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, modu
     )
     assert out.returncode == 2
     assert "unit_mib" in out.stderr.decode()
+
+
+def test_dashboard_queries_only_metrics_the_monitor_exports() -> None:
+    """A renamed metric must not leave the Grafana dashboard showing nothing."""
+    dashboard = json.loads((SRC.parent / "dashboards" / "cgpu-monitor.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\bvgpu_[a-z_]+", e)}
+    source = Path(monitor.__file__).read_text()
+    exported = set(re.findall(r'"(vgpu_[a-z_]+)"', source))
+    exported |= {f"{name}_total" for name in exported}
+    assert used and used <= exported, used - exported
