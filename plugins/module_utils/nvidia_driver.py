@@ -191,9 +191,37 @@ def plan(
     arch: str = "x86_64",
     ubuntu_server: bool = True,
 ) -> Dict[str, Any]:
-    """Everything the role needs to install, pin and hold the driver on this node."""
+    """Everything the role needs to install, pin and hold the driver on this node.
+
+    Under ``minimum`` a node whose driver is adequate needs nothing, so a distribution this module has
+    no packages for is not an error there: the plan says so and lists nothing to install.
+    """
     if branch_of(version) != str(branch):
         raise PlanError(f"driver version {version!r} is not in branch {branch!r}; set both to the same branch")
+    decision = decide(policy, version, installed)
+    try:
+        result = _install_plan(
+            distro_id=distro_id,
+            major=major,
+            kernel=kernel,
+            branch=branch,
+            version=version,
+            method=method,
+            arch=arch,
+            ubuntu_server=ubuntu_server,
+        )
+    except PlanError as error:
+        if policy != "minimum" or decision["action"] != "none":
+            raise
+        result = {"family": "unknown", "method": method, "packages": [], "install_specs": [], "hold_packages": []}
+        decision["reason"] += f"; nothing could be installed here anyway ({error})"
+    result.update(decision)
+    return result
+
+
+def _install_plan(
+    *, distro_id: str, major: str, kernel: str, branch: str, version: str, method: str, arch: str, ubuntu_server: bool
+) -> Dict[str, Any]:
     family = os_family(distro_id)
     chosen = resolve_method(method, distro_id)
     if chosen in ("distro", "offline"):
@@ -202,7 +230,7 @@ def plan(
         packages = nvidia_repo_packages(distro_id, major, branch)
     else:
         packages = []
-    result: Dict[str, Any] = {
+    return {
         "family": family,
         "manager": "apt" if family == "debian" else ("yum" if major == "7" else "dnf"),
         "method": chosen,
@@ -218,5 +246,3 @@ def plan(
         "initramfs_command": ["update-initramfs", "-u"] if family == "debian" else ["dracut", "-f"],
         "runfile_args": ["--silent", "--dkms", "--disable-nouveau", "--no-x-check", "--no-opengl-files"],
     }
-    result.update(decide(policy, version, installed))
-    return result

@@ -43,6 +43,11 @@ options:
     type: str
     choices: [auto, distro, nvidia_repo, runfile, offline]
     default: auto
+  driver_ubuntu_server:
+    description:
+      - On Ubuntu, plan the C(-server) flavour of the driver packages (C(nvidia-driver-470-server)).
+    type: bool
+    default: true
   kernel:
     description:
       - The kernel the driver module must be built for. Defaults to the running kernel.
@@ -388,6 +393,7 @@ def driver_plan(module: AnsibleModule, facts: Dict[str, Any]) -> Dict[str, Any]:
             method=params["driver_method"],
             installed=facts["driver_installed_version"],
             arch=os.uname().machine,
+            ubuntu_server=params["driver_ubuntu_server"],
         )
     except (PlanError, ValueError) as error:
         module.fail_json(msg=str(error))
@@ -405,6 +411,7 @@ def main() -> None:
                 "choices": ["auto", "distro", "nvidia_repo", "runfile", "offline"],
                 "default": "auto",
             },
+            "driver_ubuntu_server": {"type": "bool", "default": True},
             "kernel": {"type": "str"},
             "use_nvml": {"type": "bool", "default": True},
         },

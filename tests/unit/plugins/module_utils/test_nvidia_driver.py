@@ -101,6 +101,16 @@ def test_minimum_policy_keeps_a_newer_driver():
     assert "580.95.05 satisfies" in p["reason"]
 
 
+def test_minimum_policy_keeps_a_newer_driver_even_where_it_could_not_install_one():
+    # e.g. the GPU host runs Rocky 9 with 580: no CUDA 11.4 repository exists there, and none is needed.
+    p = plan(distro_id="rocky", major="9", policy="minimum", installed="580.95.05")
+    assert p["action"] == "none"
+    assert p["packages"] == []
+    assert "no folder for rocky 9" in p["reason"]
+    with pytest.raises(nd.PlanError, match="no folder for rocky 9"):
+        plan(distro_id="rocky", major="9", policy="minimum", installed="460.106.00")
+
+
 def test_minimum_policy_replaces_an_older_branch():
     p = plan(policy="minimum", installed="460.106.00")
     assert p["action"] == "install"
