@@ -1,0 +1,107 @@
+/* Micro-benchmarks for bench/libvgpu_bench.py, through libcuda.so.1 as the loader finds it
+ * (native driver, or the interposer with LD_LIBRARY_PATH=/opt/vgpu). Built with gcc only.
+ *   libvgpu_bench alloc N        ns per cuMemAlloc_v2(1 MiB) + cuMemFree_v2
+ *   libvgpu_bench launch N       ns per launch of an empty kernel (JIT from PTX)
+ *   libvgpu_bench first-alloc    CLOCK_REALTIME ns at which the first allocation succeeded */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream;
+
+static void *lib;
+static void *sym(const char *name)
+{
+    void *p = dlsym(lib, name);
+    if (!p) {
+        fprintf(stderr, "missing %s\n", name);
+        exit(1);
+    }
+    return p;
+}
+#define CU(name, args) ((CUresult(*) args)sym(#name))
+#define CHECK(call)                                                                                                   \
+    do {                                                                                                              \
+        CUresult rc_ = (call);                                                                                        \
+        if (rc_) {                                                                                                    \
+            fprintf(stderr, "%s failed: %d\n", #call, rc_);                                                           \
+            exit(1);                                                                                                  \
+        }                                                                                                             \
+    } while (0)
+
+static double now_ns(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry empty()\n{\n\tret;\n}\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    long n = argc > 2 ? atol(argv[2]) : 1000;
+    lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 1;
+    }
+    CUcontext ctx;
+    CHECK(CU(cuInit, (unsigned))(0));
+    CHECK(CU(cuDevicePrimaryCtxRetain, (CUcontext *, int))(&ctx, 0));
+    CHECK(CU(cuCtxSetCurrent, (CUcontext))(ctx));
+    CUresult (*alloc)(CUdeviceptr *, size_t) = (CUresult(*)(CUdeviceptr *, size_t))sym("cuMemAlloc_v2");
+    CUresult (*mfree)(CUdeviceptr) = (CUresult(*)(CUdeviceptr))sym("cuMemFree_v2");
+    CUdeviceptr p;
+    if (!strcmp(argv[1], "first-alloc")) {
+        CHECK(alloc(&p, 1 << 20));
+        printf("%.0f\n", now_ns(CLOCK_REALTIME));
+        return 0;
+    }
+    if (!strcmp(argv[1], "alloc")) {
+        for (int i = 0; i < 200; i++) {
+            CHECK(alloc(&p, 1 << 20));
+            CHECK(mfree(p));
+        }
+        double t0 = now_ns(CLOCK_MONOTONIC);
+        for (long i = 0; i < n; i++) {
+            CHECK(alloc(&p, 1 << 20));
+            CHECK(mfree(p));
+        }
+        printf("%.1f\n", (now_ns(CLOCK_MONOTONIC) - t0) / (double)n);
+        return 0;
+    }
+    if (!strcmp(argv[1], "launch")) {
+        CUmodule mod;
+        CUfunction f;
+        CHECK(CU(cuModuleLoadData, (CUmodule *, const void *))(&mod, ptx));
+        CHECK(CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&f, mod, "empty"));
+        CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                           void **, void **) =
+            (CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                         void **, void **))sym("cuLaunchKernel");
+        CUresult (*sync)(void) = (CUresult(*)(void))sym("cuCtxSynchronize");
+        for (int i = 0; i < 1000; i++)
+            CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+        CHECK(sync());
+        double best = 1e30;
+        /* batches of 1000 launches, each followed by a synchronise; the mean over all batches */
+        double t0 = now_ns(CLOCK_MONOTONIC);
+        for (long i = 0; i < n; i++) {
+            CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+            if (i % 1000 == 999)
+                CHECK(sync());
+        }
+        CHECK(sync());
+        best = (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
+        printf("%.1f\n", best);
+        return 0;
+    }
+    return 2;
+}
