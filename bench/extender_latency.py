@@ -83,26 +83,35 @@ def pod(mib: int) -> dict[str, Any]:
     }
 
 
-def measure(fn: Callable[[], None], iterations: int) -> list[float]:
+def measure(fn: Callable[[], None], iterations: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and thread CPU milliseconds per call. CPU time leaves out waiting for a core,
+    which dominates the wall-clock tail on a shared, overloaded machine."""
     for _ in range(min(20, iterations)):
         fn()
-    out = []
+    wall, cpu = [], []
     for _ in range(iterations):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         fn()
-        out.append((time.perf_counter() - started) * 1000)
-    return out
+        cpu.append((time.thread_time() - started_cpu) * 1000)
+        wall.append((time.perf_counter() - started) * 1000)
+    return wall, cpu
 
 
-def summary(name: str, samples: list[float]) -> dict[str, Any]:
+def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 3)
+
+
+def summary(name: str, samples: tuple[list[float], list[float]]) -> dict[str, Any]:
+    wall, cpu = samples
     return {
         "case": name,
-        "n": len(samples),
-        "p50_ms": round(statistics.median(ordered), 3),
-        "p99_ms": round(p99, 3),
-        "max_ms": round(ordered[-1], 3),
+        "n": len(wall),
+        "p50_ms": round(statistics.median(wall), 3),
+        "p99_ms": _pct(wall, 0.99),
+        "max_ms": round(max(wall), 3),
+        "cpu_p50_ms": round(statistics.median(cpu), 3),
+        "cpu_p99_ms": _pct(cpu, 0.99),
     }
 
 
@@ -173,6 +182,7 @@ def main() -> int:
                 "ratio_p50": round(ours_row["p50_ms"] / base["p50_ms"], 2),
                 "target_p99_ms": 5.0,
                 "meets_target": ours_row["p99_ms"] <= 5.0,
+                "meets_target_cpu_time": ours_row["cpu_p99_ms"] <= 5.0,
             }
         )
     )

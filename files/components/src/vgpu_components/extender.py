@@ -188,12 +188,16 @@ class Extender:
         pod, names, _items = self._args(body)
         units = self._units(pod)
         out = []
+        nodes = self.model.nodes
         with self.model.lock:
             for name in names:
                 score = 0
-                if units:
-                    fit = self.model.fit(name, units)
-                    score = fit.score if fit.gpu is not None else 0
+                state = nodes.get(name)
+                if units and state is not None and state.max_free >= units:
+                    # Same score as ClusterModel.fit, inlined: this loop runs once per node.
+                    gpu = state.best_fit(units)
+                    if gpu is not None and gpu.units:
+                        score = round(10 * (gpu.used + units) / gpu.units)
                 out.append({"Host": name, "Score": score})
         return out
 
