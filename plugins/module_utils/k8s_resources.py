@@ -6,8 +6,16 @@ Nothing here talks to an API server, so all of it is unit-tested without one.
 """
 
 import copy
+import traceback
 
-import yaml
+try:
+    import yaml
+
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+except ImportError:
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = traceback.format_exc()
 
 # Apply in dependency order (accounts and RBAC before workloads that use them); delete in reverse.
 _KIND_ORDER = [
@@ -37,6 +45,8 @@ class ManifestError(ValueError):
 
 def load_documents(text, origin="definition"):
     """Parse multi-document YAML into a list of object dicts, skipping empty documents."""
+    if not HAS_YAML:
+        raise ManifestError("reading YAML manifests needs PyYAML on the host that runs the module")
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:

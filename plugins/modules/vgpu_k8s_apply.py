@@ -14,6 +14,8 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import (
     K8sError,
 )
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_resources import (
+    HAS_YAML,
+    YAML_IMPORT_ERROR,
     ManifestError,
     differs,
     flatten,
@@ -168,6 +170,8 @@ def main():
     )
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     if module.params["wait_timeout"] < 0 or module.params["wait_sleep"] < 1:
         module.fail_json(msg="wait_timeout must be >= 0 and wait_sleep >= 1 (seconds)")
     try:
