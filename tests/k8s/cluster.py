@@ -21,7 +21,7 @@ from kubernetes import client, config
 
 K8S_DIR = Path(__file__).resolve().parent
 REPO_ROOT = K8S_DIR.parent.parent
-STATE_DIR = Path(os.environ.get("VGPU_K8S_STATE_DIR", str(REPO_ROOT / "build" / "k8s")))
+STATE_DIR = Path(os.environ.get("VGPU_K8S_STATE_DIR", str(REPO_ROOT / "build" / "k8s"))).resolve()
 CTL = K8S_DIR / "scripts" / "ctl.sh"
 
 PREFIX = "vgpu.io"
@@ -59,9 +59,9 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
         time.sleep(interval)
 
 
-def ctl(*args: str, timeout: float = 90) -> None:
-    """Start or stop one part of the control plane through scripts/ctl.sh."""
-    env = dict(os.environ, VGPU_K8S_STATE_DIR=str(STATE_DIR))
+def ctl(*args: str, timeout: float = 90, env: Mapping[str, str] | None = None) -> None:
+    """Start or stop one part of the control plane through scripts/ctl.sh (extra `env` for it)."""
+    env = dict(os.environ, VGPU_K8S_STATE_DIR=str(STATE_DIR), **(env or {}))
     subprocess.run([str(CTL), *args], check=True, timeout=timeout, env=env)
 
 
@@ -173,3 +173,31 @@ def wait_bound(core: Any, namespace: str, name: str, timeout: float = 60) -> Any
         return pod if pod.spec.node_name else None
 
     return wait_for(f"pod {namespace}/{name} bound", check, timeout=timeout)
+
+
+def extender_port() -> int:
+    """The extender's port, as up.sh wrote it to the state folder's env file."""
+    for line in (STATE_DIR / "env").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key == "VGPU_E2E_EXTENDER_PORT":
+            return int(value)
+    raise KeyError(f"VGPU_E2E_EXTENDER_PORT is not in {STATE_DIR / 'env'}")
+
+
+def token_kubeconfig(path: Path, token: str) -> Path:
+    """A kubeconfig for the running API server that authenticates with a bearer token."""
+    admin = (STATE_DIR / "admin.kubeconfig").read_text()
+    server = next(line.split(":", 1)[1].strip() for line in admin.splitlines() if line.strip().startswith("server:"))
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(STATE_DIR / "pki" / "ca.crt")}}
+        ],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "sa"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(json.dumps(doc))  # JSON is YAML
+    path.chmod(0o600)
+    return path

@@ -92,7 +92,7 @@ start_extender() {
         || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
     start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
         "$VENV/bin/python" -m vgpu_components.extender \
-        --config "$STATE_DIR/vgpu-config.yaml" --kubeconfig "$STATE_DIR/extender.kubeconfig"
+        --config "$STATE_DIR/vgpu-config.yaml" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
     # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
     wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/readyz"
 }

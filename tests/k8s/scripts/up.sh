@@ -46,7 +46,9 @@ kubeconfig scheduler scheduler
 # stack's service accounts is tested on its own (test_stack.py).
 cp "$STATE_DIR/admin.kubeconfig" "$STATE_DIR/extender.kubeconfig"
 
-# scheduler_config <file> <with extender: 1|0>
+# scheduler_config <file> <extender: none|ignored|counted>
+#   ignored: managedResources ignoredByScheduler true (only the extender counts GPU memory)
+#   counted: false, as roles/vgpu_stack ships it (kube-scheduler also counts the node's sum)
 scheduler_config() {
     cat >"$1" <<SC
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -58,7 +60,7 @@ clientConnection:
 leaderElection:
   leaderElect: false
 SC
-    [[ "$2" == 1 ]] || return 0
+    [[ "$2" != none ]] || return 0
     cat >>"$1" <<SC
 extenders:
 - urlPrefix: http://127.0.0.1:$EXTENDER_PORT
@@ -69,11 +71,12 @@ extenders:
   nodeCacheCapable: true
   managedResources:
   - name: vgpu.io/gpu-memory
-    ignoredByScheduler: true
+    ignoredByScheduler: $([[ "$2" == ignored ]] && echo true || echo false)
 SC
 }
-scheduler_config "$STATE_DIR/scheduler-extender.yaml" 1
-scheduler_config "$STATE_DIR/scheduler-plain.yaml" 0
+scheduler_config "$STATE_DIR/scheduler-extender.yaml" ignored
+scheduler_config "$STATE_DIR/scheduler-extender-counted.yaml" counted
+scheduler_config "$STATE_DIR/scheduler-plain.yaml" none
 
 cat >"$STATE_DIR/vgpu-config.yaml" <<VC
 resource_prefix: vgpu.io

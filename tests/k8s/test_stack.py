@@ -1,0 +1,183 @@
+"""The stack role and the cluster module against the real API server, and RBAC as the components.
+
+roles/vgpu_stack runs through ansible-playbook (the collection is the working tree) with its
+image import and kube-scheduler restart switched off (no containerd or static pods here); it
+applies the manifests with the vgpu_k8s_apply module. The components' service accounts then get
+real tokens (TokenRequest) and act with them: the extender schedules a pod end to end, the device
+plugin annotates a node, and anything beyond their roles is refused by the API server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.k8s import cluster
+
+NS = "kube-system"
+EXTENDER_SA = "gpushare-scheduler-extender"
+PLUGIN_SA = "nvidia-shared-device-plugin"
+PLAYBOOK = """\
+- name: Apply the vgpu stack to the e2e control plane
+  hosts: k8s_control_plane
+  gather_facts: true
+  roles:
+    - role: vgpu.isolation.vgpu_stack
+  post_tasks:
+    - name: Render the kube-scheduler configuration the role ships
+      ansible.builtin.template:
+        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        dest: "{out}/kube-scheduler-config.yaml"
+        mode: "0644"
+"""
+
+
+def run_playbook(work: Path) -> str:
+    """Run the role once; returns ansible-playbook's output (the test fails on a non-zero exit)."""
+    collections = work / "collections" / "ansible_collections" / "vgpu"
+    collections.mkdir(parents=True, exist_ok=True)
+    if not (collections / "isolation").exists():
+        (collections / "isolation").symlink_to(cluster.REPO_ROOT)
+    inventory = work / "inventory.yml"
+    inventory.write_text(
+        "k8s_control_plane:\n  hosts:\n    localhost:\n"
+        f"      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n"
+    )
+    playbook = work / "stack.yml"
+    playbook.write_text(PLAYBOOK.format(repo=cluster.REPO_ROOT, out=work))
+    extra = {
+        "vgpu_kubernetes_flavour": "kubeadm",
+        "vgpu_stack_kubeconfig": str(cluster.STATE_DIR / "admin.kubeconfig"),
+        "vgpu_stack_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
+        "vgpu_stack_extender_port": cluster.extender_port(),
+        "vgpu_stack_manifest_dir": str(work / "manifests"),
+        "vgpu_stack_import_image": False,
+        "vgpu_stack_manage_scheduler": False,
+        "vgpu_stack_install_python_client": False,
+        "vgpu_stack_label_nodes": False,
+        "vgpu_stack_wait": True,
+        "vgpu_stack_wait_timeout": 60,
+    }
+    args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+    for key, value in extra.items():
+        args += ["-e", f"{key}={value}" if not isinstance(value, bool) else f'{{"{key}": {str(value).lower()}}}']
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(cluster.REPO_ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(work / "collections"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"ansible-playbook failed ({done.returncode}):\n{output[-6000:]}"
+    return output
+
+
+def recap_changed(output: str) -> int:
+    match = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", output)
+    assert match, f"no play recap in:\n{output[-2000:]}"
+    return int(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    work = tmp_path_factory.mktemp("stack")
+    first = run_playbook(work)
+    yield work
+    # The other tests expect no component pods: the DaemonSets would place some on their nodes.
+    api = cluster.api_client()
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    for name in (EXTENDER_SA, PLUGIN_SA, "cgpu-monitor", "nvidia-mps"):
+        for delete in (apps.delete_namespaced_daemon_set, core.delete_namespaced_service_account):
+            try:
+                delete(name, NS)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    assert "changed=" in first
+
+
+def sa_client(core: Any, name: str, work: Path) -> Any:
+    token = core.create_namespaced_service_account_token(name, NS, {"spec": {"expirationSeconds": 3600}}).status.token
+    return cluster.api_client(cluster.token_kubeconfig(work / f"{name}.kubeconfig", token))
+
+
+def forbidden(call: Any, *args: Any, **kwargs: Any) -> bool:
+    try:
+        call(*args, **kwargs)
+    except ApiException as exc:
+        return exc.status == 403
+    return False
+
+
+def test_the_role_applies_the_manifests_and_a_rerun_changes_nothing(stack: Path, core: Any) -> None:
+    apps: Any = client.AppsV1Api(cluster.api_client())
+    daemonsets = {d.metadata.name for d in apps.list_namespaced_daemon_set(NS).items}
+    assert {EXTENDER_SA, PLUGIN_SA, "cgpu-monitor", "nvidia-mps"} <= daemonsets, daemonsets
+    accounts = {a.metadata.name for a in core.list_namespaced_service_account(NS).items}
+    assert {EXTENDER_SA, PLUGIN_SA} <= accounts, accounts
+    config = core.read_namespaced_config_map("vgpu-config", NS)
+    assert f"port: {cluster.extender_port()}" in next(iter(config.data.values()))
+    assert recap_changed(run_playbook(stack)) == 0, "a second run of the role reported changes"
+
+
+def test_extender_schedules_with_only_its_service_account(
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, extender_back_up: None
+) -> None:
+    api = sa_client(core, EXTENDER_SA, stack)
+    sa_core = client.CoreV1Api(api)
+    assert forbidden(sa_core.list_namespaced_secret, NS), "the extender's account can read secrets"
+    assert forbidden(sa_core.delete_collection_namespaced_pod, namespace), "the extender's account can delete pods"
+    assert forbidden(sa_core.patch_node, "any", {"metadata": {"labels": {"x": "y"}}}), "it can patch nodes"
+
+    cluster.ctl("stop-extender")
+    cluster.ctl("start-extender", env={"VGPU_E2E_EXTENDER_KUBECONFIG": str(stack / f"{EXTENDER_SA}.kubeconfig")})
+    selector = gpu_nodes(1)
+    for name in ("a", "b"):
+        core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))
+    pods = [cluster.wait_bound(core, namespace, name) for name in ("a", "b")]
+    gpus = {p.metadata.annotations[cluster.ANNOTATION_UUID] for p in pods}
+    assert len(gpus) == 2, f"both 8000 MiB pods on one GPU: {gpus}"
+    cluster.ctl("stop-extender")  # extender_back_up restarts it with the admin identity
+
+
+def test_device_plugin_account_may_annotate_nodes_and_nothing_more(
+    stack: Path, core: Any, gpu_nodes: cluster.NodeFactory
+) -> None:
+    sa_core = client.CoreV1Api(sa_client(core, PLUGIN_SA, stack))
+    selector = gpu_nodes(1)
+    node = core.list_node(label_selector=",".join(f"{k}={v}" for k, v in selector.items())).items[0].metadata.name
+    sa_core.patch_node(
+        node, {"metadata": {"annotations": {f"{cluster.PREFIX}/gpus": cluster.gpus_annotation(node, [80000])}}}
+    )
+    assert "80000" in core.read_node(node).metadata.annotations[f"{cluster.PREFIX}/gpus"]
+    assert forbidden(sa_core.list_namespaced_secret, NS), "the device plugin's account can read secrets"
+    assert forbidden(sa_core.delete_node, node), "the device plugin's account can delete nodes"
+    assert forbidden(sa_core.patch_namespaced_pod, "x", "default", {}), "it can patch pods"
+
+
+def test_the_shipped_scheduler_configuration_works(
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory
+) -> None:
+    """kube-scheduler started with the role's own KubeSchedulerConfiguration places GPU pods."""
+    cluster.ctl("stop-scheduler")
+    try:
+        cluster.ctl("start-scheduler", str(stack / "kube-scheduler-config.yaml"))
+        selector = gpu_nodes(1)
+        for name in ("a", "b"):
+            core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))
+        pods = [cluster.wait_bound(core, namespace, name) for name in ("a", "b")]
+        gpus = {p.metadata.annotations[cluster.ANNOTATION_UUID] for p in pods}
+        assert len(gpus) == 2, f"both 8000 MiB pods on one GPU: {gpus}"
+    finally:
+        cluster.ctl("stop-scheduler")
+        cluster.ctl("start-scheduler")
