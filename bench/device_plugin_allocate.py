@@ -61,11 +61,11 @@ def main() -> int:
         plugin.start()
         try:
             assert kubelet.registered.wait(10)
-            devices = [d for d, _ in kubelet.wait_update(1)]
+            devices = [d for d, _health in kubelet.wait_update(1)]
             msgs, stub = kubelet.msgs, kubelet.stub
             per_gpu = len(devices) // 8
 
-            def options(_: int) -> None:
+            def options(_iteration: int) -> None:
                 stub.GetDevicePluginOptions(msgs.Empty(), timeout=5)
 
             def allocate(i: int) -> None:
@@ -83,7 +83,7 @@ def main() -> int:
                 ]
             )
 
-            def preferred(_: int) -> None:
+            def preferred(_iteration: int) -> None:
                 stub.GetPreferredAllocation(preferred_request, timeout=5)
 
             rows = [

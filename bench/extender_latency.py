@@ -86,10 +86,10 @@ def pod(mib: int) -> dict[str, Any]:
 def measure(fn: Callable[[], None], iterations: int) -> tuple[list[float], list[float]]:
     """Wall-clock and thread CPU milliseconds per call. CPU time leaves out waiting for a core,
     which dominates the wall-clock tail on a shared, overloaded machine."""
-    for _ in range(min(20, iterations)):
+    for _iteration in range(min(20, iterations)):
         fn()
     wall, cpu = [], []
-    for _ in range(iterations):
+    for _iteration in range(iterations):
         started, started_cpu = time.perf_counter(), time.thread_time()
         fn()
         cpu.append((time.thread_time() - started_cpu) * 1000)

@@ -24,14 +24,14 @@ GPUS = [Gpu(uuid=f"GPU-{i:08x}-5c5e-11ee-9a51-0242ac120002", index=i, total_mib=
 
 
 def size_ours(unit: int) -> tuple[int, int]:
-    msgs, _ = protos.deviceplugin()
+    msgs = protos.deviceplugin()[0]
     table = DeviceTable(GPUS, unit)
     devices = table.devices()
     return len(devices), msgs.ListAndWatchResponse(devices=[msgs.Device(ID=d, health=h) for d, h in devices]).ByteSize()
 
 
 def size_uuid_ids(unit: int) -> tuple[int, int]:
-    msgs, _ = protos.deviceplugin()
+    msgs = protos.deviceplugin()[0]
     devices = [msgs.Device(ID=f"{g.uuid}-_-{n}", health="Healthy") for g in GPUS for n in range(g.total_mib // unit)]
     return len(devices), msgs.ListAndWatchResponse(devices=devices).ByteSize()
 

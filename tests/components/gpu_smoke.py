@@ -61,7 +61,7 @@ def smoke_device_plugin(backend: nvml.NvmlBackend, root: Path) -> None:
             message_bytes=plugin.message_bytes,
         )
         msgs = kubelet.msgs
-        available = [d for d, _ in devices]
+        available = [d for d, _health in devices]
         req = msgs.PreferredAllocationRequest(
             container_requests=[
                 msgs.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=30)

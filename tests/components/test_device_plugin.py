@@ -89,11 +89,11 @@ def test_registers_and_advertises_every_unit_with_short_stable_ids(node: Node) -
     devices = node.kubelet.wait_update(1)
     # 12 GiB / 100 MiB = 122 units per GPU
     assert len(devices) == 244
-    assert {h for _, h in devices} == {"Healthy"}
-    assert {d for d, _ in devices} == {f"{KEY0}-{n}" for n in range(122)} | {f"{KEY1}-{n}" for n in range(122)}
+    assert {h for _id, h in devices} == {"Healthy"}
+    assert {d for d, _health in devices} == {f"{KEY0}-{n}" for n in range(122)} | {f"{KEY1}-{n}" for n in range(122)}
     # The same GPUs give the same IDs after a restart: the key depends only on the UUID.
     again = DeviceTable(list(reversed(two_gpus())), 100)
-    assert sorted(d for d, _ in again.devices()) == sorted(d for d, _ in devices)
+    assert sorted(d for d, _health in again.devices()) == sorted(d for d, _health in devices)
 
 
 def test_preferred_allocation_packs_one_container_on_the_fullest_gpu_that_fits(node: Node) -> None:
@@ -228,7 +228,7 @@ def test_xid_marks_gpu_unhealthy_and_it_recovers(node: Node) -> None:
     sick = dict(node.kubelet.wait_update(2))
     assert {sick[f"{KEY0}-{n}"] for n in range(122)} == {"Unhealthy"}
     assert {sick[f"{KEY1}-{n}"] for n in range(122)} == {"Healthy"}
-    assert any(reason == "GPUUnhealthy" and UUID0 in msg for _, reason, msg in node.api.events)
+    assert any(reason == "GPUUnhealthy" and UUID0 in msg for _node, reason, msg in node.api.events)
     well = dict(node.kubelet.wait_update(3, timeout=5))
     assert set(well.values()) == {"Healthy"}
 

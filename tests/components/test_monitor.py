@@ -147,7 +147,9 @@ def test_torn_or_foreign_regions_cost_a_sample_not_the_exporter(exporter: Export
     write_region(region.region_path(state, ids.alloc_id(foreign)), 1000 * MIB, 10 * MIB, 0, 10 * MIB, magic=1)
     m = exporter.scrape()
     assert value(m, "vgpu_container_memory_quota_bytes", pod="torn") == 1000 * MIB
-    assert not [lab for lab, _ in m.get("vgpu_container_memory_used_bytes", []) if lab["pod"] in ("torn", "foreign")]
+    assert not [
+        lab for lab, _value in m.get("vgpu_container_memory_used_bytes", []) if lab["pod"] in ("torn", "foreign")
+    ]
     assert value(m, "vgpu_monitor_errors_total", source="region") == 2
 
 

@@ -183,7 +183,7 @@ def test_sigterm_stops_the_cli_gracefully(tmp_path: Path, fake_binary: str) -> N
         time.sleep(0.05)
     assert (tmp_path / "mps" / ".ready").exists()
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)
+    err = proc.communicate(timeout=20)[1]
     assert proc.returncode == 0, err.decode()
     assert b'"msg": "sent quit to the MPS control daemon' in err
     assert not (tmp_path / "mps" / "fake-daemon.pid").exists()

@@ -76,7 +76,7 @@ site=$work/rootfs/usr/local/lib/python$py_version/dist-packages
     --target "$site" "$wheel"
 # Trim what the components never load: pip's script folder, the kubernetes client's asyncio
 # variant (as large as the sync client), and the .deb files debootstrap leaves behind.
-rm -rf "$site/bin" "$site/kubernetes/aio" "$work/rootfs/var/cache/apt/archives/"*.deb
+rm -rf "${site:?}/bin" "${site:?}/kubernetes/aio" "${work:?}/rootfs/var/cache/apt/archives/"*.deb
 chroot "$work/rootfs" python3 -m compileall -q "/usr/local/lib/python$py_version/dist-packages" >/dev/null
 
 # Console scripts (pip --target does not write them for the image's interpreter).

@@ -162,7 +162,7 @@ class DeviceTable:
         free: dict[str, list[tuple[int, str]]] = {}
         # kubelet sends every free unit of the node (thousands): a cheap split, not the full parse.
         for dev in available:
-            key, _, unit = dev.partition("-")
+            key, _sep, unit = dev.partition("-")
             if key in self.by_key and unit.isdigit():
                 free.setdefault(key, []).append((int(unit), dev))
         must = [d for d in dict.fromkeys(must_include) if self._known(d)]

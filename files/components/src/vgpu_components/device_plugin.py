@@ -56,7 +56,7 @@ def socket_name(cfg: dict[str, Any]) -> str:
 
 
 def list_and_watch_message(table: DeviceTable) -> Any:
-    msgs, _ = protos.deviceplugin()
+    msgs = protos.deviceplugin()[0]
     return msgs.ListAndWatchResponse(devices=[msgs.Device(ID=dev, health=h) for dev, h in table.devices()])
 
 
@@ -80,7 +80,7 @@ class DevicePluginService:
 
     def __init__(self, plugin: DevicePlugin) -> None:
         self.plugin = plugin
-        self.msgs, _ = protos.deviceplugin()
+        self.msgs = protos.deviceplugin()[0]
 
     def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
         return self.msgs.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -183,7 +183,7 @@ class DevicePlugin:
         if self._server is not None:
             self._server.stop(grace=0)
         self.socket_path.unlink(missing_ok=True)
-        _, services = protos.deviceplugin()
+        services = protos.deviceplugin()[1]
         # One worker is pinned per ListAndWatch stream; keep spare workers for the unary calls.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=GRPC_OPTIONS)
         services.add_DevicePluginServicer_to_server(DevicePluginService(self), server)
@@ -311,7 +311,7 @@ class DevicePlugin:
         for holder in self.pod_resources.list(resource_name(self.cfg)):
             for dev in holder.device_ids:
                 try:
-                    key, _ = ids.parse_device_id(dev)
+                    key = ids.parse_device_id(dev)[0]
                 except ValueError:
                     continue
                 used[key] = used.get(key, 0) + 1

@@ -100,7 +100,7 @@ class MonitorCollector(Collector):
         unit_bytes = int(self.cfg["unit_mib"]) * MIB
         for holder in holders:
             keys = {ids.parse_device_id(d)[0] for d in holder.device_ids if _ours(d)}
-            gpu = self.by_key.get(next(iter(keys))) if len(keys) == 1 else None
+            gpu = self.by_key.get(min(keys)) if len(keys) == 1 else None
             gpu_index, uuid = (str(gpu.index), gpu.uuid) if gpu else ("", "")
             labels = [holder.namespace, holder.pod, holder.container, gpu_index, uuid, self.node]
             quota = len(holder.device_ids) * unit_bytes

@@ -43,7 +43,6 @@ class GpuBackend(Protocol):
 
     def wait_xid(self, timeout_ms: int) -> list[XidEvent]:
         """Block up to timeout_ms for critical Xid events; [] on timeout or when unsupported."""
-        ...
 
     def compute_mode(self, uuid: str) -> int: ...
 

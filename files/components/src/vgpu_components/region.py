@@ -107,7 +107,7 @@ def read(path: str | os.PathLike[str], attempts: int = 100) -> RegionSample | No
     try:
         if os.fstat(fd).st_size < FILE_SIZE:
             return None  # still being created
-        for _ in range(attempts):
+        for _attempt in range(attempts):
             before = SEQ.unpack(os.pread(fd, SEQ.size, SEQ_OFFSET))[0]
             if before % 2:
                 time.sleep(0.001)
