@@ -1,5 +1,6 @@
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parsers for what a GPU node tells about its GPUs and driver.
 
 Everything here is pure: it takes the text a tool printed or a file held and returns plain data,
@@ -186,3 +187,23 @@ def modprobe_blacklists(files: Dict[str, str], module: str) -> List[str]:
         if pattern.search(text):
             found.append(name)
     return found
+
+
+def parse_dkms_version(text: str, kernel: str) -> Optional[str]:
+    """The NVIDIA module version DKMS installed for ``kernel``, from ``dkms status``.
+
+    Lines look like ``nvidia-tesla-470/470.256.02, 6.1.0-57-amd64, x86_64: installed`` (dkms 3) or
+    ``nvidia, 470.256.02, 6.1.0-57-amd64, x86_64: installed`` (dkms 2).
+    """
+    pattern = re.compile(r"^(nvidia[\w-]*)(?:/|,\s*)(\d+\.\d+(?:\.\d+)?),\s*(\S+),.*:\s*installed", re.IGNORECASE)
+    for line in text.splitlines():
+        match = pattern.match(line.strip())
+        if match and match.group(3) == kernel:
+            return match.group(2)
+    return None
+
+
+def is_main_nvidia_module(name: str) -> bool:
+    """``nvidia`` or a distribution's renamed copy of it (``nvidia-current``, ``nvidia-tesla-470``)."""
+    base = name.split(".ko")[0].replace("_", "-")
+    return base.startswith("nvidia") and not re.search(r"-(modeset|drm|uvm|peermem|fs)$", base)

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ notes:
 requirements:
   - Python standard library on the node; C(nvidia-ml-py) optional.
 author:
-  - vgpu.isolation contributors
+  - vgpu.isolation maintainers (@vgpu-isolation)
 """
 
 EXAMPLES = r"""
@@ -205,7 +206,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     SMI_GPU_FIELDS,
     branch_of,
+    is_main_nvidia_module,
     modprobe_blacklists,
+    parse_dkms_version,
     parse_efivar_secureboot,
     parse_lspci,
     parse_mokutil,
@@ -320,6 +323,20 @@ def os_release() -> Dict[str, str]:
     return {"id": fields.get("ID", ""), "major": fields.get("VERSION_ID", "").split(".")[0]}
 
 
+def installed_version(module: AnsibleModule, kernel: str, dkms_status: str) -> Optional[str]:
+    """Version of the NVIDIA module installed for ``kernel``, whatever the distribution named it."""
+    names = ["nvidia"]
+    for path in glob.glob(f"/lib/modules/{kernel}/**/nvidia*.ko*", recursive=True):
+        name = os.path.basename(path).split(".ko")[0]
+        if is_main_nvidia_module(name) and name not in names:
+            names.append(name)  # Debian installs nvidia-tesla-470.ko, for one
+    for name in names:
+        rc, out = run_tool(module, "modinfo", ["-k", kernel, "-F", "version", name])
+        if rc == 0 and out.strip():
+            return out.strip().splitlines()[0]
+    return parse_dkms_version(dkms_status, kernel)
+
+
 def gather(module: AnsibleModule) -> Dict[str, Any]:
     params = module.params
     kernel = params["kernel"] or os.uname().release
@@ -339,10 +356,9 @@ def gather(module: AnsibleModule) -> Dict[str, Any]:
             gpus, source = smi_list, "nvidia-smi"
 
     loaded = parse_proc_version(read_text(PROC_VERSION) or "") or driver_smi
-    rc, modinfo = run_tool(module, "modinfo", ["-k", kernel, "-F", "version", "nvidia"])
-    installed = modinfo.strip().splitlines()[0] if rc == 0 and modinfo.strip() else loaded
+    _dkms_rc, dkms = run_tool(module, "dkms", ["status"])
+    installed = installed_version(module, kernel, dkms) or loaded
     rc, lspci = run_tool(module, "lspci", ["-Dnn"])
-    _, dkms = run_tool(module, "dkms", ["status"])
 
     modprobe = {}
     for folder in MODPROBE_DIRS:

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ attributes:
 requirements:
   - An NVIDIA GPU with its driver loaded, C(nvidia-smi), and the interposer installed in O(prefix).
 author:
-  - vgpu.isolation contributors
+  - vgpu.isolation maintainers (@vgpu-isolation)
 """
 
 EXAMPLES = r"""
@@ -167,8 +168,8 @@ environment:
 
 import os
 import shutil
-import subprocess
 import tempfile
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -201,35 +202,38 @@ def read_sample(module: AnsibleModule, command: List[str], env: Dict[str, str]) 
 def run_check(
     module: AnsibleModule, app: List[str], smi: List[str], env: Dict[str, str], use_mib: int
 ) -> Dict[str, Any]:
-    """Start the program, sample nvidia-smi while it holds its memory, and wait for it."""
-    params = module.params
+    """Run the program in a thread, sample nvidia-smi while it holds its memory, and wait for it."""
+    timeout = module.params["timeout"]
+    timeout_bin = module.get_bin_path("timeout")
+    # coreutils timeout ends a hung program (exit 124, or 137 after the KILL); run_command has no timeout.
+    command = [timeout_bin, "--kill-after=5", str(timeout), *app] if timeout_bin else app
+    outcome: Dict[str, Any] = {}
+
+    def run_app() -> None:
+        rc, out, err = module.run_command(command, environ_update=env)
+        outcome.update(app_rc=None if timeout_bin and rc in (124, 137) else rc, app_stdout=out, app_stderr=err)
+
+    worker = threading.Thread(target=run_app, daemon=True)
+    worker.start()
     samples: List[Tuple[int, int]] = []
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(app, stdout=out, stderr=err, env={**os.environ, **env}, close_fds=True)
-        deadline = time.monotonic() + params["timeout"]
-        while process.poll() is None and time.monotonic() < deadline:
-            sample = read_sample(module, smi, env)
-            if sample is not None:
-                samples.append(sample)
-                if sample[0] >= use_mib:
-                    break  # the allocation is visible: that is the reading we want
-            time.sleep(POLL_SECONDS)
-        try:
-            app_rc: Optional[int] = process.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            app_rc = None
-        if not samples:
-            # Read once after the program ended so a refused run still shows the total inside the quota.
-            sample = read_sample(module, smi, env)
-            if sample is not None:
-                samples.append(sample)
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode("utf-8", "replace")
-        stderr = err.read().decode("utf-8", "replace")
-    return {"app_rc": app_rc, "app_stdout": stdout, "app_stderr": stderr, "samples": samples}
+    deadline = time.monotonic() + timeout
+    while worker.is_alive() and time.monotonic() < deadline:
+        sample = read_sample(module, smi, env)
+        if sample is not None:
+            samples.append(sample)
+            if sample[0] >= use_mib:
+                break  # the allocation is visible: that is the reading we want
+        time.sleep(POLL_SECONDS)
+    worker.join(max(1.0, deadline - time.monotonic()) + 10)
+    if worker.is_alive():
+        module.fail_json(msg=f"{app[0]} did not end within {timeout} s and could not be stopped", commands=[app, smi])
+    if not samples:
+        # Read once after the program ended so a refused run still shows the total inside the quota.
+        sample = read_sample(module, smi, env)
+        if sample is not None:
+            samples.append(sample)
+    outcome["samples"] = samples
+    return outcome
 
 
 def main() -> None:

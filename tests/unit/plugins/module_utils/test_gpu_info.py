@@ -129,3 +129,30 @@ def test_nouveau_blacklist_is_found_only_where_it_is_active():
         "/lib/modprobe.d/other.conf": "blacklist nouveaux\n",
     }
     assert gpu_info.modprobe_blacklists(files, "nouveau") == ["/etc/modprobe.d/vgpu-blacklist-nouveau.conf"]
+
+
+def test_the_installed_module_version_from_dkms_status_for_the_kernel():
+    status = (
+        "nvidia-tesla-470/470.256.02, 6.1.0-57-amd64, x86_64: installed\n"
+        "nvidia-tesla-470/470.256.02, 6.1.0-41-amd64, x86_64: built\n"
+        "nvidia, 535.183.01, 5.15.0-91-generic, x86_64: installed\n"
+    )
+    assert gpu_info.parse_dkms_version(status, "6.1.0-57-amd64") == "470.256.02"
+    assert gpu_info.parse_dkms_version(status, "5.15.0-91-generic") == "535.183.01"
+    assert gpu_info.parse_dkms_version(status, "6.1.0-41-amd64") is None  # built, not installed
+
+
+@pytest.mark.parametrize(
+    ("name", "main"),
+    [
+        ("nvidia", True),
+        ("nvidia-tesla-470", True),
+        ("nvidia-current.ko", True),
+        ("nvidia_uvm", False),
+        ("nvidia-tesla-470-modeset", False),
+        ("nvidia-drm.ko.xz", False),
+        ("nouveau", False),
+    ],
+)
+def test_the_main_nvidia_module_is_told_from_its_companions(name, main):
+    assert gpu_info.is_main_nvidia_module(name) is main

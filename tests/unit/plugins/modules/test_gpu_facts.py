@@ -39,7 +39,9 @@ class FakeNode:
         os_release: str = OS_DEBIAN,
         nouveau_loaded: bool = False,
         sb_state: str = "SecureBoot disabled\n",
+        dkms: str = "",
     ):
+        self.dkms = dkms
         self.smi, self.proc, self.modinfo, self.lspci = smi, proc, modinfo, lspci
         self.os_release, self.nouveau_loaded, self.sb_state = os_release, nouveau_loaded, sb_state
 
@@ -50,7 +52,7 @@ class FakeNode:
             return 0, self.smi[1] if args else self.smi[0]
         if name == "modinfo":
             return (0, self.modinfo + "\n") if self.modinfo else (1, "modinfo: ERROR: Module nvidia not found.\n")
-        answers = {"lspci": (0, self.lspci), "mokutil": (0, self.sb_state), "dkms": (0, "")}
+        answers = {"lspci": (0, self.lspci), "mokutil": (0, self.sb_state), "dkms": (0, self.dkms)}
         return answers.get(name, (None, ""))
 
     def read_text(self, path: str) -> Optional[str]:
@@ -63,7 +65,7 @@ def gather(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     def run(node: FakeNode, **args: Any) -> dict[str, Any]:
         monkeypatch.setattr(gpu_facts, "run_tool", node.run_tool)
         monkeypatch.setattr(gpu_facts, "read_text", node.read_text)
-        monkeypatch.setattr(gpu_facts.glob, "glob", lambda _pattern: [])
+        monkeypatch.setattr(gpu_facts.glob, "glob", lambda _pattern, recursive=False: [])
         real_isdir = gpu_facts.os.path.isdir
         monkeypatch.setattr(
             gpu_facts.os.path, "isdir", lambda p: node.nouveau_loaded if p == "/sys/module/nouveau" else real_isdir(p)
@@ -161,3 +163,12 @@ def test_without_a_driver_nvml_falls_back_to_nvidia_smi_and_lspci(gather):
     facts = gather(FakeNode(), use_nvml=True)["ansible_facts"]["gpu"]
     assert facts["source"] == "none"
     assert facts["pci_devices"]
+
+
+def test_a_debian_node_with_the_renamed_module_built_by_dkms_counts_as_installed(gather):
+    """Debian installs nvidia-tesla-470.ko, which modinfo does not find as nvidia: dkms status tells."""
+    node = FakeNode(dkms="nvidia-tesla-470/470.256.02, 6.1.0-41-amd64, x86_64: installed\n")
+    facts = gather(node, driver_version="470.256.02")["ansible_facts"]["gpu"]
+    assert facts["driver_installed_version"] == "470.256.02"
+    assert facts["dkms_status"] == ["nvidia-tesla-470/470.256.02, 6.1.0-41-amd64, x86_64: installed"]
+    assert facts["driver_plan"]["action"] == "none"

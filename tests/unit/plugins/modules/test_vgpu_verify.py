@@ -140,3 +140,10 @@ def test_a_bad_quota_is_refused_before_anything_runs(node, run_module, quota):
     result = run_module({"prefix": str(node), "quota": quota})
     assert result["failed"] is True
     assert quota in result["msg"]
+
+
+def test_a_hung_app_is_stopped_at_the_timeout_and_fails_the_module(node, run_module):
+    result = run_module({"prefix": str(node), "hold_seconds": 60, "timeout": 2, "use": "1200MiB"})
+    assert result["failed"] is True
+    assert result["app_rc"] is None
+    assert "did not finish in time" in result["msg"]
