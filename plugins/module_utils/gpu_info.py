@@ -205,5 +205,5 @@ def parse_dkms_version(text: str, kernel: str) -> Optional[str]:
 
 def is_main_nvidia_module(name: str) -> bool:
     """``nvidia`` or a distribution's renamed copy of it (``nvidia-current``, ``nvidia-tesla-470``)."""
-    base = name.split(".ko")[0].replace("_", "-")
+    base = name.split(".ko", 1)[0].replace("_", "-")
     return base.startswith("nvidia") and not re.search(r"-(modeset|drm|uvm|peermem|fs)$", base)

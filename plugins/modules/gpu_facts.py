@@ -327,7 +327,7 @@ def installed_version(module: AnsibleModule, kernel: str, dkms_status: str) -> O
     """Version of the NVIDIA module installed for ``kernel``, whatever the distribution named it."""
     names = ["nvidia"]
     for path in glob.glob(f"/lib/modules/{kernel}/**/nvidia*.ko*", recursive=True):
-        name = os.path.basename(path).split(".ko")[0]
+        name = os.path.basename(path).split(".ko", 1)[0]
         if is_main_nvidia_module(name) and name not in names:
             names.append(name)  # Debian installs nvidia-tesla-470.ko, for one
     for name in names:
