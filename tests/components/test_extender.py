@@ -357,3 +357,21 @@ def test_readyz_waits_for_the_api_and_metrics_count_requests(cluster: Scheduler)
     cluster.post("/filter", {"Pod": pod_obj("p", 100), "Nodes": None, "NodeNames": ["gpu-a"]})
     status, body = cluster.get("/metrics")
     assert status == 200 and b'vgpu_extender_request_seconds_count{verb="filter"}' in body
+
+
+def test_a_relist_of_many_pods_counts_each_gpu_once() -> None:
+    model = ClusterModel("vgpu.io")
+    nodes = [node_obj(f"n{i}", [(f"GPU-{i}-0", 12288, 0), (f"GPU-{i}-1", 12288, 0)]) for i in range(200)]
+    pods = []
+    for i in range(2000):
+        pod = pod_obj(f"p{i}", 500, uid=f"u{i}")
+        pod["spec"]["nodeName"] = f"n{i % 200}"
+        pod["metadata"]["annotations"] = {"vgpu.io/gpu-uuid": f"GPU-{i % 200}-{(i // 200) % 2}"}
+        pod["status"]["phase"] = "Running"
+        pods.append(pod)
+    started = time.monotonic()
+    model.replace_all(nodes, pods)
+    elapsed = time.monotonic() - started
+    # 10 pods of 5 units per node, alternating GPUs: 25 units on each GPU
+    assert {g.free for state in model.nodes.values() for g in state.gpus} == {122 - 25}
+    assert elapsed < 5.0

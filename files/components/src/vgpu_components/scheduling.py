@@ -170,6 +170,7 @@ class ClusterModel:
         self.nodes: dict[str, NodeState] = {}
         self.node_errors: dict[str, str] = {}
         self.placements: dict[str, Placement] = {}
+        self._bulk = False  # during replace_all: count once at the end, not per object
         self.pending: dict[str, PendingPod] = {}
 
     # --- nodes ---------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ class ClusterModel:
 
     def _recount(self, name: str) -> None:
         state = self.nodes.get(name)
-        if state is None:
+        if state is None or self._bulk:
             return
         for gpu in state.gpus:
             gpu.placed = 0
@@ -254,19 +255,35 @@ class ClusterModel:
     def replace_all(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[Mapping[str, Any]] | None) -> None:
         """Rebuild from full lists (start-up and relists); our unexpired reservations survive."""
         with self.lock:
-            if nodes is not None:
-                self.nodes.clear()
-                self.node_errors.clear()
-                for node in nodes:
-                    self.set_node(node)
-            if pods is not None:
-                keep = {uid: p for uid, p in self.placements.items() if p.reserved_at is not None}
-                self.placements = keep
-                self.pending.clear()
-                for pod in pods:
-                    self.set_pod(pod)
-            for name in list(self.nodes):
-                self._recount(name)
+            self._bulk = True
+            try:
+                if nodes is not None:
+                    self.nodes.clear()
+                    self.node_errors.clear()
+                    for node in nodes:
+                        self.set_node(node)
+                if pods is not None:
+                    keep = {uid: p for uid, p in self.placements.items() if p.reserved_at is not None}
+                    self.placements = keep
+                    self.pending.clear()
+                    for pod in pods:
+                        self.set_pod(pod)
+            finally:
+                self._bulk = False
+            self._recount_all()
+
+    def _recount_all(self) -> None:
+        """One pass over all placements (start-up and relists), instead of one per node."""
+        for state in self.nodes.values():
+            for gpu in state.gpus:
+                gpu.placed = 0
+        for placement in self.placements.values():
+            holder = self.nodes.get(placement.node)
+            target = holder.gpu(placement.gpu_uuid) if holder else None
+            if target is not None:
+                target.placed += placement.units
+        for state in self.nodes.values():
+            state.refresh()
 
     def expire_reservations(self, now: float | None = None) -> int:
         """Drop reservations of binds that never showed up as bound pods; returns how many."""
