@@ -1,5 +1,6 @@
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Pure helpers that judge the vgpu components' state from objects read off the API server."""
 
 import re

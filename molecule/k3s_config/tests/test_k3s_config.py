@@ -32,10 +32,6 @@ def test_config_names_the_node_and_keeps_the_token_private(host):
     assert "cluster-init" not in data, "one server: no embedded etcd needed"
 
 
-def test_gpu_node_runs_nvidia_by_default(host):
-    assert read_yaml(host, "/etc/rancher/k3s/config.yaml.d/60-vgpu-runtime.yaml") == {"default-runtime": "nvidia"}
-
-
 def test_scheduler_dropin_and_configuration(host):
     dropin = read_yaml(host, "/etc/rancher/k3s/config.yaml.d/50-vgpu-scheduler.yaml")
     assert dropin == {"kube-scheduler-arg+": ["config=/etc/rancher/k3s/vgpu-scheduler-config.yaml"]}
