@@ -83,6 +83,7 @@ class KubeClusterApi:
         return doc.get("items") or [], doc["metadata"]["resourceVersion"]
 
     def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        # Not deserialize=False: with it, kubernetes 37 fails with KeyError on ERROR events (410).
         stream = k8s_watch.Watch().stream(
             self._lister(kind), resource_version=resource_version, timeout_seconds=300, allow_watch_bookmarks=True
         )
@@ -104,7 +105,13 @@ class KubeClusterApi:
         return dict(json.loads(response.data))
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}}, _request_timeout=10)
+        self.core.patch_namespaced_pod(
+            name,
+            namespace,
+            {"metadata": {"annotations": annotations}},
+            _content_type=kube.MERGE_PATCH,
+            _request_timeout=10,
+        )
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         body = k8s.V1Binding(
@@ -283,10 +290,14 @@ class Extender:
                 self.synced[kind] = True
                 log.info("listed %d %s", len(items), kind)
                 backoff = 1.0
-                for event, obj in self.api.watch(kind, version):
-                    if stop.is_set():
-                        return
-                    self._apply(kind, event, obj)
+                # Watch again from the last version seen when a watch times out; list again
+                # only when the version is gone or something failed.
+                while not stop.is_set():
+                    for event, obj in self.api.watch(kind, version):
+                        if stop.is_set():
+                            return
+                        version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                        self._apply(kind, event, obj)
             except Gone as exc:
                 log.info("%s watch expired (%s); listing again", kind, exc)
             except Exception as exc:

@@ -11,6 +11,8 @@ from kubernetes import client as k8s
 from kubernetes import config
 
 log = logging.getLogger(__name__)
+# The client would pick JSON Patch for PATCH; our bodies are merge patches.
+MERGE_PATCH = "application/merge-patch+json"
 
 
 def api_client(kubeconfig: str | None = None) -> Any:
@@ -39,7 +41,7 @@ class KubeNodeApi:
         self.component = component
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
-        self.core.patch_node(node, {"metadata": {"annotations": annotations}})
+        self.core.patch_node(node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         now = datetime.datetime.now(datetime.timezone.utc)
