@@ -86,15 +86,21 @@ class BindWatch(threading.Thread):
         self.done.set()
 
 
-def extender_bind_errors() -> int:
-    """vgpu_extender_binds_total{outcome="error"} from the extender's /metrics (0 if absent)."""
+def extender_metrics() -> dict[str, float]:
+    """The extender's counters that explain its rate: refused binds, time and count per verb."""
     url = f"http://127.0.0.1:{cluster.extender_port()}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:  # loopback, fixed scheme
         text = response.read().decode()
+    wanted = {'vgpu_extender_binds_total{outcome="error"}': "failed_binds"}
+    for verb in ("filter", "prioritize", "bind"):
+        wanted[f'vgpu_extender_request_seconds_sum{{verb="{verb}"}}'] = f"{verb}_s"
+        wanted[f'vgpu_extender_request_seconds_count{{verb="{verb}"}}'] = f"{verb}_n"
+    values = dict.fromkeys(wanted.values(), 0.0)
     for line in text.splitlines():
-        if line.startswith('vgpu_extender_binds_total{outcome="error"}'):
-            return int(float(line.split()[-1]))
-    return 0
+        key, _, value = line.rpartition(" ")
+        if key in wanted:
+            values[wanted[key]] = float(value)
+    return values
 
 
 def run_once(
@@ -114,7 +120,7 @@ def run_once(
     rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
     watcher = BindWatch(namespace, pods, rv)
     watcher.start()
-    binds_before = extender_bind_errors()
+    before = extender_metrics()
     cluster.ctl("start-scheduler", str(cluster.STATE_DIR / MODES[mode]))
     finished = watcher.done.wait(timeout)
     times = sorted(watcher.bound.values())
@@ -122,8 +128,14 @@ def run_once(
     if not finished or len(times) < pods:
         result["error"] = f"only {len(times)} of {pods} pods bound within {timeout:.0f} s"
     if mode != "plain":
+        after = extender_metrics()
         # Binds the extender refused because the GPU filled up after filter said it fit.
-        result["failed_binds"] = extender_bind_errors() - binds_before
+        result["failed_binds"] = int(after["failed_binds"] - before["failed_binds"])
+        for verb in ("filter", "prioritize", "bind"):
+            calls = after[f"{verb}_n"] - before[f"{verb}_n"]
+            spent = after[f"{verb}_s"] - before[f"{verb}_s"]
+            result[f"{verb}_calls"] = int(calls)
+            result[f"{verb}_mean_ms"] = round(1000 * spent / calls, 2) if calls else 0.0
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     result["seconds"] = round(span, 3)
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
