@@ -39,8 +39,16 @@ def test_the_build_folder_is_cleaned_up(host):
     assert not host.file("/var/cache/vgpu-build").exists
 
 
-def test_manage_reset_runs_on_an_empty_region(host):
+def test_manage_reset_repairs_a_corrupted_region(host):
+    """No GPU here, so no CUDA process writes a region: a garbage one stands in for a corrupted region."""
     region = host.check_output("mktemp -d")
-    result = host.run(f"VGPU_REGION_DIR={region} /opt/vgpu/manage --reset")
-    host.run(f"rm -rf {region}")
-    assert result.rc == 0, result.stderr
+    try:
+        host.check_output(f"head -c 4096 /dev/urandom > {region}/vgpu.region")
+        reset = host.run(f"VGPU_REGION_DIR={region} /opt/vgpu/manage --reset")
+        assert reset.rc == 0, reset.stderr
+        assert "re-initialised" in reset.stdout
+        stats = host.run(f"VGPU_REGION_DIR={region} /opt/vgpu/manage --stats --json")
+        assert stats.rc == 0, stats.stderr
+        json.loads(stats.stdout)  # a valid region again: the stats are well-formed JSON
+    finally:
+        host.run(f"rm -rf {region}")
