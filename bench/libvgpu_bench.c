@@ -1,7 +1,7 @@
 /* Micro-benchmarks for bench/libvgpu_bench.py, through libcuda.so.1 as the loader finds it
  * (native driver, or the interposer with LD_LIBRARY_PATH=/opt/vgpu). Built with gcc only.
- *   libvgpu_bench alloc N        ns per cuMemAlloc_v2(1 MiB) + cuMemFree_v2
- *   libvgpu_bench launch N       ns per launch of an empty kernel (JIT from PTX)
+ *   libvgpu_bench alloc N        ns per cuMemAlloc_v2(1 MiB) + cuMemFree_v2 (median of 5 batches of N)
+ *   libvgpu_bench launch N       ns per launch of an empty kernel, JIT from PTX (median of 10 batches of N)
  *   libvgpu_bench first-alloc    CLOCK_REALTIME ns at which the first allocation succeeded */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -40,6 +40,18 @@ static double now_ns(clockid_t c)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry empty()\n{\n\tret;\n}\n";
 
 int main(int argc, char **argv)
@@ -69,12 +81,16 @@ int main(int argc, char **argv)
             CHECK(alloc(&p, 1 << 20));
             CHECK(mfree(p));
         }
-        double t0 = now_ns(CLOCK_MONOTONIC);
-        for (long i = 0; i < n; i++) {
-            CHECK(alloc(&p, 1 << 20));
-            CHECK(mfree(p));
+        double batch[5];
+        for (int b = 0; b < 5; b++) {
+            double t0 = now_ns(CLOCK_MONOTONIC);
+            for (long i = 0; i < n; i++) {
+                CHECK(alloc(&p, 1 << 20));
+                CHECK(mfree(p));
+            }
+            batch[b] = (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
         }
-        printf("%.1f\n", (now_ns(CLOCK_MONOTONIC) - t0) / (double)n);
+        printf("%.1f\n", median(batch, 5));
         return 0;
     }
     if (!strcmp(argv[1], "launch")) {
@@ -90,17 +106,16 @@ int main(int argc, char **argv)
         for (int i = 0; i < 1000; i++)
             CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
         CHECK(sync());
-        double best = 1e30;
-        /* batches of 1000 launches, each followed by a synchronise; the mean over all batches */
-        double t0 = now_ns(CLOCK_MONOTONIC);
-        for (long i = 0; i < n; i++) {
-            CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
-            if (i % 1000 == 999)
-                CHECK(sync());
+        /* each batch: n launches then one synchronise */
+        double batch[10];
+        for (int b = 0; b < 10; b++) {
+            double t0 = now_ns(CLOCK_MONOTONIC);
+            for (long i = 0; i < n; i++)
+                CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+            CHECK(sync());
+            batch[b] = (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
         }
-        CHECK(sync());
-        best = (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
-        printf("%.1f\n", best);
+        printf("%.1f\n", median(batch, 10));
         return 0;
     }
     return 2;

@@ -22,6 +22,10 @@ def fail(msg: str) -> int:
     return 1
 
 
+# Sizes leave room for the context charge (512 MiB by default) next to the data.
+HALF, PAST, AGAIN = QUOTA // 2, QUOTA * 3 // 4, QUOTA * 5 // 8
+
+
 def check_torch() -> int:
     torch = importlib.import_module("torch")
 
@@ -30,20 +34,22 @@ def check_torch() -> int:
     print(f"mem_get_info free={free // MIB} MiB total={total // MIB} MiB")
     if total != QUOTA * MIB:
         return fail(f"total {total // MIB} MiB is not the quota {QUOTA} MiB")
-    half = torch.empty(QUOTA // 2 * MIB, dtype=torch.uint8, device="cuda")
+    if free > total:
+        return fail("free above total")
+    half = torch.empty(HALF * MIB, dtype=torch.uint8, device="cuda")
     half.fill_(1)
     try:
-        torch.empty(QUOTA * 3 // 4 * MIB, dtype=torch.uint8, device="cuda")
+        torch.empty(PAST * MIB, dtype=torch.uint8, device="cuda")
     except torch.OutOfMemoryError as exc:
         print(f"OutOfMemoryError past the quota: {str(exc).splitlines()[0][:160]}")
     else:
         return fail("allocating past the quota succeeded")
     del half
     torch.cuda.empty_cache()
-    again = torch.empty(QUOTA * 3 // 4 * MIB, dtype=torch.uint8, device="cuda")
+    again = torch.empty(AGAIN * MIB, dtype=torch.uint8, device="cuda")
     again.fill_(2)
     torch.cuda.synchronize()
-    print(f"after freeing, {QUOTA * 3 // 4} MiB fit again")
+    print(f"after freeing, {AGAIN} MiB fit again")
     return 0
 
 
@@ -54,16 +60,16 @@ def check_cupy() -> int:
     print(f"cupy {cupy.__version__} memGetInfo free={free // MIB} MiB total={total // MIB} MiB")
     if total != QUOTA * MIB:
         return fail(f"total {total // MIB} MiB is not the quota")
-    a = cupy.ones(QUOTA // 2 * MIB, dtype=cupy.uint8)
+    a = cupy.ones(HALF * MIB, dtype=cupy.uint8)
     try:
-        cupy.ones(QUOTA * 3 // 4 * MIB, dtype=cupy.uint8)
+        cupy.ones(PAST * MIB, dtype=cupy.uint8)
     except cupy.cuda.memory.OutOfMemoryError as exc:
         print(f"OutOfMemoryError past the quota: {str(exc)[:160]}")
     else:
         return fail("allocating past the quota succeeded")
     del a
     cupy.get_default_memory_pool().free_all_blocks()
-    b = cupy.ones(QUOTA * 3 // 4 * MIB, dtype=cupy.uint8)
+    b = cupy.ones(AGAIN * MIB, dtype=cupy.uint8)
     print(f"after freeing, {b.nbytes // MIB} MiB fit again")
     return 0
 

@@ -113,7 +113,8 @@ print(f'PyTorch process holding 1200 MiB: nvidia-smi used $base -> {u} MiB: cont
 )
 
 # ---------------------------------------------------------------- driver API paths
-section "driver API allocation paths (quota 1000 MiB)"
+section "driver API allocation paths (quota 1000 MiB, no context charge so the sizes stay round)"
+export VGPU_CONTEXT_RESERVE=0
 for api in v2 managed async async_ptsz pool pool_ptsz create array array3d mipmap gpa gpa2 gpa2_ptsz; do
     (
         container 1000
@@ -141,8 +142,17 @@ done
         pass "forwarded calls reach the driver; cuDeviceTotalMem reports the quota; NULL outputs do not crash"
     else fail "forwarding / totalmem / NULL outputs"; fi
 )
+unset VGPU_CONTEXT_RESERVE
 
 # ---------------------------------------------------------------- PyTorch
+section "how cuGetProcAddress answers reach the hooks (PyTorch, debug log)"
+(
+    container 2000
+    VGPU_LOG_LEVEL=3 timeout 120 "$PY" -c "import torch; x = torch.ones(1 << 20, device='cuda'); print(float(x.sum()))" \
+        >"$C/dbg" 2>&1
+    say "hooked by identity: $(grep -c 'hook by identity' "$C/dbg"), by name: $(grep -c 'hook by name' "$C/dbg")"
+    grep 'hook by' "$C/dbg" | sort | uniq -c | sort -rn | head -40 >>"$LOG"
+)
 section "PyTorch (quota 2000 MiB)"
 for conf in "" "expandable_segments:True" "backend:cudaMallocAsync"; do
     (
@@ -169,16 +179,16 @@ section "CuPy and JAX"
 )
 
 # ---------------------------------------------------------------- processes sharing one quota, crashes
-section "processes sharing one quota, kill -9"
+section "processes sharing one quota, kill -9 (quota 3000 MiB, 512 MiB per context)"
 (
-    container 2000
+    container 3000
     "$PREFIX/vgpu-memory-usage" 1200 30 >"$C/a" 2>&1 &
     pid=$!
     wait_for holding "$C/a"
     timeout 60 "$PREFIX/vgpu-memory-usage" 1200 0 >"$C/b" 2>&1; b=$?
     timeout 60 "$PREFIX/vgpu-memory-usage" 700 0 >"$C/c" 2>&1; c=$?
     cat "$C/a" "$C/b" "$C/c" >>"$LOG"
-    if [ $b = 2 ] && [ $c = 0 ]; then pass "two processes share one quota: 1200 + 1200 refused, 1200 + 700 fits"
+    if [ $b = 2 ] && [ $c = 0 ]; then pass "two processes share one quota: 1200 + 1200 refused, 1200 + 700 fits (with contexts)"
     else fail "shared quota b=$b c=$c"; fi
     kill -9 "$pid"; wait "$pid" 2>/dev/null
     timeout 60 "$PREFIX/vgpu-memory-usage" 1800 0 >"$C/d" 2>&1; d=$?

@@ -11,8 +11,9 @@
 
 #define DEFAULT_CONFIG_FILE "/etc/vgpu/quota.conf"
 #define DEFAULT_REGION_DIR "/var/run/vgpu"
-/* Charged per CUDA context unless VGPU_CONTEXT_RESERVE says otherwise; see docs/design.md. */
-#define DEFAULT_CTX_RESERVE "0MiB"
+/* Charged per CUDA context (quota file key context_reserve, else VGPU_CONTEXT_RESERVE): what a
+ * CUDA 13 context took on an H200 with driver 580 (527 MiB driver API, 619 MiB PyTorch). */
+#define DEFAULT_CTX_RESERVE "512MiB"
 
 /* "3000MiB", "3GiB", "512KiB", "1TiB" or a plain number of MiB. Decimal units are refused. */
 int vgpu_parse_size(const char *text, uint64_t *bytes)
@@ -111,6 +112,15 @@ static const struct switch_def switches[] = {
 };
 #define NSWITCHES (sizeof switches / sizeof switches[0])
 
+static int parse_reserve(const char *text, uint64_t *bytes)
+{
+    if (strcmp(text, "0") == 0 || strcmp(text, "0MiB") == 0) {
+        *bytes = 0;
+        return 0;
+    }
+    return vgpu_parse_size(text, bytes);
+}
+
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -142,6 +152,14 @@ static int load_file(struct vgpu_config *cfg, FILE *f, const char *path, char *e
         char *key = trim(s), *value = trim(eq + 1);
         char what[300];
         snprintf(what, sizeof what, "%s line %d: %s", path, lineno, key);
+        if (strcmp(key, "context_reserve") == 0) {
+            if (parse_reserve(value, &cfg->ctx_reserve) != 0) {
+                snprintf(err, errlen, "%s line %d: context_reserve=\"%s\" is not a size: expected e.g. 512MiB or 0",
+                         path, lineno, value);
+                return -1;
+            }
+            continue;
+        }
         if (strcmp(key, "memory_limit") == 0) {
             char e2[400];
             if (vgpu_parse_limits(value, cfg->limit, e2, sizeof e2) != 0) {
@@ -190,9 +208,7 @@ int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
     const char *reserve = getenv("VGPU_CONTEXT_RESERVE");
     if (!reserve || !*reserve)
         reserve = DEFAULT_CTX_RESERVE;
-    if (strcmp(reserve, "0") == 0 || strcmp(reserve, "0MiB") == 0)
-        cfg->ctx_reserve = 0;
-    else if (vgpu_parse_size(reserve, &cfg->ctx_reserve) != 0) {
+    if (parse_reserve(reserve, &cfg->ctx_reserve) != 0) {
         snprintf(err, errlen, "VGPU_CONTEXT_RESERVE=\"%s\" is not a size: expected e.g. 300MiB or 0", reserve);
         return -1;
     }

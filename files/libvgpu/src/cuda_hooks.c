@@ -717,12 +717,18 @@ static void install_audit(void)
                 __atomic_store_n(&vgpu_fwd_table_cuda[i], hook_ptr[h], __ATOMIC_RELEASE);
 }
 
-/* Base names whose hook is certain when pointer identity fails (flags pick the _ptsz ABI). */
+/* cuGetProcAddress takes a base name and a CUDA version; the driver may answer with an internal
+ * pointer that no exported symbol has, so identity alone is not enough. This table gives, for
+ * each base name we hook, the first version at which the driver hands out the ABI of our hook
+ * (what cuda.h maps the name to), and the _ptsz variant for per-thread default stream callers. */
 static const struct {
     const char *base;
     int min_version;
     int legacy, ptsz; /* hook indexes */
 } by_name[] = {
+    {"cuInit", 2000, H_cuInit, H_cuInit},
+    {"cuGetProcAddress", 12000, H_cuGetProcAddress_v2, H_cuGetProcAddress_v2},
+    {"cuGetProcAddress", 11030, H_cuGetProcAddress, H_cuGetProcAddress},
     {"cuMemAlloc", 3020, H_cuMemAlloc_v2, H_cuMemAlloc_v2},
     {"cuMemAllocPitch", 3020, H_cuMemAllocPitch_v2, H_cuMemAllocPitch_v2},
     {"cuMemFree", 3020, H_cuMemFree_v2, H_cuMemFree_v2},
@@ -739,25 +745,53 @@ static const struct {
     {"cuMipmappedArrayDestroy", 5000, H_cuMipmappedArrayDestroy, H_cuMipmappedArrayDestroy},
     {"cuMemGetInfo", 3020, H_cuMemGetInfo_v2, H_cuMemGetInfo_v2},
     {"cuDeviceTotalMem", 3020, H_cuDeviceTotalMem_v2, H_cuDeviceTotalMem_v2},
+    {"cuDevicePrimaryCtxRetain", 7000, H_cuDevicePrimaryCtxRetain, H_cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", 11000, H_cuDevicePrimaryCtxRelease_v2, H_cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxReset", 11000, H_cuDevicePrimaryCtxReset_v2, H_cuDevicePrimaryCtxReset_v2},
+    {"cuCtxDestroy", 4000, H_cuCtxDestroy_v2, H_cuCtxDestroy_v2},
+    {"cuLaunchKernel", 4000, H_cuLaunchKernel, H_cuLaunchKernel_ptsz},
+    {"cuLaunchKernelEx", 11060, H_cuLaunchKernelEx, H_cuLaunchKernelEx_ptsz},
+    {"cuLaunchCooperativeKernel", 9000, H_cuLaunchCooperativeKernel, H_cuLaunchCooperativeKernel_ptsz},
+    {"cuGraphLaunch", 10000, H_cuGraphLaunch, H_cuGraphLaunch_ptsz},
 };
+
+static int is_launch(int h)
+{
+    return h >= LAUNCH_FIRST && h <= LAUNCH_LAST;
+}
+
+static int per_thread_stream(cuuint64_t flags)
+{
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+        return 1;
+    if (flags & CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+        return 0;
+    /* CU_GET_PROC_ADDRESS_DEFAULT follows the process's setting, as the driver does */
+    const char *e = getenv("CUDA_API_PER_THREAD_DEFAULT_STREAM");
+    return e && e[0] == '1';
+}
 
 static void *route(const char *symbol, void *p, int version, cuuint64_t flags)
 {
     for (int i = 0; i < HOOK_COUNT; i++) {
         if (real_ptr[i] != p)
             continue;
-        if (i >= LAUNCH_FIRST && i <= LAUNCH_LAST && !audit)
+        if (is_launch(i) && !audit)
             return p; /* launches are not intercepted unless audited */
+        if (symbol)
+            vgpu_log(VGPU_DEBUG, "cuGetProcAddress(%s, %d): hook by identity", symbol, version);
         return hook_ptr[i];
     }
     if (!symbol)
         return p;
     for (size_t i = 0; i < sizeof by_name / sizeof by_name[0]; i++) {
-        if (strcmp(symbol, by_name[i].base) == 0 && version >= by_name[i].min_version) {
-            int h = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? by_name[i].ptsz : by_name[i].legacy;
-            vgpu_log(VGPU_DEBUG, "cuGetProcAddress(%s, %d): unknown driver pointer, routed by name", symbol, version);
-            return hook_ptr[h];
-        }
+        if (strcmp(symbol, by_name[i].base) != 0 || version < by_name[i].min_version)
+            continue;
+        int h = per_thread_stream(flags) ? by_name[i].ptsz : by_name[i].legacy;
+        if (is_launch(h) && !audit)
+            return p;
+        vgpu_log(VGPU_DEBUG, "cuGetProcAddress(%s, %d): hook by name", symbol, version);
+        return hook_ptr[h];
     }
     return p;
 }

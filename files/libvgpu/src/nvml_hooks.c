@@ -13,7 +13,8 @@
 
 #define NVML_HOOKS(X)                                                                                                 \
     X(nvmlInit) X(nvmlInit_v2) X(nvmlInitWithFlags) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)         \
-    X(nvmlErrorString)
+    X(nvmlDeviceGetComputeRunningProcesses) X(nvmlDeviceGetComputeRunningProcesses_v2)                              \
+    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlErrorString)
 #define NVML_HELPERS(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)
 
 #define ENUM_ENTRY(n) N_##n,
@@ -231,6 +232,50 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
     }
     return rc;
 }
+
+/* The process list: a process of this container shows what it holds in the container's terms
+ * (its allocations and contexts as accounted), like the memory line above it. */
+static void virtual_processes(nvmlDevice_t device, unsigned count, void *infos, size_t stride)
+{
+    if (!cfg_ok || !cfg.virtual_memory || !infos)
+        return;
+    struct vgpu_region *r = get_region();
+    struct vgpu_region_header h;
+    if (!r || vgpu_region_sample(r, &h) != 0)
+        return;
+    int dev = cuda_ordinal(device, &h);
+    if (dev < 0 || !cfg.limit[dev])
+        return;
+    for (unsigned i = 0; i < count; i++) {
+        char *e = (char *)infos + i * stride;
+        unsigned pid;
+        memcpy(&pid, e, sizeof pid);
+        for (unsigned k = 0; k < VGPU_MAX_SLOTS; k++) {
+            const struct vgpu_region_slot *s = &r->slots[k];
+            if (s->state != 1 || s->pid != pid)
+                continue;
+            unsigned long long used = s->devices[dev].used_bytes + s->devices[dev].ctx_bytes;
+            memcpy(e + 8, &used, sizeof used); /* usedGpuMemory follows the padded pid */
+            break;
+        }
+    }
+}
+
+#define RUNNING(NAME, STRIDE)                                                                                         \
+    VGPU_EXPORT nvmlReturn_t NAME(nvmlDevice_t device, unsigned *count, void *infos)                                  \
+    {                                                                                                                 \
+        nvmlReturn_t e = ensure_ready();                                                                              \
+        if (e)                                                                                                        \
+            return e;                                                                                                 \
+        nvmlReturn_t rc = REAL(NAME, nvmlReturn_t, (nvmlDevice_t, unsigned *, void *))(device, count, infos);         \
+        if (rc == NVML_SUCCESS && count)                                                                              \
+            virtual_processes(device, *count, infos, STRIDE);                                                         \
+        return rc;                                                                                                    \
+    }
+/* nvmlProcessInfo_v1_t is {pid, usedGpuMemory}; v2 and v3 add gpuInstanceId, computeInstanceId */
+RUNNING(nvmlDeviceGetComputeRunningProcesses, 16)
+RUNNING(nvmlDeviceGetComputeRunningProcesses_v2, 24)
+RUNNING(nvmlDeviceGetComputeRunningProcesses_v3, 24)
 
 #define HOOK_ADDR(n) (void *)n,
 static void *const hook_ptr[HOOK_COUNT] = {NVML_HOOKS(HOOK_ADDR)};

@@ -202,6 +202,20 @@ int main(int argc, char **argv)
                    es);
             printf("nvml2 rc=%d total=%llu used=%llu reserved=%llu free=%llu\n", r2, m2.total >> 20, m2.used >> 20,
                    m2.reserved >> 20, m2.free >> 20);
+        } else if (!strcmp(step, "procs")) {
+            nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            NV(nvmlInit_v2, (void))();
+            nvmlDevice_t d = NULL;
+            NV(nvmlDeviceGetHandleByIndex_v2, (unsigned, nvmlDevice_t *))(0, &d);
+            struct {
+                unsigned pid;
+                unsigned long long used;
+                unsigned gi, ci;
+            } info[4];
+            unsigned n = 4;
+            nvmlReturn_t rc = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &n, info);
+            printf("procs rc=%d n=%u self=%d used=%llu\n", rc, n, n && info[0].pid == (unsigned)getpid(),
+                   n ? info[0].used >> 20 : 0);
         } else if (!strcmp(step, "ctx")) {
             CUcontext c = NULL, prev = NULL;
             CU(cuCtxGetCurrent, (CUcontext *))(&prev);

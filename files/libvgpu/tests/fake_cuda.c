@@ -483,6 +483,41 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsi
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
+/* With FAKE_INTERNAL_POINTERS=1 cuGetProcAddress answers with internal entry points, not the
+ * exported symbols (as real drivers may): libvgpu must then route by name. */
+static CUresult internal_alloc(CUdeviceptr *p, size_t bytes)
+{
+    return cuMemAlloc_v2(p, bytes);
+}
+static CUresult internal_alloc_async(CUdeviceptr *p, size_t bytes, CUstream s)
+{
+    return cuMemAllocAsync(p, bytes, s);
+}
+static CUresult internal_alloc_async_ptsz(CUdeviceptr *p, size_t bytes, CUstream s)
+{
+    return cuMemAllocAsync_ptsz(p, bytes, s);
+}
+static CUresult internal_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+static void *internal_pointer(const char *symbol, cuuint64_t flags)
+{
+    const char *e = getenv("FAKE_INTERNAL_POINTERS");
+    if (!e || e[0] != '1')
+        return NULL;
+    int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    if (!strcmp(symbol, "cuMemAlloc"))
+        return (void *)internal_alloc;
+    if (!strcmp(symbol, "cuMemAllocAsync"))
+        return ptds ? (void *)internal_alloc_async_ptsz : (void *)internal_alloc_async;
+    if (!strcmp(symbol, "cuLaunchKernel"))
+        return (void *)internal_launch;
+    return NULL;
+}
+
 /* Like the real driver: base name + version + flags -> the exported versioned function. */
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)
 {
@@ -493,8 +528,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     if (dladdr((void *)cuGetProcAddress_v2, &info))
         self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     char name[256];
-    void *p = NULL;
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+    void *p = internal_pointer(symbol, flags);
+    if (!p && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
         snprintf(name, sizeof name, "%s_ptsz", symbol);
         p = dlsym(self, name);
     }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "abi.h"
 
@@ -105,4 +106,27 @@ EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned len)
         return NVML_ERROR_INVALID_ARGUMENT;
     snprintf(buf, len, "999.1.2");
     return NVML_SUCCESS;
+}
+
+/* One process on the GPU: the caller itself (FAKE_PROC_MIB MiB, default 999), in each layout. */
+static nvmlReturn_t running(unsigned *count, void *infos, size_t stride)
+{
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (*count < 1 || !infos) {
+        *count = 1;
+        return infos ? 7 /* NVML_ERROR_INSUFFICIENT_SIZE */ : NVML_SUCCESS;
+    }
+    memset(infos, 0, stride);
+    unsigned pid = (unsigned)getpid();
+    const char *m = getenv("FAKE_PROC_MIB");
+    unsigned long long used = (unsigned long long)(m ? atol(m) : 999) << 20;
+    memcpy(infos, &pid, sizeof pid);
+    memcpy((char *)infos + 8, &used, sizeof used);
+    *count = 1;
+    return NVML_SUCCESS;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned *count, void *infos)
+{
+    return d == &dev0 ? running(count, infos, 24) : NVML_ERROR_INVALID_ARGUMENT;
 }

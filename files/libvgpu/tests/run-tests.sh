@@ -24,7 +24,8 @@ fail() {
 fresh() {
     R=$(mktemp -d "$WORK/region.XXXX")
     OUT=$R/out ERR=$R/err
-    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT VGPU_CONTEXT_RESERVE LD_PRELOAD
+    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT LD_PRELOAD
+    export VGPU_CONTEXT_RESERVE=0  # round numbers; the context charge has its own tests
     export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
     export VGPU_CONFIG_FILE=""
     export VGPU_REAL_LIBCUDA=$FAKE VGPU_REAL_LIBNVML=$B/fake/libnvidia-ml.so.1 FAKE_DRIVER=$FAKE
@@ -75,6 +76,21 @@ expect "cuMemGetInfo, cuDeviceTotalMem and NVML v1/v2 report the quota" "info rc
 expect "NULL outputs behave as the driver's" "infonull rc=0 total=100 rc_both_null=1"
 
 fresh 100MiB
+run init alloc:30 procs
+expect "NVML process list shows the container's own accounting for its processes" "procs rc=0 n=1 self=1 used=30"
+
+fresh 100MiB
+export FAKE_INTERNAL_POINTERS=1 GPU_COMPUTE_AUDIT=1
+(run init alloc:60:gpa alloc:30:gpa2 alloc:30:gpa2_ptsz alloc:10:gpa2_ptsz info launch:3 hold:2) &
+wait_for holding "$OUT"
+launches=$(json_field launches)
+wait
+expect "cuGetProcAddress answering internal pointers: hooks routed by name (memory and audited launches)" \
+    "alloc 60 gpa rc=0" "alloc 30 gpa2 rc=0" "alloc 30 gpa2_ptsz rc=2" "alloc 10 gpa2_ptsz rc=0" "info rc=0 free=0 total=100" && \
+    { [ "$launches" = 6 ] && pass "audited launches counted through name routing" || fail "launches=$launches, want 6"; }
+unset FAKE_INTERNAL_POINTERS GPU_COMPUTE_AUDIT
+
+fresh 100MiB
 export LIMIT=0
 run init alloc:150 info nvml
 expect "LIMIT=0 accounts but never refuses; reports saturate" "alloc 150 v2 rc=0" "info rc=0 free=0 total=100" \
@@ -92,6 +108,18 @@ run init info nvml ctx alloc:95 alloc:85
 expect "each context's footprint counts against the quota and shows as NVML reserved" \
     "info rc=0 free=90 total=100" "nvml2 rc=0 total=100 used=0 reserved=10 free=90" "ctx rc=0 free_inside=80 destroy=0" \
     "alloc 95 v2 rc=2" "alloc 85 v2 rc=0"
+
+fresh 1000MiB
+unset VGPU_CONTEXT_RESERVE
+run init info nvml
+expect "by default each context is charged 512 MiB" "info rc=0 free=488 total=1000" \
+    "nvml2 rc=0 total=1000 used=0 reserved=512 free=488"
+
+fresh 1000MiB
+printf 'memory_limit=0:1000MiB\ncontext_reserve=100MiB\n' >"$R/quota.conf"
+export VGPU_CONFIG_FILE=$R/quota.conf VGPU_CONTEXT_RESERVE=0
+run init info
+expect "the quota file's context_reserve wins over the environment" "info rc=0 free=900 total=1000"
 
 fresh 3000MiB
 export FAKE_TOTAL_MIB=2048
