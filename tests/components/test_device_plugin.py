@@ -304,3 +304,22 @@ def test_stop_removes_the_socket(short_tmp: Path) -> None:
     assert not sock.exists()
     shutil.rmtree(short_tmp / "state", ignore_errors=True)
     assert os.path.isdir(short_tmp)
+
+
+def test_waits_for_a_kubelet_that_starts_later(short_tmp: Path) -> None:
+    cfg = make_config(short_tmp)
+    (short_tmp / "dp").mkdir()
+    plugin = DevicePlugin(cfg, two_gpus(), "node-a")
+    plugin.start()
+    try:
+        time.sleep(0.3)
+        assert plugin.healthy() == (False, "not registered with kubelet")
+        kubelet = FakeKubelet(short_tmp / "dp").start()
+        try:
+            assert kubelet.registered.wait(3)
+            assert len(kubelet.wait_update(1)) == 244
+            assert plugin.healthy()[0]
+        finally:
+            kubelet.stop()
+    finally:
+        plugin.stop()

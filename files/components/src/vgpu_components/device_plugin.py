@@ -172,6 +172,7 @@ class DevicePlugin:
         self.registrations = 0
         self._server: grpc.Server | None = None
         self._kubelet_id: tuple[int, int] | None = None
+        self._retry_at = 0.0  # after a failed registration, wait a moment before the next try
         self._unhealthy_since: dict[str, float] = {}
         self._publish_wake = threading.Event()
         self._last_annotation = ""
@@ -236,12 +237,15 @@ class DevicePlugin:
             return
         if self.registered:
             log.warning("kubelet restarted or our socket was removed; registering again")
+        elif time.monotonic() < self._retry_at:
+            return
         self.registered = False
         self._serve()
         try:
             self.register()
         except grpc.RpcError as exc:
-            log.error("registration with kubelet failed: %s", exc.details() if hasattr(exc, "details") else exc)
+            log.error("registration with kubelet failed (retrying in 1 s): %s", exc)
+            self._retry_at = time.monotonic() + 1.0
             return
         self._kubelet_id = kubelet_id
 
