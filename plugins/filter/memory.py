@@ -47,10 +47,21 @@ def mib(value, name="value"):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def _whole_number(value):
+    """An int, or a string of digits (what ``-e name=64`` on the command line gives); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
 def _int_in_range(settings, name, low, high, problems):
-    value = settings.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        problems.append("%s: %r must be a whole number from %d to %d" % (name, value, low, high))
+    value = _whole_number(settings.get(name))
+    if value is None or not low <= value <= high:
+        problems.append("%s: %r must be a whole number from %d to %d" % (name, settings.get(name), low, high))
         return None
     return value
 
@@ -71,9 +82,12 @@ def settings_problems(settings):
     if not isinstance(prefix, str) or not _PREFIX.match(prefix):
         problems.append("vgpu_resource_prefix: %r must be a DNS subdomain such as 'vgpu.io'" % (prefix,))
     unit = _int_in_range(settings, "vgpu_memory_unit_mib", 1, 1024 * 1024, problems)
-    reserved = settings.get("vgpu_reserved_memory_mib", 0)
-    if isinstance(reserved, bool) or not isinstance(reserved, int) or reserved < 0:
-        problems.append("vgpu_reserved_memory_mib: %r must be a whole number of MiB, 0 or more" % (reserved,))
+    reserved = _whole_number(settings.get("vgpu_reserved_memory_mib", 0))
+    if reserved is None or reserved < 0:
+        problems.append(
+            "vgpu_reserved_memory_mib: %r must be a whole number of MiB, 0 or more"
+            % (settings.get("vgpu_reserved_memory_mib"),)
+        )
         reserved = 0
     _int_in_range(settings, "vgpu_mps_active_thread_percentage", 1, 100, problems)
 

@@ -56,7 +56,7 @@ def test_the_documented_defaults_are_valid():
         ({"vgpu_kubernetes_flavour": "microk8s"}, "vgpu_kubernetes_flavour: 'microk8s' is not supported"),
         ({"vgpu_resource_prefix": "Vgpu_IO"}, "vgpu_resource_prefix: 'Vgpu_IO'"),
         ({"vgpu_memory_unit_mib": 0}, "vgpu_memory_unit_mib: 0 must be a whole number"),
-        ({"vgpu_memory_unit_mib": "100"}, "vgpu_memory_unit_mib: '100' must be a whole number"),
+        ({"vgpu_memory_unit_mib": "100MiB"}, "vgpu_memory_unit_mib: '100MiB' must be a whole number"),
         ({"vgpu_reserved_memory_mib": -1}, "vgpu_reserved_memory_mib: -1"),
         ({"vgpu_mps_active_thread_percentage": 101}, "vgpu_mps_active_thread_percentage: 101"),
         ({"vgpu_sample_app_quota": "3000MB"}, "vgpu_sample_app_quota: '3000MB'"),
@@ -75,6 +75,11 @@ def test_each_bad_setting_is_reported(override, fragment):
 def test_a_unit_that_divides_the_stated_gpu_memory_is_accepted():
     settings = {**VALID, "vgpu_memory_unit_mib": 64, "vgpu_sample_app_quota": "3GiB", "vgpu_gpu_memory_mib": ["12GiB"]}
     assert settings_problems(settings) == []
+
+
+def test_whole_numbers_given_on_the_command_line_are_accepted():
+    # `ansible-playbook -e vgpu_memory_unit_mib=50` passes the string "50".
+    assert settings_problems({**VALID, "vgpu_memory_unit_mib": "50", "vgpu_reserved_memory_mib": "0"}) == []
 
 
 def test_every_problem_is_reported_at_once():
