@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pynvml
 import pytest
 from fakes import GIB, FakeGpus, FakeKubelet, FakePodResources, RecordingNodeApi, two_gpus
 from vgpu_components import config, device_plugin, ids, kube, nvml
@@ -323,3 +324,20 @@ def test_waits_for_a_kubelet_that_starts_later(short_tmp: Path) -> None:
             kubelet.stop()
     finally:
         plugin.stop()
+
+
+def test_main_explains_a_missing_driver(monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:
+    """NVML failing to load as it does without a driver: a clear error, an event, exit status 1."""
+    api = RecordingNodeApi()
+
+    def no_driver() -> nvml.NvmlBackend:
+        raise pynvml.NVMLError_LibraryNotFound()
+
+    monkeypatch.setattr(nvml, "NvmlBackend", no_driver)
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig=None: object())
+    monkeypatch.setattr(kube, "KubeNodeApi", lambda client, component: api)
+    monkeypatch.setenv("NODE_NAME", "node-x")
+    monkeypatch.setenv("VGPU_DEVICE_PLUGIN_KUBELET_DIR", str(short_tmp))
+    assert device_plugin.main(["--config", str(short_tmp / "missing.yaml")]) == 1
+    assert api.events and api.events[0][1] == "GPUMemoryNotAdvertised"
+    assert "NVML is not usable" in api.events[0][2]

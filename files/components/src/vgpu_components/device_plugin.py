@@ -415,8 +415,17 @@ def main(argv: list[str] | None = None) -> int:
         node_api = kube.KubeNodeApi(kube.api_client(args.kubeconfig), "nvidia-shared-device-plugin")
     except Exception as exc:
         log.warning("no Kubernetes API (%s): the node annotation and events are off", exc)
-    backend = nvml.NvmlBackend()
-    gpus = backend.gpus()
+    try:
+        backend = nvml.NvmlBackend()
+        gpus = backend.gpus()
+    except Exception as exc:
+        log.error("NVML is not usable (driver missing, or the pod lacks the nvidia runtime?): %s", exc)
+        kube.try_event(node_api, node, "GPUMemoryNotAdvertised", f"NVML is not usable: {exc}")
+        return 1
+    if not gpus:
+        log.error("NVML found no GPU on this node; nothing to advertise")
+        kube.try_event(node_api, node, "GPUMemoryNotAdvertised", "NVML found no GPU")
+        return 1
     log.info("found %d GPU(s)", len(gpus), extra={"gpus": [g.uuid for g in gpus]})
     try:
         plugin = DevicePlugin(
