@@ -4,7 +4,13 @@ the layout of files/libvgpu/docs/region-format.md. NVML is FakeGpus (no GPU on t
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,3 +168,37 @@ def test_healthz_reports_pod_resources_trouble(exporter: Exporter) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/healthz", timeout=5)
     assert err.value.code == 503
+
+
+def test_the_cli_serves_metrics_and_stops_on_sigterm(short_tmp: Path) -> None:
+    """The real entry point as a process (NVML fails to load here: no driver on the CI machine)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(monitor.__file__).resolve().parents[1]),
+        "VGPU_MONITOR_PORT": "0",
+        "VGPU_MONITOR_POD_RESOURCES_SOCKET": str(short_tmp / "absent.sock"),
+        "VGPU_LOG_FORMAT": "json",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vgpu_components.monitor", "--config", str(short_tmp / "none.yaml")],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        port = 0
+        deadline = time.monotonic() + 30
+        while not port and time.monotonic() < deadline:
+            entry = json.loads(proc.stderr.readline() or "{}")
+            if entry.get("msg", "").startswith("serving /metrics on port "):
+                port = int(entry["msg"].rsplit(" ", 1)[1])
+        assert port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            assert b"vgpu_monitor_errors_total" in response.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
