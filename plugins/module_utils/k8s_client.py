@@ -103,6 +103,15 @@ class K8sApi:
         except (ApiException, DynamicApiError) as exc:
             raise K8sError("apply %s %s failed: %s" % (body["kind"], meta["name"], _reason(exc))) from exc
 
+    def create(self, body):
+        """POST one object (for kinds that are only ever created, such as access reviews)."""
+        resource = self._resource(body["apiVersion"], body["kind"])
+        namespace = (body.get("metadata") or {}).get("namespace")
+        try:
+            return resource.create(body=body, namespace=namespace).to_dict()
+        except (ApiException, DynamicApiError) as exc:
+            raise K8sError("create %s failed: %s" % (body["kind"], _reason(exc))) from exc
+
     def merge_patch(self, api_version, kind, name, patch, *, namespace=None, field_manager=None, dry_run=False):
         """JSON merge patch (null removes a key) of an existing object; returns the patched object."""
         resource = self._resource(api_version, kind)

@@ -6,22 +6,11 @@ docs/architecture.md, and that each component gets exactly the API access it nee
 """
 
 import hashlib
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from stack_render import ROLE, ROOT, render
 
-ROOT = Path(__file__).resolve().parents[4]
-ROLE = ROOT / "roles" / "vgpu_stack"
-TEMPLATES = [
-    "components.yaml.j2",
-    "kube-scheduler-config.yaml.j2",
-    "node-labels.yaml.j2",
-    "k3s-scheduler-dropin.yaml.j2",
-]
 CASES: dict[str, dict] = {
     "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
     "kubeadm-defaults": {"vgpu_kubernetes_flavour": "kubeadm"},
@@ -36,47 +25,10 @@ CASES: dict[str, dict] = {
     },
 }
 
-PLAYBOOK = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-    - {extra}
-  tasks:
-    - ansible.builtin.template:
-        src: "{role}/templates/{{{{ item }}}}"
-        dest: "{out}/{{{{ item | replace('.j2', '') }}}}"
-        mode: "0644"
-      loop: {templates}
-"""
-
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    out = {}
-    for case, extra in CASES.items():
-        folder = tmp_path_factory.mktemp(case)
-        variables: dict = dict(extra)
-        variables.update(
-            ansible_facts={"os_family": "Debian", "nodename": "edge"},
-            vgpu_stack_gpu_nodes=[{"name": "edge", "mps": False}, {"name": "gpu-2", "mps": True}],
-        )
-        (folder / "extra.yml").write_text(yaml.safe_dump(variables))
-        playbook = folder / "render.yml"
-        playbook.write_text(PLAYBOOK.format(role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES))
-        env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-        binary = Path(sys.executable).with_name("ansible-playbook")
-        proc = subprocess.run([str(binary), str(playbook)], capture_output=True, text=True, env=env, check=False)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        out[case] = {
-            name.replace(".j2", ""): [
-                d for d in yaml.safe_load_all((folder / name.replace(".j2", "")).read_text()) if d
-            ]
-            for name in TEMPLATES
-        }
-    return out
+    return {case: render(tmp_path_factory.mktemp(case), extra) for case, extra in CASES.items()}
 
 
 def objects(rendered, case, kind=None):

@@ -1,0 +1,55 @@
+"""Render the vgpu_stack templates with Ansible itself (ansible-playbook on localhost).
+
+Shared by the template tests and the live API tests, so both look at exactly what a run deploys.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[4]
+ROLE = ROOT / "roles" / "vgpu_stack"
+TEMPLATES = [
+    "components.yaml.j2",
+    "kube-scheduler-config.yaml.j2",
+    "node-labels.yaml.j2",
+    "k3s-scheduler-dropin.yaml.j2",
+]
+
+PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+    - {extra}
+  tasks:
+    - ansible.builtin.template:
+        src: "{role}/templates/{{{{ item }}}}"
+        dest: "{out}/{{{{ item | replace('.j2', '') }}}}"
+        mode: "0644"
+      loop: {templates}
+"""
+
+
+def render(folder: Path, extra: dict) -> dict:
+    """Render every template with the role's defaults plus `extra`; returns {name: [documents]}."""
+    variables = dict(extra)
+    variables.setdefault("ansible_facts", {"os_family": "Debian", "nodename": "edge"})
+    variables.setdefault("vgpu_stack_gpu_nodes", [{"name": "edge", "mps": False}, {"name": "gpu-2", "mps": True}])
+    (folder / "extra.yml").write_text(yaml.safe_dump(variables))
+    playbook = folder / "render.yml"
+    playbook.write_text(PLAYBOOK.format(role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES))
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    proc = subprocess.run([str(binary), str(playbook)], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = {}
+    for name in TEMPLATES:
+        text = (folder / name.replace(".j2", "")).read_text()
+        out[name.replace(".j2", "")] = [d for d in yaml.safe_load_all(text) if d]
+    return out

@@ -1,0 +1,134 @@
+"""vgpu_k8s_apply and vgpu_cluster_facts against a real kube-apiserver.
+
+Runs only when VGPU_TEST_KUBECONFIG names the admin kubeconfig of a real (disposable) API server,
+for example the control plane of tests/k8s (`make -C tests/k8s up`,
+VGPU_TEST_KUBECONFIG=build/k8s/admin.kubeconfig); otherwise every test here is skipped. No fake:
+the API server validates the rendered manifests, computes the server-side apply and authorizes
+the components' service accounts with the RBAC the stack deploys.
+"""
+
+import os
+import uuid
+
+import pytest
+from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import K8sApi
+from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts, vgpu_k8s_apply
+from stack_render import render
+
+KUBECONFIG = os.environ.get("VGPU_TEST_KUBECONFIG")
+pytestmark = pytest.mark.skipif(not KUBECONFIG, reason="VGPU_TEST_KUBECONFIG names no API server")
+
+
+def params(**overrides):
+    base = {key: spec.get("default") for key, spec in vgpu_k8s_apply.ARGUMENT_SPEC.items()}
+    base.update(kubeconfig=KUBECONFIG, wait_timeout=60)
+    base.update(overrides)
+    return base
+
+
+@pytest.fixture(scope="module")
+def api():
+    return K8sApi(KUBECONFIG)
+
+
+@pytest.fixture(scope="module")
+def nodes(api):
+    """Two Node objects of our own (no kubelet behind them), removed afterwards."""
+    names = [f"vgpu-live-{uuid.uuid4().hex[:6]}-{i}" for i in (1, 2)]
+    for name in names:
+        api.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}, "vgpu-test")
+    yield names
+    for name in names:
+        api.delete("v1", "Node", name)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, nodes):
+    """The manifests as a kubeadm run renders them (RuntimeClass included), for our two nodes."""
+    gpu_nodes = [{"name": nodes[0], "mps": False}, {"name": nodes[1], "mps": True}]
+    return render(
+        tmp_path_factory.mktemp("live"), {"vgpu_kubernetes_flavour": "kubeadm", "vgpu_stack_gpu_nodes": gpu_nodes}
+    )
+
+
+def test_manifests_apply_then_reapply_unchanged_and_delete(api, stack):
+    definition = stack["components.yaml"]
+    try:
+        first = vgpu_k8s_apply.run(api, params(definition=definition), check_mode=False)
+        assert {o["result"] for o in first["objects"]} <= {"created", "configured"}
+        again = vgpu_k8s_apply.run(api, params(definition=definition), check_mode=False)
+        assert again["changed"] is False, [o for o in again["objects"] if o["result"] != "unchanged"]
+
+        changed = [dict(d) for d in definition]
+        for doc in changed:
+            if doc["kind"] == "ConfigMap":
+                doc["data"] = {"config.yaml": doc["data"]["config.yaml"] + "# edited\n"}
+        predicted = vgpu_k8s_apply.run(api, params(definition=changed), check_mode=True)
+        assert {o["ref"] for o in predicted["objects"] if o["result"] == "configured"} == {
+            "ConfigMap/kube-system/vgpu-config"
+        }
+        live = api.get("v1", "ConfigMap", "vgpu-config", "kube-system")
+        assert "# edited" not in live["data"]["config.yaml"], "check mode must not write"
+    finally:
+        removed = vgpu_k8s_apply.run(api, params(definition=definition, state="absent"), check_mode=False)
+    assert {o["result"] for o in removed["objects"]} == {"deleted"}
+
+
+def test_labels_patch_onto_registered_nodes_and_come_off_again(api, stack, nodes):
+    labels = stack["node-labels.yaml"]
+    first = vgpu_k8s_apply.run(api, params(definition=labels, state="patched"), check_mode=False)
+    assert first["changed"] is True
+    assert api.get("v1", "Node", nodes[1])["metadata"]["labels"]["vgpu.io/mps"] == "true"
+    again = vgpu_k8s_apply.run(api, params(definition=labels, state="patched"), check_mode=False)
+    assert again["changed"] is False
+    removal = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"vgpu.io/gpu-node": None}}}
+        for n in nodes
+    ]
+    vgpu_k8s_apply.run(api, params(definition=removal, state="patched"), check_mode=False)
+    assert "vgpu.io/gpu-node" not in (api.get("v1", "Node", nodes[0])["metadata"].get("labels") or {})
+
+
+def allowed(api, account, verb, resource, *, namespace="", subresource="", group=""):
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:kube-system:{account}",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
+            "resourceAttributes": {
+                "verb": verb,
+                "resource": resource,
+                "subresource": subresource,
+                "namespace": namespace,
+                "group": group,
+            },
+        },
+    }
+    return api.create(review)["status"]["allowed"]
+
+
+def test_each_service_account_gets_what_it_needs_and_nothing_more(api, stack):
+    definition = stack["components.yaml"]
+    vgpu_k8s_apply.run(api, params(definition=definition), check_mode=False)
+    try:
+        assert allowed(api, "nvidia-shared-device-plugin", "patch", "nodes")
+        assert allowed(api, "nvidia-shared-device-plugin", "create", "events", namespace="default")
+        assert not allowed(api, "nvidia-shared-device-plugin", "list", "pods")
+        assert not allowed(api, "nvidia-shared-device-plugin", "get", "secrets", namespace="kube-system")
+        assert allowed(api, "gpushare-scheduler-extender", "watch", "pods")
+        assert allowed(api, "gpushare-scheduler-extender", "create", "pods", namespace="default", subresource="binding")
+        assert not allowed(api, "gpushare-scheduler-extender", "delete", "pods", namespace="default")
+        assert not allowed(api, "cgpu-monitor", "list", "pods")
+        assert not allowed(api, "nvidia-mps", "get", "nodes")
+    finally:
+        vgpu_k8s_apply.run(api, params(definition=definition, state="absent"), check_mode=False)
+
+
+def test_cluster_facts_reports_nodes_without_running_components(api, nodes):
+    facts_params = {key: spec.get("default") for key, spec in vgpu_cluster_facts.ARGUMENT_SPEC.items()}
+    facts_params.update(gpu_nodes=nodes, check_extender=False)
+    result = vgpu_cluster_facts.run(api, facts_params, False)
+    assert result["healthy"] is False
+    assert f"nvidia-shared-device-plugin is not running on {nodes[0]} (no pod)" in result["problems"]
+    assert f"GPU node {nodes[0]} advertises no vgpu.io/gpu-memory" in result["problems"]
