@@ -13,4 +13,10 @@ if ! ls "$src"/vgpu_components/proto/deviceplugin_pb2.py >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$src:$here${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$PATH:/usr/local/nvidia/bin"
+# Where GPU containers get the driver libraries (libnvidia-ml.so.1) when not in the default paths.
+for lib in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+    if [[ -d $lib ]]; then
+        export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+done
 exec "${PYTHON:-python3}" "$here/gpu_smoke.py" "$@"
