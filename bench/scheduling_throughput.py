@@ -59,31 +59,51 @@ def ensure_nodes(core: Any, count: int) -> dict[str, str]:
 
 
 class BindWatch(threading.Thread):
-    """Records when each pod of a namespace is first seen bound."""
+    """Records when each pod of a namespace is first seen bound.
 
-    def __init__(self, namespace: str, expected: int, resource_version: str) -> None:
+    A watch that ends early (a dropped connection on a loaded machine) is resumed from a fresh
+    list; pods found bound by that list are stamped with the time of the list and counted in
+    `late`, so a run can tell how much its timing leaned on them.
+    """
+
+    def __init__(self, namespace: str, expected: int, resource_version: str, timeout: float) -> None:
         super().__init__(daemon=True)
         self.namespace = namespace
         self.expected = expected
         self.resource_version = resource_version
+        self.deadline = time.monotonic() + timeout
         self.bound: dict[str, float] = {}
+        self.late = 0
         self.done = threading.Event()
         self.core = client.CoreV1Api(cluster.api_client())
 
+    def _seen(self, pod: Any, late: bool = False) -> None:
+        if pod.spec.node_name and pod.metadata.name not in self.bound:
+            self.bound[pod.metadata.name] = time.monotonic()
+            self.late += late
+
     def run(self) -> None:
-        stream = watch.Watch().stream(
-            self.core.list_namespaced_pod,
-            self.namespace,
-            resource_version=self.resource_version,
-            timeout_seconds=600,
-        )
-        for event in stream:
-            pod = event["object"]
-            if pod.spec.node_name and pod.metadata.name not in self.bound:
-                self.bound[pod.metadata.name] = time.monotonic()
-                if len(self.bound) >= self.expected:
-                    break
-        self.done.set()
+        try:
+            while len(self.bound) < self.expected and time.monotonic() < self.deadline:
+                try:
+                    stream = watch.Watch().stream(
+                        self.core.list_namespaced_pod,
+                        self.namespace,
+                        resource_version=self.resource_version,
+                        timeout_seconds=max(1, int(self.deadline - time.monotonic())),
+                    )
+                    for event in stream:
+                        self._seen(event["object"])
+                        if len(self.bound) >= self.expected:
+                            return
+                except Exception as exc:
+                    print(f"watch of {self.namespace} ended ({exc}); listing again", file=sys.stderr)
+                listing: Any = self.core.list_namespaced_pod(self.namespace)
+                for pod in listing.items:
+                    self._seen(pod, late=True)
+                self.resource_version = str(listing.metadata.resource_version)
+        finally:
+            self.done.set()
 
 
 def extender_metrics() -> dict[str, float]:
@@ -118,13 +138,13 @@ def run_once(
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: core.create_namespaced_pod(namespace, cluster.pod_body(n, POD_MIB, selector)), names))
     rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
-    watcher = BindWatch(namespace, pods, rv)
+    watcher = BindWatch(namespace, pods, rv, timeout)
     watcher.start()
     before = extender_metrics()
     cluster.ctl("start-scheduler", str(cluster.STATE_DIR / MODES[mode]))
-    finished = watcher.done.wait(timeout)
+    finished = watcher.done.wait(timeout + 30)
     times = sorted(watcher.bound.values())
-    result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times)}
+    result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times), "late": watcher.late}
     if not finished or len(times) < pods:
         result["error"] = f"only {len(times)} of {pods} pods bound within {timeout:.0f} s"
     if mode != "plain":
