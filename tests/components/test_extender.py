@@ -10,6 +10,7 @@ list/watch the extender rebuilds its model from.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import queue
 import threading
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from vgpu_components.allocator import best_fit
 from vgpu_components.extender import Extender, ExtenderServer, Gone
 from vgpu_components.scheduling import ClusterModel
 
@@ -375,3 +377,30 @@ def test_a_relist_of_many_pods_counts_each_gpu_once() -> None:
     # 10 pods of 5 units per node, alternating GPUs: 25 units on each GPU
     assert {g.free for state in model.nodes.values() for g in state.gpus} == {122 - 25}
     assert elapsed < 5.0
+
+
+def test_unhealthy_gpus_take_no_pods(cluster: Scheduler) -> None:
+    node = node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)])
+    doc = json.loads(node["metadata"]["annotations"]["vgpu.io/gpus"])
+    doc["gpus"][0]["healthy"] = False
+    node["metadata"]["annotations"]["vgpu.io/gpus"] = json.dumps(doc)
+    cluster.extender.model.set_node(node)
+    _node, annotations = cluster.schedule(pod_obj("a", 1000), ["gpu-a"])
+    assert annotations["vgpu.io/gpu-uuid"] == GPU1
+    doc["gpus"][1]["healthy"] = False
+    node["metadata"]["annotations"]["vgpu.io/gpus"] = json.dumps(doc)
+    cluster.extender.model.set_node(node)
+    _status, result = cluster.post("/filter", {"Pod": pod_obj("b", 1000), "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert result["FailedAndUnresolvableNodes"]["gpu-a"].startswith("no healthy GPU has 1000 MiB in total")
+
+
+def test_extender_and_device_plugin_pick_the_same_gpu() -> None:
+    """The extender's bisect best fit and the plugin's best_fit are one rule on any free pattern."""
+    for frees in itertools.product([0, 5, 20, 21, 50, 122], repeat=3):
+        gpus = [(f"GPU-{i}", 12288, 122 - free) for i, free in enumerate(frees)]
+        model = ClusterModel("vgpu.io")
+        model.set_node(node_obj("n", gpus))
+        for need in (1, 5, 20, 21, 50, 100, 122):
+            fit = model.fit("n", need)
+            expected = best_fit(((free, i, f"GPU-{i}") for i, free in enumerate(frees)), need)
+            assert (fit.gpu.uuid if fit.gpu else None) == expected, (frees, need)

@@ -311,7 +311,8 @@ class ClusterModel:
             unit = state.unit_mib
             largest = f"largest free {state.max_free * unit} MiB"
             if state.max_units < units:
-                return Fit(None, f"no GPU has {units * unit} MiB in total; {largest}", unresolvable=True)
+                healthy = "healthy GPU" if any(not g.healthy for g in state.gpus) else "GPU"
+                return Fit(None, f"no {healthy} has {units * unit} MiB in total; {largest}", unresolvable=True)
             return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
         gpu = state.best_fit(units)
         assert gpu is not None  # max_free >= units guarantees one
