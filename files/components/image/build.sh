@@ -57,8 +57,8 @@ fi
 
 # --- 2. wheels ----------------------------------------------------------------------------
 echo ">> building the vgpu-components wheel"
-make -s -C "$components" PYTHON="$python" wheel >/dev/null
-wheel=$(ls "$components"/dist/vgpu_components-"$version"-*.whl)
+make -s -C "$components" PYTHON="$python" WHEEL_DIR="$work/dist" wheel >/dev/null
+wheel=$(ls "$work"/dist/vgpu_components-"$version"-*.whl)
 pip_target=(--only-binary=:all: --implementation cp --python-version "$py_version" --abi cp311 --abi abi3 --abi none
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 if [[ -z $wheelhouse ]]; then
