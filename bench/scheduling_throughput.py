@@ -117,7 +117,7 @@ def extender_metrics() -> dict[str, float]:
         wanted[f'vgpu_extender_request_seconds_count{{verb="{verb}"}}'] = f"{verb}_n"
     values = dict.fromkeys(wanted.values(), 0.0)
     for line in text.splitlines():
-        key, _, value = line.rpartition(" ")
+        key, _sep, value = line.rpartition(" ")
         if key in wanted:
             values[wanted[key]] = float(value)
     return values
@@ -172,7 +172,7 @@ def run_once(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000], help="node counts (default 100 1000)")
     parser.add_argument("--pods", type=int, default=500, help="pods per run (default 500)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds allowed per run (default 300)")

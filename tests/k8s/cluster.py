@@ -178,7 +178,7 @@ def wait_bound(core: Any, namespace: str, name: str, timeout: float = 60) -> Any
 def extender_port() -> int:
     """The extender's port, as up.sh wrote it to the state folder's env file."""
     for line in (STATE_DIR / "env").read_text().splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key == "VGPU_E2E_EXTENDER_PORT":
             return int(value)
     raise KeyError(f"VGPU_E2E_EXTENDER_PORT is not in {STATE_DIR / 'env'}")

@@ -41,7 +41,7 @@ def test_reference_binpack_on_two_12gib_gpus(core: Any, namespace: str, gpu_node
     node = core.read_node(big[0].spec.node_name)
     published = json.loads(node.metadata.annotations[f"{cluster.PREFIX}/gpus"])["gpus"]
     by_uuid = {g["uuid"]: g["index"] for g in published}
-    for _, uid, index in big_gpus + small_gpus:
+    for _node, uid, index in big_gpus + small_gpus:
         assert by_uuid.get(uid) == index, f"{uid} index {index} does not match the node's {by_uuid}"
 
 
@@ -54,6 +54,6 @@ def test_concurrent_pods_never_overbook_a_gpu(core: Any, namespace: str, gpu_nod
     pods = [cluster.wait_bound(core, namespace, name, SCHEDULE_TIMEOUT) for name in names]
     per_gpu: dict[tuple[str, str], int] = defaultdict(int)
     for pod in pods:
-        node, uid, _ = gpu_of(pod)
+        node, uid, _index = gpu_of(pod)
         per_gpu[(node, uid)] += 5000
     assert sorted(per_gpu.values()) == [10000] * 4, f"GPU use in MiB: {dict(per_gpu)}"

@@ -1,25 +1,27 @@
-# Shared settings and process helpers for the local control plane; sourced by the scripts.
+# Shared settings and process helpers for the local control plane; sourced by the scripts, which
+# use the exported settings (and pass them on to the tests they start).
 # Only loopback addresses are used. Every port can be moved with an environment variable.
 # shellcheck shell=bash
 K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPO_ROOT="$(cd "$K8S_DIR/../.." && pwd)"
+export REPO_ROOT
 # shellcheck source=/dev/null
 source "$K8S_DIR/versions.env"
-CACHE_DIR="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
-BIN_DIR="$CACHE_DIR/$K8S_VERSION"
-KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"
-KWOK_STAGES="$CACHE_DIR/kwok-$KWOK_VERSION/stages.yaml"
-STATE_DIR="${VGPU_K8S_STATE_DIR:-$REPO_ROOT/build/k8s}"
-VENV="${VENV:-$REPO_ROOT/.venv}"
+export CACHE_DIR="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
+export BIN_DIR="$CACHE_DIR/$K8S_VERSION"
+export KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"
+export KWOK_STAGES="$CACHE_DIR/kwok-$KWOK_VERSION/stages.yaml"
+export STATE_DIR="${VGPU_K8S_STATE_DIR:-$REPO_ROOT/build/k8s}"
+export VENV="${VENV:-$REPO_ROOT/.venv}"
 case "$VENV" in /*) ;; *) VENV="$REPO_ROOT/$VENV" ;; esac
-COMPONENTS_SRC="${VGPU_COMPONENTS_SRC:-$REPO_ROOT/files/components/src}"
-ETCD_PORT="${VGPU_E2E_ETCD_PORT:-23790}"
-ETCD_PEER_PORT="${VGPU_E2E_ETCD_PEER_PORT:-23800}"
-APISERVER_PORT="${VGPU_E2E_APISERVER_PORT:-16443}"
-SCHEDULER_PORT="${VGPU_E2E_SCHEDULER_PORT:-20259}"
-EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-39766}"
-KWOK_PORT="${VGPU_E2E_KWOK_PORT:-20247}"
-PKI="$STATE_DIR/pki"
+export COMPONENTS_SRC="${VGPU_COMPONENTS_SRC:-$REPO_ROOT/files/components/src}"
+export ETCD_PORT="${VGPU_E2E_ETCD_PORT:-23790}"
+export ETCD_PEER_PORT="${VGPU_E2E_ETCD_PEER_PORT:-23800}"
+export APISERVER_PORT="${VGPU_E2E_APISERVER_PORT:-16443}"
+export SCHEDULER_PORT="${VGPU_E2E_SCHEDULER_PORT:-20259}"
+export EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-39766}"
+export KWOK_PORT="${VGPU_E2E_KWOK_PORT:-20247}"
+export PKI="$STATE_DIR/pki"
 
 log() { echo ">> $*"; }
 die() { echo "!! $*" >&2; exit 1; }
