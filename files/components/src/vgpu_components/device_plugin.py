@@ -269,12 +269,15 @@ class DevicePlugin:
 
     def _health_loop(self) -> None:
         recovery = float(self.cfg["device_plugin"]["xid_recovery_s"])
+        failures = 0
         while not self.stopping.is_set():
             assert self.backend is not None
             try:
                 events = self.backend.wait_xid(1000)
             except Exception as exc:
-                log.warning("Xid event wait failed: %s", exc)
+                failures += 1
+                if failures == 1 or failures % 100 == 0:
+                    log.warning("Xid event wait failed (%d times): %s", failures, exc)
                 self.stopping.wait(5)
                 continue
             now = time.monotonic()
@@ -287,6 +290,7 @@ class DevicePlugin:
             # A GPU without new critical Xids for the quiet period is healthy again.
             for uuid, since in list(self._unhealthy_since.items()):
                 if now - since >= recovery:
+                    self._unhealthy_since.pop(uuid, None)
                     self.set_health(uuid, True)
 
     def poke_publisher(self) -> None:

@@ -84,8 +84,13 @@ class KubeClusterApi:
 
     def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         # Not deserialize=False: with it, kubernetes 37 fails with KeyError on ERROR events (410).
+        # The server ends the watch after 300 s; the client read timeout catches a dead connection.
         stream = k8s_watch.Watch().stream(
-            self._lister(kind), resource_version=resource_version, timeout_seconds=300, allow_watch_bookmarks=True
+            self._lister(kind),
+            resource_version=resource_version,
+            timeout_seconds=300,
+            allow_watch_bookmarks=True,
+            _request_timeout=330,
         )
         try:
             for event in stream:
