@@ -4,12 +4,23 @@
 # prometheus_client, kubernetes and its dependencies, pyyaml, nvidia-ml-py) on PYTHONPATH, and
 # the generated gRPC stubs must exist (`make -C files/components proto` before copying the tree).
 #   PYTHONPATH=/path/to/site-packages tests/components/gpu_smoke.sh
+#   VGPU_WHEELHOUSE=/path/to/wheels tests/components/gpu_smoke.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../../files/components/src" && pwd)
 if ! ls "$src"/vgpu_components/proto/deviceplugin_pb2.py >/dev/null 2>&1; then
     echo "gRPC stubs missing in $src/vgpu_components/proto: run 'make -C files/components proto' first" >&2
     exit 2
+fi
+# VGPU_WHEELHOUSE: a folder of cp312 manylinux wheels to use when no site-packages is given;
+# wheels are zip files, so they are unpacked here without pip.
+if [[ -n ${VGPU_WHEELHOUSE:-} ]]; then
+    site=$(mktemp -d "${TMPDIR:-/tmp}/vgpu-smoke-site.XXXXXX")
+    trap 'rm -rf "$site"' EXIT
+    "${PYTHON:-python3}" -c 'import glob, sys, zipfile
+for wheel in sorted(glob.glob(sys.argv[1] + "/*.whl")):
+    zipfile.ZipFile(wheel).extractall(sys.argv[2])' "$VGPU_WHEELHOUSE" "$site"
+    PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$src:$here${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$PATH:/usr/local/nvidia/bin"
@@ -19,4 +30,4 @@ for lib in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
         export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
 done
-exec "${PYTHON:-python3}" "$here/gpu_smoke.py" "$@"
+"${PYTHON:-python3}" "$here/gpu_smoke.py" "$@"
