@@ -132,3 +132,51 @@ def test_cluster_facts_reports_nodes_without_running_components(api, nodes):
     assert result["healthy"] is False
     assert f"nvidia-shared-device-plugin is not running on {nodes[0]} (no pod)" in result["problems"]
     assert f"GPU node {nodes[0]} advertises no vgpu.io/gpu-memory" in result["problems"]
+
+
+@pytest.mark.skipif(not os.environ.get("VGPU_TEST_KWOK"), reason="VGPU_TEST_KWOK: no kwok manages fake nodes")
+def test_components_roll_out_on_a_simulated_gpu_node(api, tmp_path):
+    """A kwok-managed node (tests/k8s runs kwok for nodes annotated kwok.x-k8s.io/node=fake) that is
+    both control plane and GPU node: the wait returns once all DaemonSets run there, and
+    vgpu_cluster_facts then finds every component and the advertised memory."""
+    name = f"vgpu-kwok-{uuid.uuid4().hex[:6]}"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"node-role.kubernetes.io/control-plane": "", "kubernetes.io/hostname": name},
+        },
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "vgpu.io/gpu-memory": "240"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "vgpu.io/gpu-memory": "240"},
+        },
+    }
+    api.create(node)
+    stack = render(
+        tmp_path,
+        {"vgpu_kubernetes_flavour": "kubeadm", "vgpu_stack_gpu_nodes": [{"name": name, "mps": True}]},
+    )
+    try:
+        vgpu_k8s_apply.run(api, params(definition=stack["node-labels.yaml"], state="patched"), check_mode=False)
+        applied = vgpu_k8s_apply.run(
+            api, params(definition=stack["components.yaml"], wait=True, wait_timeout=180), check_mode=False
+        )
+        assert "failed" not in applied, applied.get("msg")
+        assert {state["ref"] for state in applied["rollout"] if state["ready"]} == {
+            "DaemonSet/kube-system/nvidia-shared-device-plugin",
+            "DaemonSet/kube-system/cgpu-monitor",
+            "DaemonSet/kube-system/nvidia-mps",
+            "DaemonSet/kube-system/gpushare-scheduler-extender",
+        }
+        facts_params = {key: spec.get("default") for key, spec in vgpu_cluster_facts.ARGUMENT_SPEC.items()}
+        facts_params.update(gpu_nodes=[name], check_extender=False)
+        facts = vgpu_cluster_facts.run(api, facts_params, False)
+        on_node = [p for p in facts["problems"] if name in p]
+        assert on_node == [], on_node
+        assert facts["components"]["nvidia-mps"]["nodes"] == {name: "Running"}
+        assert [n["allocatable_mib"] for n in facts["nodes"]] == [24000]
+    finally:
+        vgpu_k8s_apply.run(api, params(definition=stack["components.yaml"], state="absent"), check_mode=False)
+        api.delete("v1", "Node", name)
