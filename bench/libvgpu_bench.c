@@ -2,7 +2,11 @@
  * (native driver, or the interposer with LD_LIBRARY_PATH=/opt/vgpu). Built with gcc only.
  *   libvgpu_bench alloc N        ns per cuMemAlloc_v2(1 MiB) + cuMemFree_v2 (median of 5 batches of N)
  *   libvgpu_bench launch N       ns per launch of an empty kernel, JIT from PTX (median of 10 batches of N)
- *   libvgpu_bench first-alloc    CLOCK_REALTIME ns at which the first allocation succeeded */
+ *   libvgpu_bench first-alloc    CLOCK_REALTIME ns at which the first allocation succeeded
+ *   libvgpu_bench ab-alloc|ab-launch SHIM REAL N PAIRS
+ *       the same process calls the driver directly (REAL, absolute path) and through the
+ *       interposer (SHIM), in alternating batches of N: prints "native_ns interposer_ns", the
+ *       medians over PAIRS batches each. The shim must be set to load REAL (VGPU_REAL_LIBCUDA). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,10 +58,79 @@ static double median(double *v, int n)
 
 static const char ptx[] = ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry empty()\n{\n\tret;\n}\n";
 
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void **, void **);
+
+static double batch_alloc(void *h, long n)
+{
+    alloc_fn a = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
+    free_fn f = (free_fn)dlsym(h, "cuMemFree_v2");
+    CUdeviceptr p;
+    double t0 = now_ns(CLOCK_MONOTONIC);
+    for (long i = 0; i < n; i++) {
+        CHECK(a(&p, 1 << 20));
+        CHECK(f(p));
+    }
+    return (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
+}
+
+static double batch_launch(void *h, CUfunction fn, long n)
+{
+    launch_fn l = (launch_fn)dlsym(h, "cuLaunchKernel");
+    CUresult (*sync)(void) = (CUresult(*)(void))dlsym(h, "cuCtxSynchronize");
+    double t0 = now_ns(CLOCK_MONOTONIC);
+    for (long i = 0; i < n; i++)
+        CHECK(l(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(sync());
+    return (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
+}
+
+static int ab(const char *mode, const char *shim_path, const char *real_path, long n, int pairs)
+{
+    void *shim = dlopen(shim_path, RTLD_NOW | RTLD_LOCAL);
+    void *real = dlopen(real_path, RTLD_NOW | RTLD_LOCAL);
+    if (!shim || !real || pairs < 1 || pairs > 200) {
+        fprintf(stderr, "ab: %s\n", dlerror());
+        return 1;
+    }
+    lib = shim; /* initialise through the interposer, as an application would */
+    CUcontext ctx;
+    CHECK(CU(cuInit, (unsigned))(0));
+    CHECK(CU(cuDevicePrimaryCtxRetain, (CUcontext *, int))(&ctx, 0));
+    CHECK(CU(cuCtxSetCurrent, (CUcontext))(ctx));
+    CUfunction fn = NULL;
+    int launch = !strcmp(mode, "ab-launch");
+    if (launch) {
+        CUmodule mod;
+        CHECK(CU(cuModuleLoadData, (CUmodule *, const void *))(&mod, ptx));
+        CHECK(CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&fn, mod, "empty"));
+    }
+    double nat[200], vg[200];
+    for (int w = 0; w < 2; w++) { /* warm both paths */
+        launch ? batch_launch(real, fn, n) : batch_alloc(real, n);
+        launch ? batch_launch(shim, fn, n) : batch_alloc(shim, n);
+    }
+    for (int i = 0; i < pairs; i++) {
+        if (i % 2 == 0) {
+            nat[i] = launch ? batch_launch(real, fn, n) : batch_alloc(real, n);
+            vg[i] = launch ? batch_launch(shim, fn, n) : batch_alloc(shim, n);
+        } else {
+            vg[i] = launch ? batch_launch(shim, fn, n) : batch_alloc(shim, n);
+            nat[i] = launch ? batch_launch(real, fn, n) : batch_alloc(real, n);
+        }
+    }
+    printf("%.2f %.2f\n", median(nat, pairs), median(vg, pairs));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         return 2;
+    if (!strncmp(argv[1], "ab-", 3))
+        return argc < 6 ? 2 : ab(argv[1], argv[2], argv[3], atol(argv[4]), atoi(argv[5]));
     long n = argc > 2 ? atol(argv[2]) : 1000;
     lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (!lib) {

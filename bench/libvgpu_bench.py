@@ -6,8 +6,10 @@ alternates between rounds), each in a fresh process; the result is the median ov
     python3 bench/libvgpu_bench.py --prefix /opt/vgpu [--rounds 7] [--json out.json]
 
 Benchmarks: cuMemAlloc_v2+cuMemFree_v2 of 1 MiB, an empty kernel launch, a PyTorch small-op
-loop, and process start to the first allocation. The interposer runs with a 100 GiB quota, so
-every allocation goes through admission and accounting.
+loop, and process start to the first allocation, each process against process; then the
+allocation pair and the launch again with native and interposed calls alternating in batches
+inside one process (21 batches a round), which takes out the spread between processes. The
+interposer runs with a 100 GiB quota, so every allocation goes through admission and accounting.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ print(sorted(batches)[2])
 """
 
 
+# (mode of the C program, result name, batch size)
+IN_PROCESS = (("ab-alloc", "in_process_alloc_free_1MiB_us", 1000), ("ab-launch", "in_process_launch_us", 5000))
+
+
 def build(workdir: Path) -> Path:
     """Compile the C micro-benchmarks with gcc (no CUDA toolkit needed)."""
     exe = workdir / "libvgpu_bench"
@@ -68,6 +74,25 @@ def environments(prefix: Path, region: Path) -> dict[str, dict[str, str]]:
 def run_value(cmd: list[str], env: dict[str, str]) -> float:
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, timeout=300)
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def real_libcuda(exe: Path, env: Env) -> str:
+    """The driver library the interposer forwards to, as it reports it."""
+    out = subprocess.run(
+        [str(exe), "first-alloc"], env={**env, "VGPU_LOG_LEVEL": "2"}, capture_output=True, text=True, check=True
+    )
+    for line in out.stderr.splitlines():
+        if "real libcuda.so.1 is " in line:
+            return line.split("real libcuda.so.1 is ", 1)[1].split()[0]
+    raise RuntimeError(f"the interposer did not report its driver: {out.stderr}")
+
+
+def in_process(exe: Path, mode: str, *, prefix: Path, real: str, env: Env, batch: int) -> tuple[float, float]:
+    """Native and interposed calls in one process, alternating batches: (native, interposer) ns."""
+    cmd = [str(exe), mode, str(prefix / "libcuda.so.1"), real, str(batch), "21"]
+    out = subprocess.run(cmd, env={**env, "VGPU_REAL_LIBCUDA": real}, check=True, capture_output=True, text=True)
+    native, vgpu = out.stdout.split()
+    return float(native), float(vgpu)
 
 
 def first_alloc_ms(exe: Path, env: dict[str, str]) -> float:
@@ -108,9 +133,22 @@ def main() -> int:
                 samples[name][mode].append(fn(envs[mode]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
+    # The same operations with native and interposed calls alternating inside one process, which
+    # removes the process-to-process spread of the GPU's allocator and clocks.
+    real = real_libcuda(exe, envs["vgpu"])
+    units = {name: unit for name, (unit, _fn) in benches.items()}
+    for mode, name, batch in IN_PROCESS:
+        samples[name] = {"native": [], "vgpu": []}
+        units[name] = "us"
+        for _ in range(args.rounds):
+            nat, vg = in_process(exe, mode, prefix=args.prefix, real=real, env=envs["vgpu"], batch=batch)
+            samples[name]["native"].append(nat / 1e3)
+            samples[name]["vgpu"].append(vg / 1e3)
+
     results = {}
-    print(f"{'benchmark':28} {'native':>10} {'libvgpu':>10} {'ratio':>7}  (median of {args.rounds} rounds)")
-    for name, (unit, _fn) in benches.items():
+    print(f"driver: {real}")
+    print(f"{'benchmark':32} {'native':>10} {'libvgpu':>10} {'ratio':>7}  (median of {args.rounds} rounds)")
+    for name, unit in units.items():
         nat = statistics.median(samples[name]["native"])
         vg = statistics.median(samples[name]["vgpu"])
         results[name] = {
@@ -121,9 +159,9 @@ def main() -> int:
             "delta": vg - nat,
             "samples": samples[name],
         }
-        print(f"{name:28} {nat:10.3f} {vg:10.3f} {vg / nat:7.3f}  (delta {vg - nat:+.3f} {unit})")
+        print(f"{name:32} {nat:10.3f} {vg:10.3f} {vg / nat:7.3f}  (delta {vg - nat:+.3f} {unit})")
     if args.json:
-        args.json.write_text(json.dumps({"rounds": args.rounds, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"rounds": args.rounds, "driver": real, "results": results}, indent=2))
     shutil.rmtree(workdir, ignore_errors=True)
     return 0
 

@@ -798,7 +798,10 @@ static void *route(const char *symbol, void *p, int version, cuuint64_t flags)
 
 VGPU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
+    /* runtimes resolve their entry points before cuInit: the switches (audit) must be known */
     pthread_once(&load_once, load_real);
+    if (real_lib)
+        pthread_once(&config_once, load_config);
     if (!real_ptr[H_cuGetProcAddress])
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = REAL(cuGetProcAddress, CUresult, (const char *, void **, int, cuuint64_t))(symbol, pfn, version,
@@ -811,6 +814,8 @@ VGPU_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int versio
 VGPU_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status)
 {
     pthread_once(&load_once, load_real);
+    if (real_lib)
+        pthread_once(&config_once, load_config);
     if (!real_ptr[H_cuGetProcAddress_v2])
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult rc = REAL(cuGetProcAddress_v2, CUresult, (const char *, void **, int, cuuint64_t, int *))(

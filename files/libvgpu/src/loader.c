@@ -161,6 +161,8 @@ void *vgpu_open_real(const char *soname, const char *override_env, char *err, si
         void *h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
         if (!h)
             snprintf(err, errlen, "%s=\"%s\" cannot be loaded: %s", override_env, override, dlerror());
+        else
+            vgpu_log(VGPU_INFO, "real %s is %s (%s)", soname, override, override_env);
         return h;
     }
 

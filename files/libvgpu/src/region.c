@@ -15,6 +15,25 @@
 
 #include "region.h"
 
+/* getpid() is a system call; the hot path asks often. Forgotten in a fork child. */
+static pid_t cached_pid;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+static void forget_pid(void)
+{
+    cached_pid = 0;
+}
+static void register_forget(void)
+{
+    pthread_atfork(NULL, NULL, forget_pid);
+}
+static pid_t my_pid(void)
+{
+    pthread_once(&pid_once, register_forget);
+    if (!cached_pid)
+        cached_pid = getpid();
+    return cached_pid;
+}
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -178,7 +197,7 @@ void vgpu_region_lock(struct vgpu_region *r)
         vgpu_region_recompute_locked(r);
         r->hdr.reset_count++;
     }
-    r->hdr.lock_owner_pid = (uint32_t)getpid();
+    r->hdr.lock_owner_pid = (uint32_t)my_pid();
 }
 
 void vgpu_region_unlock(struct vgpu_region *r)
@@ -295,7 +314,7 @@ static void read_comm(char *out, size_t len)
 
 static int attach_locked(struct vgpu_region *r)
 {
-    int me = getpid();
+    int me = my_pid();
     uint64_t start = vgpu_proc_start_time(me);
     for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
         struct vgpu_region_slot *s = &r->slots[i];
@@ -371,7 +390,7 @@ void vgpu_region_detach(struct vgpu_region *r, int slot)
 static struct vgpu_region_slot *own_slot_locked(struct vgpu_region *r, int *slot)
 {
     int i = *slot;
-    if (i >= 0 && (unsigned)i < VGPU_MAX_SLOTS && r->slots[i].state == 1 && (int)r->slots[i].pid == getpid())
+    if (i >= 0 && (unsigned)i < VGPU_MAX_SLOTS && r->slots[i].state == 1 && (int)r->slots[i].pid == my_pid())
         return &r->slots[i];
     *slot = attach_locked(r);
     return *slot >= 0 ? &r->slots[*slot] : NULL;

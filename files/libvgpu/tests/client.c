@@ -33,6 +33,7 @@ struct alloc {
 };
 static struct alloc allocs[4096];
 static int nallocs;
+static void *early_launch;
 
 static CUresult do_alloc(const char *api, size_t bytes, uint64_t *key)
 {
@@ -228,6 +229,20 @@ int main(int argc, char **argv)
         } else if (!strcmp(step, "hold")) {
             printf("holding\n");
             sleep((unsigned)atoi(arg1));
+        } else if (!strcmp(step, "early")) {
+            /* a runtime resolves cuLaunchKernel before cuInit, then launches */
+            void *f = NULL;
+            CU(cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, int *))("cuLaunchKernel", &f, 13000, 0,
+                                                                                     NULL);
+            early_launch = f;
+            printf("early resolved=%d\n", f != NULL);
+        } else if (!strcmp(step, "launch-early")) {
+            int n = atoi(arg1), bad = 0;
+            for (int k = 0; k < n; k++)
+                bad += ((CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                     CUstream, void **, void **))early_launch)(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL,
+                                                                              NULL) != CUDA_SUCCESS;
+            printf("launch-early n=%d failures=%d\n", n, bad);
         } else if (!strcmp(step, "launch")) {
             int n = atoi(arg1), bad = 0;
             void *f = NULL;

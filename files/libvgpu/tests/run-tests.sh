@@ -150,6 +150,14 @@ launches=$(json_field launches)
 wait
 if [ "$launches" = 10 ]; then pass "GPU_COMPUTE_AUDIT=1 counts launches (direct and via cuGetProcAddress)"; else fail "audit launches=$launches, want 10"; fi
 fresh 100MiB
+export GPU_COMPUTE_AUDIT=1
+(run early init launch-early:4 hold:3) &
+wait_for holding "$OUT"
+launches=$(json_field launches)
+wait
+if [ "$launches" = 4 ]; then pass "launch entry points resolved before cuInit are audited too"; else fail "early audit launches=$launches, want 4"; fi
+unset GPU_COMPUTE_AUDIT
+fresh 100MiB
 (run init launch:5 hold:3) &
 wait_for holding "$OUT"
 launches=$(json_field launches)
