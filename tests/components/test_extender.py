@@ -404,3 +404,22 @@ def test_extender_and_device_plugin_pick_the_same_gpu() -> None:
             fit = model.fit("n", need)
             expected = best_fit(((free, i, f"GPU-{i}") for i, free in enumerate(frees)), need)
             assert (fit.gpu.uuid if fit.gpu else None) == expected, (frees, need)
+
+
+def test_a_rejected_pod_is_nudged_when_memory_frees(cluster: Scheduler) -> None:
+    cluster.schedule(pod_obj("a", 12000), ["gpu-a"])
+    cluster.schedule(pod_obj("b", 12000), ["gpu-a"])
+    waiting = pod_obj("waiting", 6000)
+    _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert result["NodeNames"] == []
+    extender = cluster.extender
+    assert extender.nudge_once() == []  # nothing came free yet
+    extender.model.remove_pod("uid-a")  # pod a finished
+    assert extender.model.freed.is_set()
+    annotations_before = len(cluster.api.annotations)
+    assert extender.nudge_once() == ["uid-waiting"]
+    namespace, name, annotations = cluster.api.annotations[annotations_before]
+    assert (namespace, name) == ("default", "waiting") and "vgpu.io/retry-time" in annotations
+    assert extender.nudge_once() == []  # at most one nudge per pod every 5 s
+    _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert result["NodeNames"] == ["gpu-a"] and "uid-waiting" not in extender.rejected

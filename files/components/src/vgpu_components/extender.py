@@ -135,6 +135,8 @@ class Extender:
         self.api = api
         self.synced = {"nodes": False, "pods": False}
         self.bind_lock = threading.Lock()
+        # Pods filter turned away: uid -> (namespace, name, units, monotonic time of the last nudge).
+        self.rejected: dict[str, tuple[str, str, int, float]] = {}
 
     # --- request parsing -----------------------------------------------------------------------
     def _args(self, body: Any) -> tuple[Mapping[str, Any], list[str], list[Any] | None]:
@@ -184,6 +186,12 @@ class Extender:
                     failed[name] = fit.reason
         DECISIONS.labels("passed").inc(len(passed))
         DECISIONS.labels("failed").inc(len(failed) + len(unresolvable))
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if units and uid and names and not passed:
+            self.rejected[uid] = (str(meta.get("namespace", "")), str(meta.get("name", "")), units, 0.0)
+        elif uid:
+            self.rejected.pop(uid, None)
         result: dict[str, Any] = {
             "NodeNames": passed,
             "Nodes": None,
@@ -270,6 +278,47 @@ class Extender:
                 extra={"gpu_uuid": fit.gpu.uuid, "units": units},
             )
         return ""
+
+    # --- nudging rejected pods ---------------------------------------------------------------
+    def nudge_once(self, now: float | None = None) -> list[str]:
+        """Touch pods that filter rejected and that now fit somewhere, so kube-scheduler retries
+        them at once instead of after its unschedulable-pod timeout (5 min by default)."""
+        if self.api is None:
+            return []
+        now = time.monotonic() if now is None else now
+        nudged = []
+        with self.model.lock:
+            for uid in [u for u in self.rejected if u in self.model.placements]:
+                del self.rejected[uid]  # bound meanwhile
+            largest = max((state.max_free for state in self.model.nodes.values()), default=0)
+            due = [
+                (uid, entry)
+                for uid, entry in self.rejected.items()
+                if uid not in self.model.placements and entry[2] <= largest and now - entry[3] >= 5.0
+            ]
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        for uid, (namespace, name, units, _last) in due:
+            try:
+                self.api.annotate_pod(namespace, name, {f"{self.model.prefix}/retry-time": stamp})
+            except Exception as exc:
+                # Usually the pod is gone; forget it.
+                log.info("could not nudge %s/%s: %s", namespace, name, exc)
+                self.rejected.pop(uid, None)
+                continue
+            self.rejected[uid] = (namespace, name, units, now)
+            nudged.append(uid)
+        if nudged:
+            log.info("nudged %d pending pod(s) to retry: GPU memory came free", len(nudged))
+        return nudged
+
+    def nudge_forever(self, stop: threading.Event) -> None:
+        while not stop.wait(1.0):
+            if self.model.freed.is_set():
+                self.model.freed.clear()
+                try:
+                    self.nudge_once()
+                except Exception as exc:
+                    log.warning("nudging rejected pods failed: %s", exc)
 
     # --- API state -----------------------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
@@ -443,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                 model.expire_reservations()
 
         threading.Thread(target=expire, name="expire", daemon=True).start()
+        threading.Thread(target=extender.nudge_forever, args=(stop,), name="nudge", daemon=True).start()
     log.info("listening on %s:%d", section["address"], server.server_address[1])
     server.serve_forever()
     server.server_close()

@@ -172,6 +172,7 @@ class ClusterModel:
         self.placements: dict[str, Placement] = {}
         self._bulk = False  # during replace_all: count once at the end, not per object
         self.pending: dict[str, PendingPod] = {}
+        self.freed = threading.Event()  # set when GPU memory may have come free
 
     # --- nodes ---------------------------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
@@ -193,6 +194,7 @@ class ClusterModel:
             state = NodeState(name=name, unit_mib=unit, gpus=gpus)
             self.nodes[name] = state
             self._recount(name)
+            self.freed.set()
 
     def remove_node(self, name: str) -> None:
         with self.lock:
@@ -251,6 +253,7 @@ class ClusterModel:
             old = self.placements.pop(uid, None)
             if old is not None:
                 self._recount(old.node)
+                self.freed.set()
 
     def replace_all(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[Mapping[str, Any]] | None) -> None:
         """Rebuild from full lists (start-up and relists); our unexpired reservations survive."""
