@@ -26,7 +26,7 @@ def test_config_names_the_node_and_keeps_the_token_private(host):
     assert config.mode == 0o600
     data = read_yaml(host, "/etc/rancher/k3s/config.yaml")
     assert data["node-name"] == "edge-1"
-    assert data["token"] == "molecule-secret-token-0123456789"
+    assert data["token"] == host.ansible.get_variables()["k3s_token"]
     assert data["write-kubeconfig-mode"] == "0600"
     assert "server" not in data, "the first server initialises, it joins nobody"
     assert "cluster-init" not in data, "one server: no embedded etcd needed"
