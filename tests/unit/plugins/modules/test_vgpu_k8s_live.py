@@ -8,9 +8,11 @@ the components' service accounts with the RBAC the stack deploys.
 """
 
 import os
+import subprocess
 import uuid
 
 import pytest
+import yaml
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import K8sApi
 from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts, vgpu_k8s_apply
 from stack_render import render
@@ -180,3 +182,42 @@ def test_components_roll_out_on_a_simulated_gpu_node(api, tmp_path):
     finally:
         vgpu_k8s_apply.run(api, params(definition=stack["components.yaml"], state="absent"), check_mode=False)
         api.delete("v1", "Node", name)
+
+
+KUBE_SCHEDULER = os.environ.get("VGPU_TEST_KUBE_SCHEDULER")
+
+
+@pytest.mark.skipif(not KUBE_SCHEDULER, reason="VGPU_TEST_KUBE_SCHEDULER names no kube-scheduler binary")
+@pytest.mark.parametrize("flavour", ["k3s", "kubeadm"])
+def test_kube_scheduler_accepts_the_configuration(tmp_path, flavour):
+    """The real kube-scheduler loads the rendered file (strict decoding) and writes back its extender."""
+    rendered = render(tmp_path, {"vgpu_kubernetes_flavour": flavour})
+    (config,) = rendered["kube-scheduler-config.yaml"]
+    # kube-scheduler opens the kubeconfig the file names; point it at the test API server's.
+    config["clientConnection"]["kubeconfig"] = KUBECONFIG
+    source = tmp_path / "in.yaml"
+    source.write_text(yaml.safe_dump(config))
+    written = tmp_path / "out.yaml"
+    proc = subprocess.run(
+        [str(KUBE_SCHEDULER), "--config", str(source), "--write-config-to", str(written)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (extender,) = yaml.safe_load(written.read_text())["extenders"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:32766"
+    assert extender["managedResources"] == [{"name": "vgpu.io/gpu-memory"}]
+
+    config["extenders"][0]["bogusField"] = True
+    source.write_text(yaml.safe_dump(config))
+    proc = subprocess.run(
+        [str(KUBE_SCHEDULER), "--config", str(source), "--write-config-to", str(written)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "bogusField" in proc.stderr
