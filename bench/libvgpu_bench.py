@@ -140,7 +140,7 @@ def main() -> int:
     for mode, name, batch in IN_PROCESS:
         samples[name] = {"native": [], "vgpu": []}
         units[name] = "us"
-        for _ in range(args.rounds):
+        for _round in range(args.rounds):
             nat, vg = in_process(exe, mode, prefix=args.prefix, real=real, env=envs["vgpu"], batch=batch)
             samples[name]["native"].append(nat / 1e3)
             samples[name]["vgpu"].append(vg / 1e3)

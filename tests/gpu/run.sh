@@ -20,7 +20,7 @@ PREFIX=${VGPU_TEST_PREFIX:-/tmp/vgpu-gpu-prefix}
 BUILD=$ROOT/files/libvgpu/build/gpu
 FW=$ROOT/tests/gpu/frameworks.py
 ORIG_LLP=${LD_LIBRARY_PATH:-}
-MIB=$((1 << 20))
+SHIM_LLP=$PREFIX${ORIG_LLP:+:$ORIG_LLP}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 
 say() { echo "$*" | tee -a "$LOG"; }
@@ -40,7 +40,7 @@ container() {
     printf 'memory_limit=0:%sMiB\ngpu_virtual_memory=1\nlimit=1\ngpu_cgroup_enable=0\ncgroup_map_mode=0\ngpu_compute_audit=%s\n' \
         "$1" "${AUDIT:-0}" >"$C/quota.conf"
     export VGPU_REGION_DIR=$C VGPU_CONFIG_FILE=$C/quota.conf VGPU_TEST_QUOTA_MIB=$1
-    export LD_LIBRARY_PATH=$PREFIX${ORIG_LLP:+:$ORIG_LLP}
+    export LD_LIBRARY_PATH=$SHIM_LLP
     unset LD_PRELOAD VGPU_MEMORY_LIMIT PYTORCH_CUDA_ALLOC_CONF
 }
 native() { unset VGPU_REGION_DIR VGPU_CONFIG_FILE VGPU_MEMORY_LIMIT LD_PRELOAD; export LD_LIBRARY_PATH=$ORIG_LLP; }
@@ -165,8 +165,8 @@ for conf in "" "expandable_segments:True" "backend:cudaMallocAsync"; do
 done
 (
     container 2000
-    export LD_LIBRARY_PATH=$ORIG_LLP LD_PRELOAD=$PREFIX/libvgpu.so
-    check "PyTorch with LD_PRELOAD=libvgpu.so (no shim on the path): quota enforced" timeout 180 "$PY" "$FW" torch
+    LD_LIBRARY_PATH=$ORIG_LLP LD_PRELOAD=$PREFIX/libvgpu.so \
+        check "PyTorch with LD_PRELOAD=libvgpu.so (no shim on the path): quota enforced" timeout 180 "$PY" "$FW" torch
 )
 
 # ---------------------------------------------------------------- CuPy, JAX
@@ -201,15 +201,18 @@ section "processes sharing one quota, kill -9 (quota 3000 MiB, 512 MiB per conte
 section "fail-closed configuration"
 (
     native
-    export LD_LIBRARY_PATH=$PREFIX${ORIG_LLP:+:$ORIG_LLP} VGPU_MEMORY_LIMIT=3000MB VGPU_REGION_DIR=$(mktemp -d)
-    timeout 120 "$PY" -c "import torch; torch.zeros(1, device='cuda')" >"$VGPU_REGION_DIR/out" 2>&1; rc=$?
-    tail -5 "$VGPU_REGION_DIR/out" >>"$LOG"
-    if [ $rc != 0 ] && grep -q '3000MB' "$VGPU_REGION_DIR/out"; then
+    dir=$(mktemp -d)
+    export VGPU_MEMORY_LIMIT=3000MB VGPU_REGION_DIR=$dir
+    LD_LIBRARY_PATH=$SHIM_LLP timeout 120 "$PY" -c "import torch; torch.zeros(1, device='cuda')" >"$dir/out" 2>&1
+    rc=$?
+    tail -5 "$dir/out" >>"$LOG"
+    if [ $rc != 0 ] && grep -q '3000MB' "$dir/out"; then
         pass "VGPU_MEMORY_LIMIT=3000MB: CUDA init fails and stderr names the bad value"
     else fail "bad configuration rc=$rc"; fi
-    nvidia-smi >"$VGPU_REGION_DIR/smi" 2>&1; rc=$?
-    head -3 "$VGPU_REGION_DIR/smi" >>"$LOG"
-    if [ $rc != 0 ] && grep -q '3000MB' "$VGPU_REGION_DIR/smi"; then pass "nvidia-smi fails closed too"
+    LD_LIBRARY_PATH=$SHIM_LLP nvidia-smi >"$dir/smi" 2>&1
+    rc=$?
+    head -3 "$dir/smi" >>"$LOG"
+    if [ $rc != 0 ] && grep -q '3000MB' "$dir/smi"; then pass "nvidia-smi fails closed too"
     else fail "nvidia-smi with bad configuration rc=$rc"; fi
 )
 
