@@ -1,0 +1,175 @@
+"""The kubeadm role's configuration: what `kubeadm init` gets, and how a live ClusterConfiguration
+of an existing cluster gains (and later loses) the scheduler flag and volume without losing any
+other setting. Rendered by Ansible itself (ansible-playbook on localhost); kubeadm cannot run here.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[4]
+ROLE = ROOT / "roles" / "kubeadm"
+CONFIG = "/etc/kubernetes/vgpu-scheduler-config.yaml"
+
+# A ClusterConfiguration as kubeadm 1.31 stores it, with settings of its own to keep.
+LIVE_V1BETA4 = """
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: v1.31.4
+controlPlaneEndpoint: 10.0.0.10:6443
+networking: {podSubnet: 10.244.0.0/16, serviceSubnet: 10.96.0.0/12, dnsDomain: cluster.local}
+scheduler:
+  extraArgs:
+  - {name: bind-address, value: 127.0.0.2}
+  - {name: config, value: /etc/old-scheduler.yaml}
+  extraVolumes:
+  - {name: other, hostPath: /srv/x, mountPath: /srv/x}
+"""
+LIVE_V1BETA3 = """
+apiVersion: kubeadm.k8s.io/v1beta3
+kind: ClusterConfiguration
+kubernetesVersion: v1.30.8
+scheduler:
+  extraArgs: {bind-address: 127.0.0.2}
+"""
+
+PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+  tasks:
+    - name: Merge
+      ansible.builtin.include_role:
+        name: vgpu.isolation.kubeadm
+        tasks_from: cluster_config_with_scheduler.yml
+    - name: Keep the merged document
+      ansible.builtin.copy:
+        content: "{{ kubeadm_wanted_cluster_config | to_json }}"
+        dest: "{out}/with.json"
+        mode: "0644"
+    - name: Take it as the live document
+      ansible.builtin.set_fact:
+        kubeadm_live_cluster_config: {rc: 0, stdout: "{{ kubeadm_wanted_cluster_config | to_nice_yaml }}"}
+    - name: Unmerge
+      ansible.builtin.include_role:
+        name: vgpu.isolation.kubeadm
+        tasks_from: cluster_config_without_scheduler.yml
+    - name: Keep the restored document
+      ansible.builtin.copy:
+        content: "{{ kubeadm_plain_cluster_config | to_json }}"
+        dest: "{out}/without.json"
+        mode: "0644"
+    - name: Render the init configuration
+      ansible.builtin.template:
+        src: "{role}/templates/kubeadm-config.yaml.j2"
+        dest: "{out}/kubeadm-config.yaml"
+        mode: "0644"
+"""
+
+INVENTORY = """
+all:
+  children:
+    k8s_control_plane:
+      hosts:
+        localhost:
+          ansible_connection: local
+          ansible_python_interpreter: "{python}"
+          ansible_host: 10.0.0.10
+"""
+
+
+def run(tmp_path, live, extra=None):
+    (tmp_path / "play.yml").write_text(PLAYBOOK.replace("{out}", str(tmp_path)).replace("{role}", str(ROLE)))
+    (tmp_path / "hosts.yml").write_text(INVENTORY.replace("{python}", sys.executable))
+    variables = {
+        "kubeadm_live_cluster_config": {"rc": 0, "stdout": live},
+        "ansible_facts": {"nodename": "CP-1", "default_ipv4": {"address": "10.0.0.10"}, "os_family": "Debian"},
+    }
+    variables.update(extra or {})
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    # tests/conftest.py links this checkout as ansible_collections/vgpu/isolation under build/.
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    command = [str(binary), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
+    command += ["-e", "@" + str(tmp_path / "vars.json")]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    with_scheduler = json.loads((tmp_path / "with.json").read_text())
+    without = json.loads((tmp_path / "without.json").read_text())
+    init = list(yaml.safe_load_all((tmp_path / "kubeadm-config.yaml").read_text()))
+    return with_scheduler, without, init
+
+
+@pytest.fixture(scope="module")
+def v1beta4(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("v1beta4"), LIVE_V1BETA4)
+
+
+def test_existing_v1beta4_cluster_gains_the_flag_once_and_keeps_its_settings(v1beta4):
+    with_scheduler, _without, _init = v1beta4
+    args = with_scheduler["scheduler"]["extraArgs"]
+    assert args == [{"name": "bind-address", "value": "127.0.0.2"}, {"name": "config", "value": CONFIG}]
+    assert with_scheduler["scheduler"]["extraVolumes"] == [
+        {"name": "other", "hostPath": "/srv/x", "mountPath": "/srv/x"},
+        {
+            "name": "vgpu-scheduler-config",
+            "hostPath": CONFIG,
+            "mountPath": CONFIG,
+            "readOnly": True,
+            "pathType": "File",
+        },
+    ]
+    assert with_scheduler["controlPlaneEndpoint"] == "10.0.0.10:6443"
+    assert with_scheduler["networking"]["dnsDomain"] == "cluster.local"
+
+
+def test_uninstall_takes_out_exactly_what_was_added(v1beta4):
+    _with, without, _init = v1beta4
+    assert without["scheduler"]["extraArgs"] == [{"name": "bind-address", "value": "127.0.0.2"}]
+    assert without["scheduler"]["extraVolumes"] == [{"name": "other", "hostPath": "/srv/x", "mountPath": "/srv/x"}]
+
+
+def test_v1beta3_keeps_the_map_form(tmp_path):
+    with_scheduler, without, _init = run(tmp_path, LIVE_V1BETA3)
+    assert with_scheduler["scheduler"]["extraArgs"] == {"bind-address": "127.0.0.2", "config": CONFIG}
+    assert without["scheduler"]["extraArgs"] == {"bind-address": "127.0.0.2"}
+
+
+def test_init_configuration_mounts_the_scheduler_configuration(v1beta4):
+    _with, _without, init = v1beta4
+    kinds = [doc["kind"] for doc in init]
+    assert kinds == ["InitConfiguration", "ClusterConfiguration", "KubeletConfiguration"]
+    init_config, cluster, kubelet = init
+    assert init_config["apiVersion"] == cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert init_config["nodeRegistration"]["name"] == "cp-1"
+    assert init_config["localAPIEndpoint"] == {"advertiseAddress": "10.0.0.10"}
+    assert cluster["kubernetesVersion"] == "v1.31.4"
+    assert cluster["controlPlaneEndpoint"] == "10.0.0.10:6443"
+    assert cluster["scheduler"]["extraArgs"] == [{"name": "config", "value": CONFIG}]
+    (volume,) = cluster["scheduler"]["extraVolumes"]
+    assert (volume["hostPath"], volume["mountPath"], volume["readOnly"], volume["pathType"]) == (
+        CONFIG,
+        CONFIG,
+        True,
+        "File",
+    )
+    assert kubelet["cgroupDriver"] == "systemd"
+
+
+def test_older_kubernetes_gets_v1beta3_and_the_map_form(tmp_path):
+    _with, _without, init = run(tmp_path, LIVE_V1BETA4, {"vgpu_kubernetes_version": "1.30.8"})
+    cluster = init[1]
+    assert cluster["apiVersion"] == "kubeadm.k8s.io/v1beta3"
+    assert cluster["scheduler"]["extraArgs"] == {"config": CONFIG}
