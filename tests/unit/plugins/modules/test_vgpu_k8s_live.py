@@ -116,6 +116,7 @@ def test_each_service_account_gets_what_it_needs_and_nothing_more(api, stack):
     try:
         assert allowed(api, "nvidia-shared-device-plugin", "patch", "nodes")
         assert allowed(api, "nvidia-shared-device-plugin", "create", "events", namespace="default")
+        assert allowed(api, "nvidia-shared-device-plugin", "get", "nodes")
         assert not allowed(api, "nvidia-shared-device-plugin", "list", "pods")
         assert not allowed(api, "nvidia-shared-device-plugin", "get", "secrets", namespace="kube-system")
         assert allowed(api, "gpushare-scheduler-extender", "watch", "pods")

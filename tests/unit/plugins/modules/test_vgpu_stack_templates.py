@@ -127,19 +127,22 @@ def rules_of(rendered, account):
     return granted
 
 
-def test_device_plugin_may_only_patch_nodes_and_post_events_in_default(rendered):
-    # files/components/src/vgpu_components/kube.py: patch_node, create_namespaced_event("default").
+# Exactly the table "RBAC (least privilege)" of files/components/README.md.
+def test_device_plugin_may_read_and_patch_nodes_and_post_events_in_default(rendered):
     assert rules_of(rendered, "nvidia-shared-device-plugin") == {
+        ("*", "", "nodes", "get"),
         ("*", "", "nodes", "patch"),
         ("default", "", "events", "create"),
     }
 
 
-def test_extender_reads_nodes_and_pods_and_binds(rendered):
-    granted = rules_of(rendered, "gpushare-scheduler-extender")
-    assert {("*", "", "pods/binding", "create"), ("*", "", "pods", "patch"), ("*", "", "nodes", "watch")} <= granted
-    assert not any(verb in ("delete", "update", "*") for _s, _g, _r, verb in granted)
-    assert not any(resource in ("secrets", "configmaps", "*") for _s, _g, resource, _v in granted)
+def test_extender_reads_nodes_and_pods_annotates_pods_and_binds(rendered):
+    read = {"get", "list", "watch"}
+    assert rules_of(rendered, "gpushare-scheduler-extender") == (
+        {("*", "", "nodes", verb) for verb in read}
+        | {("*", "", "pods", verb) for verb in read | {"patch"}}
+        | {("*", "", "pods/binding", "create")}
+    )
 
 
 def test_monitor_and_mps_have_no_api_access_and_no_token(rendered):
@@ -151,14 +154,23 @@ def test_monitor_and_mps_have_no_api_access_and_no_token(rendered):
         assert daemonsets[name]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
-def test_only_the_mps_supervisor_is_privileged(rendered):
+def test_nothing_is_privileged_by_default_and_only_mps_keeps_capabilities(rendered):
     for name, ds in by_name(rendered, "k3s-defaults", "DaemonSet").items():
         context = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
         if name == "nvidia-mps":
-            assert context == {"privileged": True}
+            assert "capabilities" not in context
         else:
-            assert context["allowPrivilegeEscalation"] is False
             assert context["capabilities"] == {"drop": ["ALL"]}
+            assert context["readOnlyRootFilesystem"] is True
+
+
+def test_mps_is_privileged_only_to_set_exclusive_process(tmp_path):
+    rendered = render(tmp_path, {"vgpu_mps_set_exclusive_process": True})
+    (mps,) = [
+        d for d in rendered["components.yaml"] if d["metadata"]["name"] == "nvidia-mps" and d["kind"] == "DaemonSet"
+    ]
+    assert mps["spec"]["template"]["spec"]["containers"][0]["securityContext"] == {"privileged": True}
 
 
 ARCHITECTURE_KEYS = {
