@@ -15,11 +15,13 @@ export STATE_DIR="${VGPU_K8S_STATE_DIR:-$REPO_ROOT/build/k8s}"
 export VENV="${VENV:-$REPO_ROOT/.venv}"
 case "$VENV" in /*) ;; *) VENV="$REPO_ROOT/$VENV" ;; esac
 export COMPONENTS_SRC="${VGPU_COMPONENTS_SRC:-$REPO_ROOT/files/components/src}"
-export ETCD_PORT="${VGPU_E2E_ETCD_PORT:-23790}"
-export ETCD_PEER_PORT="${VGPU_E2E_ETCD_PEER_PORT:-23800}"
+# Below 32768, outside Linux's default range of ephemeral ports, so no client socket holds them.
+# (No ETCD_* names: etcd reads every ETCD_* environment variable as a flag.)
+export PORT_ETCD="${VGPU_E2E_ETCD_PORT:-23790}"
+export PORT_ETCD_PEER="${VGPU_E2E_ETCD_PEER_PORT:-23800}"
 export APISERVER_PORT="${VGPU_E2E_APISERVER_PORT:-16443}"
 export SCHEDULER_PORT="${VGPU_E2E_SCHEDULER_PORT:-20259}"
-export EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-39766}"
+export EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-29766}"
 export KWOK_PORT="${VGPU_E2E_KWOK_PORT:-20247}"
 export PKI="$STATE_DIR/pki"
 

@@ -91,14 +91,14 @@ VC
 etcd_data="$(mktemp -d /dev/shm/vgpu-e2e-etcd.XXXXXX 2>/dev/null || mktemp -d)"
 echo "$etcd_data" >"$STATE_DIR/etcd-data-dir"
 start_proc etcd etcd --name vgpu-e2e --data-dir "$etcd_data" \
-    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster "vgpu-e2e=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" \
+    --listen-client-urls "http://127.0.0.1:$PORT_ETCD" --advertise-client-urls "http://127.0.0.1:$PORT_ETCD" \
+    --listen-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" \
+    --initial-cluster "vgpu-e2e=http://127.0.0.1:$PORT_ETCD_PEER" --listen-metrics-urls "" \
     --quota-backend-bytes 4294967296 --snapshot-count 100000
-wait_until etcd 60 curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
+wait_until etcd 60 curl -sf --max-time 2 "http://127.0.0.1:$PORT_ETCD/health"
 
 start_proc kube-apiserver "$BIN_DIR/kube-apiserver" \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --etcd-servers="http://127.0.0.1:$PORT_ETCD" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
     --client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
