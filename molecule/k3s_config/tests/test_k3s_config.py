@@ -21,18 +21,31 @@ def test_airgap_images_where_k3s_imports_them(host):
     assert images.content_string == "not a real image archive\n"
 
 
+def is_server(host):
+    return "k8s_control_plane" in host.ansible.get_variables()["group_names"]
+
+
 def test_config_names_the_node_and_keeps_the_token_private(host):
     config = host.file("/etc/rancher/k3s/config.yaml")
     assert config.mode == 0o600
     data = read_yaml(host, "/etc/rancher/k3s/config.yaml")
-    assert data["node-name"] == "edge-1"
     assert data["token"] == host.ansible.get_variables()["k3s_token"]
-    assert data["write-kubeconfig-mode"] == "0600"
-    assert "server" not in data, "the first server initialises, it joins nobody"
-    assert "cluster-init" not in data, "one server: no embedded etcd needed"
+    if is_server(host):
+        assert data["node-name"] == "edge-1"
+        assert data["write-kubeconfig-mode"] == "0600"
+        assert "server" not in data, "the first server initialises, it joins nobody"
+        assert "cluster-init" not in data, "one server: no embedded etcd needed"
+    else:
+        assert data["node-name"] == host.check_output("uname -n").lower()
+        assert data["server"] == "https://192.0.2.10:6443"
+        assert "write-kubeconfig-mode" not in data
 
 
 def test_scheduler_dropin_and_configuration(host):
+    if not is_server(host):
+        assert not host.file("/etc/rancher/k3s/config.yaml.d/50-vgpu-scheduler.yaml").exists
+        assert not host.file("/etc/rancher/k3s/vgpu-scheduler-config.yaml").exists
+        return
     dropin = read_yaml(host, "/etc/rancher/k3s/config.yaml.d/50-vgpu-scheduler.yaml")
     assert dropin == {"kube-scheduler-arg+": ["config=/etc/rancher/k3s/vgpu-scheduler-config.yaml"]}
     config = read_yaml(host, "/etc/rancher/k3s/vgpu-scheduler-config.yaml")
@@ -44,14 +57,18 @@ def test_scheduler_dropin_and_configuration(host):
     assert extender["managedResources"] == [{"name": "acme.dev/gpu-memory", "ignoredByScheduler": False}]
 
 
-def test_unit_runs_the_server_and_is_not_started(host):
-    unit = host.file("/etc/systemd/system/k3s.service").content_string
-    assert "ExecStart=/usr/local/bin/k3s server" in unit
-    assert not host.service("k3s").is_running
-    assert not host.file("/etc/systemd/system/k3s-agent.service").exists
+def test_unit_runs_server_or_agent_and_is_not_started(host):
+    role, other = ("k3s", "k3s-agent") if is_server(host) else ("k3s-agent", "k3s")
+    unit = host.file(f"/etc/systemd/system/{role}.service").content_string
+    assert f"ExecStart=/usr/local/bin/k3s {'server' if is_server(host) else 'agent'}" in unit
+    assert not host.service(role).is_running
+    assert not host.file(f"/etc/systemd/system/{other}.service").exists
 
 
-def test_restart_helper_is_installed(host):
+def test_restart_helper_is_installed_on_servers(host):
+    if not is_server(host):
+        assert not host.file("/usr/local/sbin/vgpu-restart-kube-scheduler").exists
+        return
     helper = host.file("/usr/local/sbin/vgpu-restart-kube-scheduler")
     assert helper.mode == 0o755
     assert "systemctl restart k3s" in helper.content_string
