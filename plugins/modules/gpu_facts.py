@@ -348,8 +348,10 @@ def gather(module: AnsibleModule) -> Dict[str, Any]:
         try:
             gpus, driver_smi, cuda = nvml_gpus()
             source = "nvml"
-        except pynvml.NVMLError:
-            source = "none"  # no driver loaded, or library and module disagree: nvidia-smi says more
+        except (pynvml.NVMLError, AttributeError, OSError):
+            # No driver loaded, library and module disagree, or bindings newer than the driver's NVML:
+            # nvidia-smi says more.
+            source = "none"
     if source == "none":
         smi_list, driver_smi, cuda = smi_gpus(module)
         if smi_list is not None:
