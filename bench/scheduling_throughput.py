@@ -36,8 +36,8 @@ GROUP = "bench"
 # scheduler config file (in the state folder) per mode; see tests/k8s/scripts/up.sh.
 MODES = {
     "plain": "scheduler-plain.yaml",  # no extender
-    "extender": "scheduler-extender.yaml",  # ignoredByScheduler: true (the e2e configuration)
-    "extender-counted": "scheduler-extender-counted.yaml",  # false, as roles/vgpu_stack ships it
+    "extender": "scheduler-extender.yaml",  # ignoredByScheduler: false, as roles/vgpu_stack ships it
+    "extender-ignored": "scheduler-extender-ignored.yaml",  # true: only the extender counts GPU memory
 }
 
 

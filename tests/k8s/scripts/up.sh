@@ -74,8 +74,9 @@ extenders:
     ignoredByScheduler: $([[ "$2" == ignored ]] && echo true || echo false)
 SC
 }
-scheduler_config "$STATE_DIR/scheduler-extender.yaml" ignored
-scheduler_config "$STATE_DIR/scheduler-extender-counted.yaml" counted
+# The e2e configuration is the one roles/vgpu_stack ships (counted).
+scheduler_config "$STATE_DIR/scheduler-extender.yaml" counted
+scheduler_config "$STATE_DIR/scheduler-extender-ignored.yaml" ignored
 scheduler_config "$STATE_DIR/scheduler-plain.yaml" none
 
 cat >"$STATE_DIR/vgpu-config.yaml" <<VC

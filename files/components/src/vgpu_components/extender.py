@@ -134,7 +134,6 @@ class Extender:
         self.model = model
         self.api = api
         self.synced = {"nodes": False, "pods": False}
-        self.bind_lock = threading.Lock()
         # Pods filter turned away: uid -> (namespace, name, units, monotonic time of the last nudge).
         self.rejected: dict[str, tuple[str, str, int, float]] = {}
 
@@ -243,31 +242,31 @@ class Extender:
         if self.api is None:
             return "the extender has no Kubernetes API connection"
         model = self.model
-        # One bind at a time: the GPU is chosen and reserved before the next bind looks.
-        with self.bind_lock:
-            pending = model.pending.get(uid)
-            units = pending.units if pending else pod_units(self.api.get_pod(namespace, name), model.resource)
-            with model.lock:
-                fit = model.fit(node, units) if units else None
-                if units and (fit is None or fit.gpu is None):
-                    return f"cannot bind {namespace}/{name} to {node}: {fit.reason if fit else ''}"
-                if fit is not None and fit.gpu is not None:
-                    model.reserve(uid, namespace, name, node=node, gpu=fit.gpu, units=units)
-            try:
-                if fit is not None and fit.gpu is not None:
-                    self.api.annotate_pod(
-                        namespace,
-                        name,
-                        {
-                            model.uuid_key: fit.gpu.uuid,
-                            model.index_key: str(fit.gpu.index),
-                            model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                        },
-                    )
-                self.api.bind(namespace, name, uid, node)
-            except Exception:
-                model.remove_pod(uid)
-                raise
+        pending = model.pending.get(uid)
+        units = pending.units if pending else pod_units(self.api.get_pod(namespace, name), model.resource)
+        # The GPU is chosen and reserved under the model's lock, so concurrent binds never pick the
+        # same free units; the two API calls then run outside it, in parallel with other binds.
+        with model.lock:
+            fit = model.fit(node, units) if units else None
+            if units and (fit is None or fit.gpu is None):
+                return f"cannot bind {namespace}/{name} to {node}: {fit.reason if fit else ''}"
+            if fit is not None and fit.gpu is not None:
+                model.reserve(uid, namespace, name, node=node, gpu=fit.gpu, units=units)
+        try:
+            if fit is not None and fit.gpu is not None:
+                self.api.annotate_pod(
+                    namespace,
+                    name,
+                    {
+                        model.uuid_key: fit.gpu.uuid,
+                        model.index_key: str(fit.gpu.index),
+                        model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    },
+                )
+            self.api.bind(namespace, name, uid, node)
+        except Exception:
+            model.remove_pod(uid)
+            raise
         if fit is not None and fit.gpu is not None:
             log.info(
                 "bound %s/%s to %s GPU %d",
