@@ -173,3 +173,53 @@ def test_older_kubernetes_gets_v1beta3_and_the_map_form(tmp_path):
     cluster = init[1]
     assert cluster["apiVersion"] == "kubeadm.k8s.io/v1beta3"
     assert cluster["scheduler"]["extraArgs"] == {"config": CONFIG}
+
+
+CONTAINERD_PLAY = """
+- hosts: all
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+  tasks:
+    - name: Render containerd's configuration as the role does
+      ansible.builtin.template:
+        src: {role}/templates/containerd-config.toml.j2
+        dest: "{out}/{{{{ inventory_hostname }}}}.toml"
+        mode: "0644"
+      delegate_to: localhost
+"""
+CONTAINERD_HOSTS = """
+all:
+  vars: {{ansible_python_interpreter: {python}}}
+  children:
+    k8s_control_plane: {{hosts: {{cp-1: {{}}}}}}
+    gpu_nodes: {{hosts: {{gpu-1: {{}}}}}}
+"""
+
+
+def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_does_not(tmp_path):
+    tomllib = pytest.importorskip("tomllib")
+    (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(role=ROLE, out=tmp_path))
+    (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"))
+    proc = subprocess.run(
+        [str(binary), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    runtimes = {}
+    for host in ("cp-1", "gpu-1"):
+        config = tomllib.loads((tmp_path / f"{host}.toml").read_text())
+        assert config["imports"] == ["/etc/containerd/conf.d/*.toml"]
+        runtimes[host] = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    assert set(runtimes["cp-1"]) == {"runc"}
+    assert runtimes["gpu-1"]["nvidia"]["options"] == {
+        "BinaryName": "/usr/bin/nvidia-container-runtime",
+        "SystemdCgroup": True,
+    }
+    assert runtimes["gpu-1"]["runc"]["options"]["SystemdCgroup"] is True
