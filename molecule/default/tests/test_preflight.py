@@ -19,6 +19,7 @@ def test_preflight_records_what_it_found(host):
     assert record["distribution"] == "Debian"
     assert record["distribution_version"].startswith("12")
     assert record["nvidia_pci_devices"] == []
+    assert record["nvidia_device_files"] == []
     assert record["kubernetes_flavour"] == "none"
 
 
