@@ -3,10 +3,11 @@
 # operator runs them on an edge node: tests/gpu/node_playbooks.sh [LOG_DIR]
 # ansible-playbook must be on PATH. The host keeps its own driver (vgpu_driver_policy=minimum);
 # a host without a package mirror skips the mirror probe. site.yml runs twice: the second run
-# must report changed=0. Last line: "N passed, N failed".
+# must report changed=0. Further arguments go to ansible-playbook. Last line: "N passed, N failed".
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 LOG_DIR=${1:-${OUT:-/tmp/vgpu-gpu-logs}}
+shift $(($# > 0 ? 1 : 0))
 mkdir -p "$LOG_DIR"
 collections=$(mktemp -d)
 mkdir -p "$collections/ansible_collections/vgpu"
