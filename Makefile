@@ -88,7 +88,7 @@ test: host-packages venv lint sanity unit libvgpu-test images molecule e2e ## th
 	@echo ">> make test: all layers passed"
 
 .PHONY: lint
-lint: venv ## ruff, mypy, ansible-lint (production profile)
+lint: venv collection ## ruff, mypy, ansible-lint (production profile)
 	@echo ">> ruff"
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)
