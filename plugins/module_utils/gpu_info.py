@@ -1,6 +1,6 @@
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Parsers for what a GPU node tells about its GPUs and driver.
 
 Everything here is pure: it takes the text a tool printed or a file held and returns plain data,

@@ -1,6 +1,6 @@
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The verdict of a quota check: did the interposer enforce the quota the way a user would see it.
 
 Pure functions, used by the vgpu_verify module and unit-tested without a GPU.

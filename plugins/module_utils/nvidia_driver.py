@@ -1,6 +1,6 @@
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What the nvidia_driver role must do on one node: packages, pins, holds, and whether to act.
 
 Pure functions of the node's distribution, its installed driver and the requested driver, so the

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: vgpu.isolation contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0); as Ansible plugin code also
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
