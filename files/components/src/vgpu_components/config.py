@@ -10,11 +10,14 @@ import argparse
 import copy
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from vgpu_components import logs
 
 DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 SECTIONS = ("device_plugin", "monitor", "mps", "extender")
@@ -209,6 +212,27 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"YAML config file shared by the components (default {DEFAULT_CONFIG_PATH}); "
         "any key can be overridden by VGPU_<KEY> or VGPU_<SECTION>_<KEY>",
     )
+
+
+def start(
+    prog: str, description: str, version: str, argv: list[str] | None, kubeconfig_help: str | None = None
+) -> tuple[argparse.Namespace, dict[str, Any]] | None:
+    """The start of every component: its command line, the config file and the logs.
+
+    Returns (arguments, config), or None after telling stderr what is wrong with the config."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_common_arguments(parser)
+    if kubeconfig_help:
+        parser.add_argument("--kubeconfig", help=kubeconfig_help)
+    parser.add_argument("--version", action="version", version=version)
+    args = parser.parse_args(argv)
+    try:
+        cfg = load(args.config)
+    except ConfigError as exc:
+        print(f"{prog}: bad configuration: {exc}", file=sys.stderr)
+        return None
+    logs.setup(prog, cfg["log_format"], cfg["log_level"])
+    return args, cfg
 
 
 def node_name(environ: Mapping[str, str] | None = None) -> str:

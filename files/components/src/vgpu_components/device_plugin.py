@@ -8,7 +8,6 @@ guess about which pod it serves. Per-GPU capacity and use go to the node annotat
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import signal
@@ -21,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from vgpu_components import __version__, config, health, ids, kube, logs, nvml, protos
+from vgpu_components import __version__, config, health, ids, kube, nvml, protos
 from vgpu_components.allocator import (
     AllocationError,
     DeviceTable,
@@ -392,27 +391,24 @@ class DevicePlugin:
         self.socket_path.unlink(missing_ok=True)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="nvidia-shared-device-plugin",
-        description="Kubernetes device plugin that advertises GPU memory as <resource_prefix>/gpu-memory "
-        "units (config keys: resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the "
-        "device_plugin section). The node name comes from NODE_NAME.",
-    )
-    config.add_common_arguments(parser)
-    parser.add_argument("--kubeconfig", help="kubeconfig for node annotation and events (default: in-cluster)")
-    parser.add_argument("--version", action="version", version=__version__)
-    return parser.parse_args(argv)
+DESCRIPTION = (
+    "Kubernetes device plugin that advertises GPU memory as <resource_prefix>/gpu-memory "
+    "units (config keys: resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the "
+    "device_plugin section). The node name comes from NODE_NAME."
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        cfg = config.load(args.config)
-    except config.ConfigError as exc:
-        print(f"nvidia-shared-device-plugin: bad configuration: {exc}", file=sys.stderr)
+    started = config.start(
+        "nvidia-shared-device-plugin",
+        DESCRIPTION,
+        __version__,
+        argv,
+        kubeconfig_help="kubeconfig for node annotation and events (default: in-cluster)",
+    )
+    if started is None:
         return 2
-    logs.setup("nvidia-shared-device-plugin", cfg["log_format"], cfg["log_level"])
+    args, cfg = started
     node = config.node_name()
     node_api: kube.NodeApi | None = None
     try:

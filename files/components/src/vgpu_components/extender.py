@@ -10,7 +10,6 @@ The verb is the last path segment, so both /filter and /<prefix>/filter work.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import logging
@@ -29,7 +28,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
-from vgpu_components import __version__, config, kube, logs
+from vgpu_components import __version__, config, kube
 from vgpu_components.scheduling import ClusterModel, pod_units
 
 log = logging.getLogger("vgpu.extender")
@@ -444,27 +443,24 @@ class ExtenderServer(ThreadingHTTPServer):
         super().__init__((address, port), _Handler)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="gpushare-scheduler-extender",
-        description="kube-scheduler extender (filter, prioritize, bind) that admits a pod on a node only "
-        "where one GPU has its <resource_prefix>/gpu-memory free (config keys: resource_prefix and the "
-        "extender section).",
-    )
-    config.add_common_arguments(parser)
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
-    parser.add_argument("--version", action="version", version=__version__)
-    return parser.parse_args(argv)
+DESCRIPTION = (
+    "kube-scheduler extender (filter, prioritize, bind) that admits a pod on a node only "
+    "where one GPU has its <resource_prefix>/gpu-memory free (config keys: resource_prefix and the "
+    "extender section)."
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        cfg = config.load(args.config)
-    except config.ConfigError as exc:
-        print(f"gpushare-scheduler-extender: bad configuration: {exc}", file=sys.stderr)
+    started = config.start(
+        "gpushare-scheduler-extender",
+        DESCRIPTION,
+        __version__,
+        argv,
+        kubeconfig_help="kubeconfig file (default: in-cluster config, then ~/.kube/config)",
+    )
+    if started is None:
         return 2
-    logs.setup("gpushare-scheduler-extender", cfg["log_format"], cfg["log_level"])
+    args, cfg = started
     section = cfg["extender"]
     model = ClusterModel(cfg["resource_prefix"], float(section["reservation_ttl_s"]))
     api: ClusterApi | None = None

@@ -9,7 +9,6 @@ pod, container).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
@@ -21,7 +20,7 @@ import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vgpu_components import __version__, config, health, ids, logs, nvml, region
+from vgpu_components import __version__, config, health, ids, nvml, region
 from vgpu_components.allocator import Gpu
 from vgpu_components.podresources import PodResourcesClient
 
@@ -145,15 +144,10 @@ def _ours(device: str) -> bool:
     return True
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="cgpu-monitor",
-        description="Prometheus exporter of per-GPU and per-container GPU memory (config keys: "
-        "resource_prefix, unit_mib, state_dir and the monitor section). The node name comes from NODE_NAME.",
-    )
-    config.add_common_arguments(parser)
-    parser.add_argument("--version", action="version", version=__version__)
-    return parser.parse_args(argv)
+DESCRIPTION = (
+    "Prometheus exporter of per-GPU and per-container GPU memory (config keys: "
+    "resource_prefix, unit_mib, state_dir and the monitor section). The node name comes from NODE_NAME."
+)
 
 
 def serve(collector: MonitorCollector, port: int, address: str = "") -> health.HealthServer:
@@ -170,13 +164,10 @@ def serve(collector: MonitorCollector, port: int, address: str = "") -> health.H
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        cfg = config.load(args.config)
-    except config.ConfigError as exc:
-        print(f"cgpu-monitor: bad configuration: {exc}", file=sys.stderr)
+    started = config.start("cgpu-monitor", DESCRIPTION, __version__, argv)
+    if started is None:
         return 2
-    logs.setup("cgpu-monitor", cfg["log_format"], cfg["log_level"])
+    _args, cfg = started
     backend: nvml.GpuBackend | None = None
     try:
         backend = nvml.NvmlBackend()

@@ -9,7 +9,6 @@ the pipe folder and restored on exit, also after a crash of this supervisor.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import __version__, config, health, logs, nvml
+from vgpu_components import __version__, config, health, nvml
 
 log = logging.getLogger("vgpu.mps")
 READY_FILE = ".ready"
@@ -170,25 +169,17 @@ class MpsSupervisor:
         self._restore_modes()
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="nvidia-mps",
-        description="Supervises nvidia-cuda-mps-control in the foreground: pipe and log folders, health "
-        "through the control pipe, restart on crash, compute mode restored on exit (config: the mps section).",
-    )
-    config.add_common_arguments(parser)
-    parser.add_argument("--version", action="version", version=__version__)
-    return parser.parse_args(argv)
+DESCRIPTION = (
+    "Supervises nvidia-cuda-mps-control in the foreground: pipe and log folders, health "
+    "through the control pipe, restart on crash, compute mode restored on exit (config: the mps section)."
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        cfg = config.load(args.config)
-    except config.ConfigError as exc:
-        print(f"nvidia-mps: bad configuration: {exc}", file=sys.stderr)
+    started = config.start("nvidia-mps", DESCRIPTION, __version__, argv)
+    if started is None:
         return 2
-    logs.setup("nvidia-mps", cfg["log_format"], cfg["log_level"])
+    _args, cfg = started
     binary = cfg["mps"]["control_binary"]
     if shutil.which(binary) is None:
         log.error("%s not found on PATH (%s)", binary, os.environ.get("PATH", ""))
