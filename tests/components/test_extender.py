@@ -102,10 +102,12 @@ class FakeClusterApi:
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.annotations.append((namespace, name, annotations))
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         if self.fail_bind:
             raise RuntimeError('pods "x" is forbidden')
         self.bindings.append((namespace, name, uid, node))
+        # The API server puts a Binding's annotations on the pod.
+        self.annotations.append((namespace, name, annotations))
 
 
 class Scheduler:

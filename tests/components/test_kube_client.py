@@ -114,10 +114,15 @@ def test_extender_lists_watches_annotates_and_binds(apiserver: tuple[ApiServer, 
         "application/merge-patch+json",
         {"metadata": {"annotations": {"vgpu.io/gpu-uuid": "GPU-1"}}},
     )
-    api.bind("default", "p", "uid-1", "gpu-a")
+    api.bind("default", "p", "uid-1", "gpu-a", {"vgpu.io/gpu-index": "1"})
     method, path, _ctype, body = server.requests[-1]
     assert (method, path) == ("POST", "/api/v1/namespaces/default/pods/p/binding")
-    assert body["metadata"] == {"name": "p", "namespace": "default", "uid": "uid-1"}
+    assert body["metadata"] == {
+        "name": "p",
+        "namespace": "default",
+        "uid": "uid-1",
+        "annotations": {"vgpu.io/gpu-index": "1"},
+    }
     assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-a"}
     assert api.get_pod("default", "p")["metadata"]["name"] == "p"
 

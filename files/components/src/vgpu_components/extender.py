@@ -61,7 +61,7 @@ class ClusterApi(Protocol):
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None: ...
 
 
 class Gone(Exception):
@@ -117,9 +117,11 @@ class KubeClusterApi:
             _request_timeout=10,
         )
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        # The API server copies a Binding's annotations onto the pod as it binds it: one call
+        # records the GPU and binds, and a pod is never left annotated but unbound.
         body = k8s.V1Binding(
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid, annotations=annotations or None),
             target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         # _preload_content=False: the client cannot deserialize the Binding the server returns.
@@ -244,25 +246,22 @@ class Extender:
         pending = model.pending.get(uid)
         units = pending.units if pending else pod_units(self.api.get_pod(namespace, name), model.resource)
         # The GPU is chosen and reserved under the model's lock, so concurrent binds never pick the
-        # same free units; the two API calls then run outside it, in parallel with other binds.
+        # same free units; the API call then runs outside it, in parallel with other binds.
         with model.lock:
             fit = model.fit(node, units) if units else None
             if units and (fit is None or fit.gpu is None):
                 return f"cannot bind {namespace}/{name} to {node}: {fit.reason if fit else ''}"
             if fit is not None and fit.gpu is not None:
                 model.reserve(uid, namespace, name, node=node, gpu=fit.gpu, units=units)
+        annotations: dict[str, str] = {}
+        if fit is not None and fit.gpu is not None:
+            annotations = {
+                model.uuid_key: fit.gpu.uuid,
+                model.index_key: str(fit.gpu.index),
+                model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            }
         try:
-            if fit is not None and fit.gpu is not None:
-                self.api.annotate_pod(
-                    namespace,
-                    name,
-                    {
-                        model.uuid_key: fit.gpu.uuid,
-                        model.index_key: str(fit.gpu.index),
-                        model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                    },
-                )
-            self.api.bind(namespace, name, uid, node)
+            self.api.bind(namespace, name, uid, node, annotations)
         except Exception:
             model.remove_pod(uid)
             raise
