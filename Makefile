@@ -53,7 +53,7 @@ host-packages: ## the Debian packages the tests need (installed only when missin
 lock: ## re-resolve requirements-dev.in into requirements-dev.txt
 	rm -rf build/lock-venv && python3 -m venv build/lock-venv
 	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
-	build/lock-venv/bin/pip freeze --exclude-editable | sort -f > requirements-dev.txt
+	build/lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sort -f > requirements-dev.txt
 
 $(DOCKER_COLL)/MANIFEST.json: | $(VENV)/.stamp
 	@echo ">> community.docker from $(ANSIBLE_COMMUNITY)"
