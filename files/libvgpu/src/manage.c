@@ -61,12 +61,7 @@ static void lock_or_rebuild(struct vgpu_region *r)
     }
     fprintf(stderr, "manage: region lock held by pid %u for 10 s (%s): rebuilding the lock\n",
             r->hdr.lock_owner_pid, strerror(rc));
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    memset(&r->hdr.lock, 0, sizeof r->hdr.lock);
-    pthread_mutex_init(&r->hdr.lock.mutex, &a);
+    vgpu_region_init_lock(r);
     pthread_mutex_lock(&r->hdr.lock.mutex);
     r->hdr.lock_owner_pid = (uint32_t)getpid();
 }

@@ -57,7 +57,7 @@ static void write_end(struct vgpu_region *r)
     __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_RELEASE);
 }
 
-static void init_mutex(struct vgpu_region *r)
+void vgpu_region_init_lock(struct vgpu_region *r)
 {
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
@@ -81,7 +81,7 @@ void vgpu_region_init_header(struct vgpu_region *r)
     h->max_slots = VGPU_MAX_SLOTS;
     h->file_size = VGPU_REGION_SIZE;
     h->created_ns = now_ns();
-    init_mutex(r);
+    vgpu_region_init_lock(r);
     __atomic_store_n(&h->state, 1, __ATOMIC_RELEASE);
 }
 
@@ -192,7 +192,7 @@ void vgpu_region_lock(struct vgpu_region *r)
     } else if (rc != 0) {
         /* ENOTRECOVERABLE or a mutex scribbled over: rebuild it; accounting is recomputed. */
         vgpu_log(VGPU_WARN, "region lock unusable (%s); re-initialising it", strerror(rc));
-        init_mutex(r);
+        vgpu_region_init_lock(r);
         pthread_mutex_lock(&r->hdr.lock.mutex);
         vgpu_region_recompute_locked(r);
         r->hdr.reset_count++;

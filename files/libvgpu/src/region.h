@@ -120,6 +120,9 @@ VGPU_HIDDEN int vgpu_region_sweep_locked(struct vgpu_region *r);
 /* Recompute device totals from live slots; caller holds the lock. */
 VGPU_HIDDEN void vgpu_region_recompute_locked(struct vgpu_region *r);
 VGPU_HIDDEN void vgpu_region_init_header(struct vgpu_region *r);
+/* (Re)initialise the region's lock as a robust, process-shared mutex, unlocked. */
+VGPU_HIDDEN void vgpu_region_init_lock(struct vgpu_region *r);
+
 VGPU_HIDDEN int vgpu_region_header_valid(const struct vgpu_region *r);
 
 /* Process identity helpers. */
