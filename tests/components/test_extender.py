@@ -231,6 +231,16 @@ def test_prioritize_prefers_the_node_it_packs_tighter(cluster: Scheduler) -> Non
     assert status == 200 and by_host["gpu-c"] == 10 and by_host["gpu-a"] == 2 and by_host["cpu-b"] == 0
 
 
+def test_prioritize_sees_each_bind_at_once(cluster: Scheduler) -> None:
+    """Scores are kept per node between pods; a bind on a node must change that node's score."""
+    args = {"Pod": pod_obj("next", 2000), "Nodes": None, "NodeNames": ["gpu-a"]}
+    assert cluster.post("/prioritize", args)[1] == [{"Host": "gpu-a", "Score": 2}]  # (0 + 20) / 122
+    cluster.schedule(pod_obj("first", 6000), ["gpu-a"])  # 60 units on one GPU of gpu-a
+    assert cluster.post("/prioritize", args)[1] == [{"Host": "gpu-a", "Score": 7}]  # (60 + 20) / 122
+    cluster.extender.model.remove_pod("uid-first")
+    assert cluster.post("/prioritize", args)[1] == [{"Host": "gpu-a", "Score": 2}]
+
+
 def test_full_node_list_when_not_node_cache_capable(cluster: Scheduler) -> None:
     nodes = {"items": [node_obj("gpu-a", None), node_obj("cpu-b", None)]}
     status, result = cluster.post("/filter", {"Pod": pod_obj("p", 1000), "Nodes": nodes, "NodeNames": None})

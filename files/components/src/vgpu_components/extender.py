@@ -211,13 +211,8 @@ class Extender:
         nodes = self.model.nodes
         with self.model.lock:
             for name in names:
-                score = 0
                 state = nodes.get(name)
-                if units and state is not None and state.max_free >= units:
-                    # Same score as ClusterModel.fit, inlined: this loop runs once per node.
-                    gpu = state.best_fit(units)
-                    if gpu is not None and gpu.units:
-                        score = round(10 * (gpu.used + units) / gpu.units)
+                score = state.score(units) if units and state is not None else 0
                 out.append({"Host": name, "Score": score})
         return out
 

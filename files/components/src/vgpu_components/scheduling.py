@@ -47,9 +47,13 @@ class NodeState:
     # GPUs ordered by (free, index) and their free counts, for a bisect best fit per request.
     ranked: list[GpuState] = field(default_factory=list)
     ranked_free: list[int] = field(default_factory=list)
+    # prioritize's score per request size. A bind changes one node, so the next pod of the same
+    # size finds every other node's score here instead of recomputing it.
+    scores: dict[int, int] = field(default_factory=dict)
 
     def refresh(self) -> None:
         """Recompute the summaries after any change; requests then cost O(log GPUs)."""
+        self.scores.clear()
         self.ranked = sorted((g for g in self.gpus if g.healthy), key=lambda g: (g.free, g.index))
         self.ranked_free = [g.free for g in self.ranked]
         self.max_free = self.ranked_free[-1] if self.ranked_free else 0
@@ -60,6 +64,15 @@ class NodeState:
         allocator.best_fit that the device plugin's GetPreferredAllocation uses."""
         at = bisect.bisect_left(self.ranked_free, units)
         return self.ranked[at] if at < len(self.ranked) else None
+
+    def score(self, units: int) -> int:
+        """0..10 bin-packing score of the best-fit GPU for `units` (0 when none fits)."""
+        cached = self.scores.get(units)
+        if cached is None:
+            gpu = self.best_fit(units) if units else None
+            cached = round(10 * (gpu.used + units) / gpu.units) if gpu is not None and gpu.units else 0
+            self.scores[units] = cached
+        return cached
 
     def gpu(self, uuid: str) -> GpuState | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -319,8 +332,7 @@ class ClusterModel:
             return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
         gpu = state.best_fit(units)
         assert gpu is not None  # max_free >= units guarantees one
-        score = round(10 * (gpu.used + units) / gpu.units) if gpu.units else 0
-        return Fit(gpu, score=score)
+        return Fit(gpu, score=state.score(units))
 
     def admits(self, node_name: str, units: int) -> bool:
         """filter's fast path: does any GPU of the node have `units` free?"""
