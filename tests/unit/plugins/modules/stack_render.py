@@ -36,6 +36,20 @@ PLAYBOOK = """
 """
 
 
+def run_playbook(*args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook of this venv with this checkout as vgpu.isolation; asserts it succeeded."""
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),  # linked by tests/conftest.py
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+    )
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return proc
+
+
 def render(folder: Path, extra: dict) -> dict:
     """Render every template with the role's defaults plus `extra`; returns {name: [documents]}."""
     variables = dict(extra)
@@ -44,10 +58,7 @@ def render(folder: Path, extra: dict) -> dict:
     (folder / "extra.yml").write_text(yaml.safe_dump(variables))
     playbook = folder / "render.yml"
     playbook.write_text(PLAYBOOK.format(role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES))
-    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-    binary = Path(sys.executable).with_name("ansible-playbook")
-    proc = subprocess.run([str(binary), str(playbook)], capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_playbook(str(playbook))
     out = {}
     for name in TEMPLATES:
         text = (folder / name.replace(".j2", "")).read_text()

@@ -4,13 +4,12 @@ other setting. Rendered by Ansible itself (ansible-playbook on localhost); kubea
 """
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from stack_render import run_playbook
 
 ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "kubeadm"
@@ -95,17 +94,7 @@ def run(tmp_path, live, extra=None):
     }
     variables.update(extra or {})
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    # tests/conftest.py links this checkout as ansible_collections/vgpu/isolation under build/.
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
-    binary = Path(sys.executable).with_name("ansible-playbook")
-    command = [str(binary), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
-    command += ["-e", "@" + str(tmp_path / "vars.json")]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", "@" + str(tmp_path / "vars.json"))
     with_scheduler = json.loads((tmp_path / "with.json").read_text())
     without = json.loads((tmp_path / "without.json").read_text())
     init = list(yaml.safe_load_all((tmp_path / "kubeadm-config.yaml").read_text()))
@@ -202,16 +191,7 @@ def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_do
     tomllib = pytest.importorskip("tomllib")
     (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(role=ROLE, out=tmp_path))
     (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
-    binary = Path(sys.executable).with_name("ansible-playbook")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"))
-    proc = subprocess.run(
-        [str(binary), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"))
     runtimes = {}
     for host in ("cp-1", "gpu-1"):
         config = tomllib.loads((tmp_path / f"{host}.toml").read_text())
