@@ -135,7 +135,7 @@ def main() -> int:
 
     def ours() -> None:
         json.dumps(extender.filter(json.loads(body))).encode()
-        json.dumps(extender.prioritize(json.loads(prio_body))).encode()
+        extender.prioritize(json.loads(prio_body))  # returns the encoded HostPriorityList
 
     def baseline() -> None:
         args_f = json.loads(body)

@@ -435,3 +435,39 @@ def test_a_rejected_pod_is_nudged_when_memory_frees(cluster: Scheduler) -> None:
     assert extender.nudge_once() == []  # at most one nudge per pod every 5 s
     _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
     assert result["NodeNames"] == ["gpu-a"] and "uid-waiting" not in extender.rejected
+
+
+def test_node_heartbeats_leave_the_model_alone() -> None:
+    """kwok and kubelet rewrite node status every few seconds; only a changed GPU annotation may
+    wake the nudger or drop prioritize's cached scores."""
+    model = ClusterModel("vgpu.io")
+    node = node_obj("gpu-a", [(GPU0, 12288, 0)])
+    model.set_node(node)
+    state = model.nodes["gpu-a"]
+    assert state.score(10) == 1
+    model.freed.clear()
+    heartbeat = json.loads(json.dumps(node))
+    heartbeat["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    model.set_node(heartbeat)
+    assert model.nodes["gpu-a"] is state and state.scores == {10: 1} and not model.freed.is_set()
+    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 61)]))
+    assert model.nodes["gpu-a"].gpus[0].free == 61 and model.freed.is_set()
+
+
+def test_a_bound_pods_status_updates_keep_its_count() -> None:
+    model = ClusterModel("vgpu.io")
+    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
+    model.reserve("uid-p", "default", "p", node="gpu-a", gpu=model.nodes["gpu-a"].gpus[1], units=30)
+    pod = pod_obj("p", 3000)
+    pod["spec"]["nodeName"] = "gpu-a"
+    pod["metadata"]["annotations"] = {"vgpu.io/gpu-uuid": GPU1, "vgpu.io/gpu-index": "1"}
+    for phase in ("Pending", "Running", "Running"):
+        pod["status"]["phase"] = phase
+        model.set_pod(pod)
+        assert [g.free for g in model.nodes["gpu-a"].gpus] == [122, 92]
+    # Seen bound: no longer a reservation that could expire.
+    assert model.placements["uid-p"].reserved_at is None
+    assert model.expire_reservations(now=time.monotonic() + 10**6) == 0
+    pod["status"]["phase"] = "Succeeded"
+    model.set_pod(pod)
+    assert [g.free for g in model.nodes["gpu-a"].gpus] == [122, 122]

@@ -26,12 +26,14 @@ class ApiServer(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str, Any]] = []
+        self.clients: set[tuple[str, int]] = set()  # client addresses: one per TCP connection
         self.watch_lines: list[dict[str, Any]] = []
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: ApiServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as kube-apiserver
 
     def _reply(self, status: int, body: Any, lines: list[dict[str, Any]] | None = None) -> None:
         data = (
@@ -47,6 +49,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         self.server.requests.append((self.command, self.path, self.headers.get("Content-Type", ""), body))
+        self.server.clients.add(self.client_address)
         return body
 
     def do_GET(self) -> None:
@@ -103,7 +106,7 @@ def test_extender_lists_watches_annotates_and_binds(apiserver: tuple[ApiServer, 
         {"type": "MODIFIED", "object": NODE},
         {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "9"}}},
     ]
-    assert [e for e, _obj in api.watch("nodes", "5")] == ["MODIFIED", "BOOKMARK"]
+    assert list(api.watch("nodes", "5")) == [(line["type"], line["object"]) for line in server.watch_lines]
     method, path, _ctype, _body = server.requests[-1]
     assert method == "GET" and "watch=true" in path and "resourceVersion=5" in path
     assert "allowWatchBookmarks=true" in path
@@ -125,6 +128,16 @@ def test_extender_lists_watches_annotates_and_binds(apiserver: tuple[ApiServer, 
     }
     assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-a"}
     assert api.get_pod("default", "p")["metadata"]["name"] == "p"
+
+
+def test_binds_reuse_one_connection(apiserver: tuple[ApiServer, Any]) -> None:
+    """Each bind used to leave its answer unread, so every bind opened a new connection (a TLS
+    handshake against a real API server)."""
+    server, api_client = apiserver
+    api = KubeClusterApi(api_client)
+    for i in range(5):
+        api.bind("default", f"p{i}", f"uid-{i}", "gpu-a", {})
+    assert len(server.requests) == 5 and len(server.clients) == 1
 
 
 def test_an_expired_watch_means_list_again(apiserver: tuple[ApiServer, Any]) -> None:

@@ -50,6 +50,7 @@ class NodeState:
     # prioritize's score per request size. A bind changes one node, so the next pod of the same
     # size finds every other node's score here instead of recomputing it.
     scores: dict[int, int] = field(default_factory=dict)
+    source: str = ""  # the annotation this state was read from
 
     def refresh(self) -> None:
         """Recompute the summaries after any change; requests then cost O(log GPUs)."""
@@ -197,6 +198,9 @@ class ClusterModel:
                 self.nodes.pop(name, None)
                 self.node_errors.pop(name, None)
                 return
+            known = self.nodes.get(name)
+            if known is not None and known.source == text:
+                return  # a status heartbeat: nothing the model counts changed
             try:
                 unit, gpus = parse_annotation(text)
             except (ValueError, KeyError, TypeError) as exc:
@@ -204,7 +208,7 @@ class ClusterModel:
                 self.node_errors[name] = f"unreadable {self.annotation_key} annotation: {exc}"
                 return
             self.node_errors.pop(name, None)
-            state = NodeState(name=name, unit_mib=unit, gpus=gpus)
+            state = NodeState(name=name, unit_mib=unit, gpus=gpus, source=text)
             self.nodes[name] = state
             self._recount(name)
             self.freed.set()
@@ -256,6 +260,8 @@ class ClusterModel:
             self.placements[uid] = Placement(
                 uid, str(meta.get("namespace", "")), str(meta.get("name", "")), node, gpu_uuid, units
             )
+            if old is not None and (old.node, old.gpu_uuid, old.units) == (node, gpu_uuid, units):
+                return  # a status change, or our reservation now seen bound: same count
             if old is not None and old.node != node:
                 self._recount(old.node)
             self._recount(node)
