@@ -113,10 +113,11 @@ class FakeClusterApi:
 class Scheduler:
     """Plays kube-scheduler: POSTs to the extender and applies binds back through the watch."""
 
-    def __init__(self, port: int, api: FakeClusterApi, extender: Extender) -> None:
+    def __init__(self, port: int, api: FakeClusterApi, extender: Extender, packing: str = "tightest") -> None:
         self.port = port
         self.api = api
         self.extender = extender
+        self.packing = packing  # the scheduler configuration: see roles/vgpu_stack
 
     def post(self, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
@@ -134,18 +135,22 @@ class Scheduler:
         return response.status, response.read()
 
     def schedule(self, pod: dict[str, Any], nodes: list[str]) -> tuple[str, dict[str, str]]:
-        """filter -> prioritize -> bind like kube-scheduler; returns (node, pod annotations)."""
+        """Like kube-scheduler: filter-tightest -> bind ("tightest" packing) or filter ->
+        prioritize -> bind ("weighted"); among equals the first node. Returns (node, annotations)."""
         self.api.pods[("default", pod["metadata"]["name"])] = pod
         self.extender.model.set_pod(pod)  # the watch sees the new pending pod
         args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
-        status, result = self.post("/gpushare-scheduler/filter", args)
+        verb = "filter-tightest" if self.packing == "tightest" else "filter"
+        status, result = self.post(f"/gpushare-scheduler/{verb}", args)
         assert status == 200, result
         assert result["Error"] == ""
         feasible = result["NodeNames"]
         assert feasible, f"no node fits: {result['FailedNodes']} {result['FailedAndUnresolvableNodes']}"
-        status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
-        assert status == 200
-        best = max(scores, key=lambda s: s["Score"])["Host"]
+        best = feasible[0]
+        if self.packing == "weighted":
+            status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
+            assert status == 200
+            best = max(scores, key=lambda s: s["Score"])["Host"]
         bind = {
             "PodName": pod["metadata"]["name"],
             "PodNamespace": "default",
@@ -163,7 +168,7 @@ class Scheduler:
 
 
 @pytest.fixture
-def cluster() -> Iterator[Scheduler]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
     api = FakeClusterApi()
     model = ClusterModel("vgpu.io")
     model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
@@ -172,11 +177,12 @@ def cluster() -> Iterator[Scheduler]:
     server = ExtenderServer("127.0.0.1", 0, extender)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield Scheduler(server.server_address[1], api, extender)
+    yield Scheduler(server.server_address[1], api, extender, getattr(request, "param", "tightest"))
     server.shutdown()
     server.server_close()
 
 
+@pytest.mark.parametrize("cluster", ["tightest", "weighted"], indirect=True)
 def test_reference_scenario_big_pods_spread_small_pods_share(cluster: Scheduler) -> None:
     """2 x 12 GiB: two 8000 MiB pods land on different GPUs, two 2000 MiB pods on the same GPU."""
     big1 = cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])[1]
@@ -229,6 +235,44 @@ def test_prioritize_prefers_the_node_it_packs_tighter(cluster: Scheduler) -> Non
     status, scores = cluster.post("/prioritize", args)
     by_host = {s["Host"]: s["Score"] for s in scores}
     assert status == 200 and by_host["gpu-c"] == 10 and by_host["gpu-a"] == 2 and by_host["cpu-b"] == 0
+
+
+@pytest.mark.parametrize("cluster", ["tightest", "weighted"], indirect=True)
+def test_pods_pack_onto_the_fuller_node(cluster: Scheduler) -> None:
+    """Both packings fill a started node before they open an empty one."""
+    model = cluster.extender.model
+    model.set_node(node_obj("gpu-c", [(GPU0 + "c", 12288, 0)]))
+    nodes = ["gpu-c", "gpu-a"]
+    placed = [cluster.schedule(pod_obj(f"p{i}", 3000), nodes)[0] for i in range(5)]
+    # gpu-c (first, all equal) takes the first pod, then every pod while it fits (4 x 30 of 122).
+    assert placed == ["gpu-c"] * 4 + ["gpu-a"]
+
+
+def looser_count(cluster: Scheduler) -> float:
+    """The extender's count of nodes that fitted but were not among the tightest (process-wide)."""
+    _status, text = cluster.get("/metrics")
+    key = b'vgpu_extender_filter_nodes_total{outcome="looser"} '
+    return sum(float(line[len(key) :]) for line in text.splitlines() if line.startswith(key))
+
+
+def test_filter_tightest_keeps_only_the_tightest_nodes_and_their_ties(cluster: Scheduler) -> None:
+    model = cluster.extender.model
+    model.set_node(node_obj("gpu-c", [(GPU0 + "c", 12288, 100)]))  # 22 units free
+    model.set_node(node_obj("gpu-d", [(GPU0 + "d", 12288, 100)]))  # the same
+    model.set_node(node_obj("gpu-e", [(GPU0 + "e", 12288, 110)]))  # 12 units free: too small
+    names = ["gpu-a", "gpu-c", "gpu-d", "gpu-e", "cpu-b"]
+    args = {"Pod": pod_obj("p", 2000), "Nodes": None, "NodeNames": names}
+    looser_before = looser_count(cluster)
+    _status, loose = cluster.post("/filter", args)
+    _status, tight = cluster.post("/filter-tightest", args)
+    assert loose["NodeNames"] == ["gpu-a", "gpu-c", "gpu-d"]
+    assert tight["NodeNames"] == ["gpu-c", "gpu-d"]  # both score 10; gpu-a scores 2
+    # Why the others cannot take the pod is the same answer as filter's; gpu-a is left out silently.
+    assert tight["FailedNodes"] == loose["FailedNodes"] and set(tight["FailedNodes"]) == {"gpu-e", "cpu-b"}
+    assert looser_count(cluster) == looser_before + 1
+    # A pod without GPU memory is not packed: every node passes.
+    args["Pod"] = pod_obj("cpu-only", None)
+    assert cluster.post("/filter-tightest", args)[1]["NodeNames"] == names
 
 
 def test_prioritize_sees_each_bind_at_once(cluster: Scheduler) -> None:

@@ -1,9 +1,12 @@
 """gpushare-scheduler-extender: kube-scheduler's HTTP extender for per-GPU memory fit.
 
 Verbs (POST, JSON exactly as kube-scheduler sends it, nodeCacheCapable):
-  filter      ExtenderArgs -> ExtenderFilterResult: a node passes only where one GPU fits the pod
-  prioritize  ExtenderArgs -> HostPriorityList: best-fit bin-packing score 0..10
-  bind        ExtenderBindingArgs -> ExtenderBindingResult: record the GPU on the pod, then bind
+  filter           ExtenderArgs -> ExtenderFilterResult: a node passes only where one GPU fits
+  filter-tightest  the same, then only the passing nodes where the pod packs tightest (highest
+                   packing score): bin-packing without a prioritize call ("tightest" packing)
+  prioritize       ExtenderArgs -> HostPriorityList: the packing score 0..10 of each node, which
+                   kube-scheduler weighs with its own scores ("weighted" packing, after filter)
+  bind             ExtenderBindingArgs -> ExtenderBindingResult: record the GPU, then bind
 GET /healthz (alive), /readyz (API state synced), /metrics (Prometheus).
 The verb is the last path segment, so both /filter and /<prefix>/filter work.
 """
@@ -40,7 +43,9 @@ REQUESTS = prometheus_client.Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
 )
 DECISIONS = prometheus_client.Counter(
-    "vgpu_extender_filter_nodes_total", "Nodes judged by filter, by outcome", ["outcome"]
+    "vgpu_extender_filter_nodes_total",
+    "Nodes judged by filter, by outcome (looser: fits, but filter-tightest kept tighter nodes)",
+    ["outcome"],
 )
 BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, by outcome", ["outcome"])
 
@@ -183,25 +188,33 @@ class Extender:
             raise BadRequest(str(exc)) from None
 
     # --- verbs -----------------------------------------------------------------------------------
-    def filter(self, body: Any) -> dict[str, Any]:
+    def filter(self, body: Any, tightest: bool = False) -> dict[str, Any]:
+        """The nodes where one GPU fits the pod; with `tightest`, only those of them where it packs
+        tightest (the highest packing score), so that kube-scheduler needs no prioritize call."""
         pod, names, items = self._args(body)
         units = self._units(pod)
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
+        fitting = 0
         with self.model.lock:
             for name in names:
                 if units == 0 or self.model.admits(name, units):
                     passed.append(name)
                     continue
                 fit = self.model.fit(name, units)
-                if fit.gpu is not None:
-                    passed.append(name)
-                elif fit.unresolvable:
+                if fit.unresolvable:
                     unresolvable[name] = fit.reason
                 else:
                     failed[name] = fit.reason
+            fitting = len(passed)
+            if tightest and units and fitting > 1:
+                # Ties stay: kube-scheduler's own scores choose among equally tight nodes.
+                scores = [self.model.nodes[name].score(units) for name in passed]
+                best = max(scores)
+                passed = [name for name, score in zip(passed, scores) if score == best]
         DECISIONS.labels("passed").inc(len(passed))
+        DECISIONS.labels("looser").inc(fitting - len(passed))
         DECISIONS.labels("failed").inc(len(failed) + len(unresolvable))
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
@@ -413,6 +426,7 @@ class _Handler(BaseHTTPRequestHandler):
         verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         handler = {
             "filter": self.server.extender.filter,
+            "filter-tightest": lambda body: self.server.extender.filter(body, tightest=True),
             "prioritize": self.server.extender.prioritize,
             "bind": self.server.extender.bind,
         }.get(verb)
@@ -423,7 +437,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise BadRequest(f"request body of {length} bytes is over the {MAX_BODY}-byte limit")
             raw = self.rfile.read(length)
             if handler is None:
-                self._send(404, {"Error": f"unknown verb {verb!r}; expected filter, prioritize or bind"})
+                expected = "filter, filter-tightest, prioritize or bind"
+                self._send(404, {"Error": f"unknown verb {verb!r}; expected {expected}"})
                 return
             try:
                 body = json.loads(raw)
@@ -464,7 +479,7 @@ class ExtenderServer(ThreadingHTTPServer):
 
 
 DESCRIPTION = (
-    "kube-scheduler extender (filter, prioritize, bind) that admits a pod on a node only "
+    "kube-scheduler extender (filter or filter-tightest, prioritize, bind) that admits a pod on a node only "
     "where one GPU has its <resource_prefix>/gpu-memory free (config keys: resource_prefix and the "
     "extender section)."
 )
