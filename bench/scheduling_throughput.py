@@ -5,7 +5,8 @@ which is what `make -C tests/k8s bench` does). For each node count it creates si
 (kwok, 2 x 12 GiB GPUs each), then, once per scheduler configuration:
 
 1. stops kube-scheduler and creates the pods, all Pending;
-2. starts kube-scheduler (plain: the default plugins only; extender: our extender for filter,
+2. starts kube-scheduler (plain: the default plugins only; extender: our extender as
+   roles/vgpu_stack configures it, filter-tightest and bind; extender-weighted: filter,
    prioritize and bind) and waits until it is ready;
 3. watches the pods and takes the rate from the first bind to the last one.
 
@@ -42,9 +43,11 @@ GROUP = "bench"
 # scheduler config file (in the state folder) per mode; see tests/k8s/scripts/up.sh.
 MODES = {
     "plain": "scheduler-plain.yaml",  # no extender
-    "extender": "scheduler-extender.yaml",  # ignoredByScheduler: false, as roles/vgpu_stack ships it
-    "extender-ignored": "scheduler-extender-ignored.yaml",  # true: only the extender counts GPU memory
+    "extender": "scheduler-extender.yaml",  # as roles/vgpu_stack ships it: packing "tightest"
+    "extender-weighted": "scheduler-extender-weighted.yaml",  # packing "weighted": + prioritize
+    "extender-ignored": "scheduler-extender-ignored.yaml",  # tightest, ignoredByScheduler: true
 }
+DEFAULT_MODES = ["plain", "extender", "extender-weighted"]
 
 
 def ensure_nodes(core: Any, count: int) -> dict[str, str]:
@@ -185,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="rounds of all modes per node count (default 3)")
     parser.add_argument("--settle", type=float, default=30, help="seconds to wait after adding nodes (default 30)")
     parser.add_argument(
-        "--modes", nargs="+", choices=list(MODES), default=list(MODES), help="configurations to run (plain is needed)"
+        "--modes",
+        nargs="+",
+        choices=list(MODES),
+        default=DEFAULT_MODES,
+        help=f"configurations to run, plain among them (default {' '.join(DEFAULT_MODES)})",
     )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args(argv)

@@ -38,6 +38,13 @@ PLAYBOOK = """\
         src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
         dest: "{out}/kube-scheduler-config.yaml"
         mode: "0644"
+    - name: Render it with the other packing, weighted
+      ansible.builtin.template:
+        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        dest: "{out}/kube-scheduler-config-weighted.yaml"
+        mode: "0644"
+      vars:
+        vgpu_stack_extender_packing: weighted
 """
 
 
@@ -165,13 +172,15 @@ def test_device_plugin_account_may_annotate_nodes_and_nothing_more(
     assert forbidden(sa_core.patch_namespaced_pod, "x", "default", {}), "it can patch pods"
 
 
+@pytest.mark.parametrize("config", ["kube-scheduler-config.yaml", "kube-scheduler-config-weighted.yaml"])
 def test_the_shipped_scheduler_configuration_works(
-    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, config: str
 ) -> None:
-    """kube-scheduler started with the role's own KubeSchedulerConfiguration places GPU pods."""
+    """kube-scheduler started with the role's own KubeSchedulerConfiguration (either packing)
+    places GPU pods."""
     cluster.ctl("stop-scheduler")
     try:
-        cluster.ctl("start-scheduler", str(stack / "kube-scheduler-config.yaml"))
+        cluster.ctl("start-scheduler", str(stack / config))
         selector = gpu_nodes(1)
         for name in ("a", "b"):
             core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))

@@ -46,9 +46,10 @@ kubeconfig scheduler scheduler
 # stack's service accounts is tested on its own (test_stack.py).
 cp "$STATE_DIR/admin.kubeconfig" "$STATE_DIR/extender.kubeconfig"
 
-# scheduler_config <file> <extender: none|ignored|counted>
-#   ignored: managedResources ignoredByScheduler true (only the extender counts GPU memory)
-#   counted: false, as roles/vgpu_stack ships it (kube-scheduler also counts the node's sum)
+# scheduler_config <file> <packing: none|tightest|weighted> [ignored]
+#   none: no extender; tightest (as roles/vgpu_stack ships it): filter-tightest and bind;
+#   weighted: filter, prioritize and bind. managedResources ignoredByScheduler is false, as shipped
+#   (kube-scheduler also counts the node's sum), or true with "ignored" (only the extender counts).
 scheduler_config() {
     cat >"$1" <<SC
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -61,22 +62,23 @@ leaderElection:
   leaderElect: false
 SC
     [[ "$2" != none ]] || return 0
+    local verbs="  filterVerb: filter-tightest"
+    [[ "$2" == tightest ]] || verbs=$'  filterVerb: filter\n  prioritizeVerb: prioritize\n  weight: 1'
     cat >>"$1" <<SC
 extenders:
 - urlPrefix: http://127.0.0.1:$EXTENDER_PORT
-  filterVerb: filter
-  prioritizeVerb: prioritize
+$verbs
   bindVerb: bind
-  weight: 1
   nodeCacheCapable: true
   managedResources:
   - name: vgpu.io/gpu-memory
-    ignoredByScheduler: $([[ "$2" == ignored ]] && echo true || echo false)
+    ignoredByScheduler: $([[ "${3:-}" == ignored ]] && echo true || echo false)
 SC
 }
-# The e2e configuration is the one roles/vgpu_stack ships (counted).
-scheduler_config "$STATE_DIR/scheduler-extender.yaml" counted
-scheduler_config "$STATE_DIR/scheduler-extender-ignored.yaml" ignored
+# The e2e configuration is the one roles/vgpu_stack ships (tightest, counted).
+scheduler_config "$STATE_DIR/scheduler-extender.yaml" tightest
+scheduler_config "$STATE_DIR/scheduler-extender-weighted.yaml" weighted
+scheduler_config "$STATE_DIR/scheduler-extender-ignored.yaml" tightest ignored
 scheduler_config "$STATE_DIR/scheduler-plain.yaml" none
 
 cat >"$STATE_DIR/vgpu-config.yaml" <<VC

@@ -22,6 +22,8 @@ CASES: dict[str, dict] = {
         "vgpu_stack_extender_port": 32700,
         "vgpu_stack_runtime_class": "",
         "vgpu_stack_percentage_of_nodes_to_score": 100,
+        "vgpu_stack_extender_packing": "weighted",
+        "vgpu_stack_extender_weight": 3,
     },
 }
 
@@ -243,11 +245,12 @@ def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, 
     assert config["clientConnection"] == {"kubeconfig": kubeconfig}
     (extender,) = config["extenders"]
     assert extender["urlPrefix"] == f"http://127.0.0.1:{port}"
-    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
-        "filter",
-        "prioritize",
-        "bind",
-    )
+    # kubeadm-custom packs "weighted" (filter, then prioritize with the weight); the default,
+    # "tightest", packs in its one filter call.
+    weighted = ("filter", "prioritize", "bind", 3)
+    expected = weighted if case == "kubeadm-custom" else ("filter-tightest", None, "bind", None)
+    verbs = ("filterVerb", "prioritizeVerb", "bindVerb", "weight")
+    assert tuple(extender.get(key) for key in verbs) == expected
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
     assert extender["managedResources"] == [{"name": f"{prefix}/gpu-memory", "ignoredByScheduler": False}]
