@@ -196,7 +196,6 @@ class Extender:
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        fitting = 0
         with self.model.lock:
             for name in names:
                 if units == 0 or self.model.admits(name, units):
