@@ -11,6 +11,7 @@ import copy
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,14 @@ def node_name(environ: Mapping[str, str] | None = None) -> str:
     """This node's name from NODE_NAME (downward API); falls back to the host name."""
     environ = os.environ if environ is None else environ
     return environ.get("NODE_NAME") or os.uname().nodename
+
+
+def wait_for_stop(stop: threading.Event, tick_s: float = 0.5) -> None:
+    """Block the main thread until `stop` is set by a SIGTERM/SIGINT handler.
+
+    Python runs signal handlers in the main thread only, and a signal the kernel hands to another
+    thread (gRPC makes several) does not wake a main thread blocked in a plain Event.wait(): the
+    process then ignored SIGTERM until kubelet killed it. Waking every `tick_s` lets the handler
+    run within that time."""
+    while not stop.wait(tick_s):
+        pass

@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         "", cfg["device_plugin"]["healthz_port"], {"/healthz": health.check(plugin.healthy)}
     ).start()
     plugin.start()
-    stop.wait()
+    config.wait_for_stop(stop)
     log.info("stopping")
     plugin.stop()
     server.stop()

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server = serve(collector, cfg["monitor"]["port"])
     log.info("serving /metrics on port %d", server.server_address[1], extra={"gpus": len(collector.gpus)})
-    stop.wait()
+    config.wait_for_stop(stop)
     server.stop()
     if backend is not None:
         backend.close()
