@@ -137,6 +137,16 @@ def test_the_role_applies_the_manifests_and_a_rerun_changes_nothing(stack: Path,
     assert recap_changed(run_playbook(stack)) == 0, "a second run of the role reported changes"
 
 
+def two_big_pods_get_two_gpus(core: Any, namespace: str, gpu_nodes: cluster.NodeFactory) -> None:
+    """Two 8000 MiB pods on one node of 2 x 12 GiB GPUs are scheduled, each on its own GPU."""
+    selector = gpu_nodes(1)
+    for name in ("a", "b"):
+        core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))
+    pods = [cluster.wait_bound(core, namespace, name) for name in ("a", "b")]
+    gpus = {p.metadata.annotations[cluster.ANNOTATION_UUID] for p in pods}
+    assert len(gpus) == 2, f"both 8000 MiB pods on one GPU: {gpus}"
+
+
 def test_extender_schedules_with_only_its_service_account(
     stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, extender_back_up: None
 ) -> None:
@@ -148,12 +158,7 @@ def test_extender_schedules_with_only_its_service_account(
 
     cluster.ctl("stop-extender")
     cluster.ctl("start-extender", env={"VGPU_E2E_EXTENDER_KUBECONFIG": str(stack / f"{EXTENDER_SA}.kubeconfig")})
-    selector = gpu_nodes(1)
-    for name in ("a", "b"):
-        core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))
-    pods = [cluster.wait_bound(core, namespace, name) for name in ("a", "b")]
-    gpus = {p.metadata.annotations[cluster.ANNOTATION_UUID] for p in pods}
-    assert len(gpus) == 2, f"both 8000 MiB pods on one GPU: {gpus}"
+    two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
     cluster.ctl("stop-extender")  # extender_back_up restarts it with the admin identity
 
 
@@ -181,12 +186,7 @@ def test_the_shipped_scheduler_configuration_works(
     cluster.ctl("stop-scheduler")
     try:
         cluster.ctl("start-scheduler", str(stack / config))
-        selector = gpu_nodes(1)
-        for name in ("a", "b"):
-            core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))
-        pods = [cluster.wait_bound(core, namespace, name) for name in ("a", "b")]
-        gpus = {p.metadata.annotations[cluster.ANNOTATION_UUID] for p in pods}
-        assert len(gpus) == 2, f"both 8000 MiB pods on one GPU: {gpus}"
+        two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
     finally:
         cluster.ctl("stop-scheduler")
         cluster.ctl("start-scheduler")
