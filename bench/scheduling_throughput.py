@@ -48,6 +48,8 @@ MODES = {
     "extender-ignored": "scheduler-extender-ignored.yaml",  # tightest, ignoredByScheduler: true
 }
 DEFAULT_MODES = ["plain", "extender", "extender-weighted"]
+# The extender verbs whose calls and time each run reports.
+VERBS = ("filter", "filter-tightest", "prioritize", "bind")
 
 
 def ensure_nodes(core: Any, count: int) -> dict[str, str]:
@@ -121,7 +123,7 @@ def extender_metrics() -> dict[str, float]:
     with urllib.request.urlopen(url, timeout=10) as response:  # loopback, fixed scheme
         text = response.read().decode()
     wanted = {'vgpu_extender_binds_total{outcome="error"}': "failed_binds"}
-    for verb in ("filter", "filter-tightest", "prioritize", "bind"):
+    for verb in VERBS:
         wanted[f'vgpu_extender_request_seconds_sum{{verb="{verb}"}}'] = f"{verb}_s"
         wanted[f'vgpu_extender_request_seconds_count{{verb="{verb}"}}'] = f"{verb}_n"
     values = dict.fromkeys(wanted.values(), 0.0)
@@ -160,7 +162,7 @@ def run_once(
         after = extender_metrics()
         # Binds the extender refused because the GPU filled up after filter said it fit.
         result["failed_binds"] = int(after["failed_binds"] - before["failed_binds"])
-        for verb in ("filter", "filter-tightest", "prioritize", "bind"):
+        for verb in VERBS:
             calls = after[f"{verb}_n"] - before[f"{verb}_n"]
             spent = after[f"{verb}_s"] - before[f"{verb}_s"]
             result[f"{verb}_calls"] = int(calls)
