@@ -181,6 +181,33 @@ void vgpu_region_recompute_locked(struct vgpu_region *r)
     write_end(r);
 }
 
+void vgpu_region_repair_locked(struct vgpu_region *r, int *bad, int *dead)
+{
+    *bad = 0;
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        /* a slot that is not clearly live or clearly free is garbage */
+        if ((s->state == 1 && s->pid == 0) || s->state > 1 || (s->state == 0 && s->pid != 0)) {
+            write_begin(r);
+            memset(s, 0, sizeof *s);
+            write_end(r);
+            (*bad)++;
+        }
+    }
+    *dead = vgpu_region_sweep_locked(r);
+    vgpu_region_recompute_locked(r);
+    write_begin(r);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        struct vgpu_region_device *dv = &r->hdr.devices[d];
+        uint64_t in_use = dv->used_bytes + dv->ctx_bytes;
+        if (dv->peak_bytes < in_use)
+            dv->peak_bytes = in_use;
+        if (dv->peak_buffers < dv->live_buffers)
+            dv->peak_buffers = dv->live_buffers;
+    }
+    write_end(r);
+}
+
 void vgpu_region_lock(struct vgpu_region *r)
 {
     int rc = pthread_mutex_lock(&r->hdr.lock.mutex);
@@ -478,6 +505,50 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
         if (s)
             s->ctx_bytes -= b;
     }
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16])
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return;
+    vgpu_region_lock(r);
+    write_begin(r);
+    memcpy(r->hdr.devices[dev].uuid, uuid, 16);
+    r->hdr.devices[dev].uuid_valid = 1;
+    if (r->hdr.device_count < (uint32_t)dev + 1)
+        r->hdr.device_count = (uint32_t)dev + 1;
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += seconds;
+    int rc = pthread_mutex_timedlock(&r->hdr.lock.mutex, &ts);
+    if (rc == 0 || rc == EOWNERDEAD) {
+        if (rc == EOWNERDEAD)
+            pthread_mutex_consistent(&r->hdr.lock.mutex);
+        r->hdr.lock_owner_pid = (uint32_t)my_pid();
+        return 0;
+    }
+    vgpu_log(VGPU_WARN, "region lock held by pid %u for %u s (%s): rebuilding the lock", r->hdr.lock_owner_pid,
+             seconds, strerror(rc));
+    vgpu_region_init_lock(r);
+    pthread_mutex_lock(&r->hdr.lock.mutex);
+    r->hdr.lock_owner_pid = (uint32_t)my_pid();
+    return 1;
+}
+
+void vgpu_region_stall_in_update(struct vgpu_region *r, unsigned seconds, void (*started)(void))
+{
+    vgpu_region_lock(r);
+    write_begin(r);
+    started();
+    sleep(seconds);
     write_end(r);
     vgpu_region_unlock(r);
 }
