@@ -46,9 +46,13 @@ static uint64_t sat_sub(uint64_t a, uint64_t b)
     return a > b ? a - b : 0;
 }
 
+/* Writers hold the lock, so seq is even here unless a writer died mid-update (or the region was
+ * scribbled on): then it is odd already, and steps by 2 to stay odd while this update runs. */
 static void write_begin(struct vgpu_region *r)
 {
-    __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
+    uint64_t s = __atomic_load_n(&r->hdr.seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->hdr.seq, s + 1 + (s & 1), __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 static void write_end(struct vgpu_region *r)
@@ -175,9 +179,6 @@ void vgpu_region_recompute_locked(struct vgpu_region *r)
     }
     if (r->hdr.device_count > VGPU_MAX_DEVICES)
         r->hdr.device_count = VGPU_MAX_DEVICES;
-    /* leave seq even whatever a dead writer left */
-    if (r->hdr.seq & 1)
-        r->hdr.seq++;
     write_end(r);
 }
 

@@ -245,9 +245,10 @@ holder=$!
 wait_for holding "$R/holder"
 kill -9 $holder; wait $holder 2>/dev/null
 start=$(date +%s)
-run init alloc:50 info
+run init alloc:50 info nvml
 expect "a process killed holding the lock mid-update does not wedge the others" "alloc 50 v2 rc=0" \
     "info rc=0 free=50 total=100"
+expect "after lock recovery lock-free readers (NVML) see the region again" "nvml rc=0 total=100 used=50"
 [ $(( $(date +%s) - start )) -lt 10 ] && pass "lock recovery is immediate" || fail "lock recovery took too long"
 
 fresh 100MiB
@@ -260,7 +261,7 @@ printf '\007\000\000\000' | dd of="$region" bs=1 seek=$((4096 + 700 * 1024 + 4))
 printf '\003\000\000\000' | dd of="$region" bs=1 seek=40 conv=notrunc status=none   # seq left odd
 "$MANAGE" --reset >"$R/reset" 2>&1
 used=$(json_field used_bytes)
-run init alloc:60 info
+run init alloc:60 info nvml
 wait
 OUT2=$OUT; OUT=$R/reset
 if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared" "$R/reset" \
@@ -270,6 +271,7 @@ if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared
 else fail "reset: used=$used"; fi
 OUT=$OUT2
 expect "allocations work after the repair" "alloc 60 v2 rc=0" "info rc=0 free=10 total=100"
+expect "after manage --reset of a region left mid-update, NVML sees the region again" "nvml rc=0 total=100 used=90"
 
 fresh 100MiB
 run init alloc:10
