@@ -234,33 +234,6 @@ void vgpu_region_unlock(struct vgpu_region *r)
     pthread_mutex_unlock(&r->hdr.lock.mutex);
 }
 
-uint64_t vgpu_proc_start_time(int pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* after ") " come fields 3..; starttime is field 22 */
-    p += 2;
-    int field = 3;
-    if (*p == 'Z' || *p == 'X')
-        return 0;
-    while (*p && field < 22) {
-        if (*p++ == ' ')
-            field++;
-    }
-    return strtoull(p, NULL, 10);
-}
-
 static void read_cgroup(int pid, char *out, size_t len)
 {
     char path[64];
