@@ -122,7 +122,7 @@ unit: venv ## pytest: plugin and component unit and integration tests
 
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
-	$(MAKE) -C files/libvgpu check
+	$(MAKE) -C files/libvgpu check PYTHON=$(abspath $(PY))
 
 .PHONY: images
 images: venv ## the locally built container images (molecule node image, component image)

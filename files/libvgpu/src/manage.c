@@ -46,26 +46,6 @@ static struct vgpu_region *map_raw(const char *path, int *fd_out)
     return m;
 }
 
-/* Take the lock but never hang forever on a lock held by a stopped (live) process. */
-static void lock_or_rebuild(struct vgpu_region *r)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 10;
-    int rc = pthread_mutex_timedlock(&r->hdr.lock.mutex, &ts);
-    if (rc == 0 || rc == EOWNERDEAD) {
-        if (rc == EOWNERDEAD)
-            pthread_mutex_consistent(&r->hdr.lock.mutex);
-        r->hdr.lock_owner_pid = (uint32_t)getpid();
-        return;
-    }
-    fprintf(stderr, "manage: region lock held by pid %u for 10 s (%s): rebuilding the lock\n",
-            r->hdr.lock_owner_pid, strerror(rc));
-    vgpu_region_init_lock(r);
-    pthread_mutex_lock(&r->hdr.lock.mutex);
-    r->hdr.lock_owner_pid = (uint32_t)getpid();
-}
-
 static void repair(struct vgpu_region *r, int fd)
 {
     flock(fd, LOCK_EX);
@@ -78,31 +58,20 @@ static void repair(struct vgpu_region *r, int fd)
         flock(fd, LOCK_UN);
         return;
     }
-    lock_or_rebuild(r);
-    int bad = 0;
-    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
-        struct vgpu_region_slot *s = &r->slots[i];
-        /* a slot that is not clearly live or clearly free is garbage */
-        if ((s->state == 1 && s->pid == 0) || s->state > 1 || (s->state == 0 && s->pid != 0)) {
-            memset(s, 0, sizeof *s);
-            bad++;
-        }
-    }
-    int dead = vgpu_region_sweep_locked(r);
-    vgpu_region_recompute_locked(r);
-    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
-        struct vgpu_region_device *dv = &r->hdr.devices[d];
-        uint64_t in_use = dv->used_bytes + dv->ctx_bytes;
-        if (dv->peak_bytes < in_use)
-            dv->peak_bytes = in_use;
-        if (dv->peak_buffers < dv->live_buffers)
-            dv->peak_buffers = dv->live_buffers;
-    }
+    /* never hang forever on a lock held by a stopped (live) process */
+    vgpu_region_lock_timed(r, 10);
+    int bad = 0, dead = 0;
+    vgpu_region_repair_locked(r, &bad, &dead);
     r->hdr.reset_count++;
-    r->hdr.lock_owner_pid = 0;
-    pthread_mutex_unlock(&r->hdr.lock.mutex);
+    vgpu_region_unlock(r);
     flock(fd, LOCK_UN);
     printf("region repaired: %d dead processes reclaimed, %d corrupt slots cleared, totals recomputed\n", dead, bad);
+}
+
+static void say_holding(void)
+{
+    printf("holding\n");
+    fflush(stdout);
 }
 
 static void uuid_text(const struct vgpu_region_device *d, char *out, size_t len)
@@ -261,13 +230,7 @@ int main(int argc, char **argv)
     struct vgpu_region *r = map_raw(path, &fd);
     if (hold >= 0) {
         /* test aid: die (kill -9) while holding the lock in the middle of an update */
-        vgpu_region_lock(r);
-        __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
-        printf("holding\n");
-        fflush(stdout);
-        sleep((unsigned)hold);
-        __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
-        vgpu_region_unlock(r);
+        vgpu_region_stall_in_update(r, (unsigned)hold, say_holding);
         return 0;
     }
     if (reset) {

@@ -46,9 +46,13 @@ static uint64_t sat_sub(uint64_t a, uint64_t b)
     return a > b ? a - b : 0;
 }
 
+/* Writers hold the lock, so seq is even here unless a writer died mid-update (or the region was
+ * scribbled on): then it is odd already, and steps by 2 to stay odd while this update runs. */
 static void write_begin(struct vgpu_region *r)
 {
-    __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
+    uint64_t s = __atomic_load_n(&r->hdr.seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->hdr.seq, s + 1 + (s & 1), __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 static void write_end(struct vgpu_region *r)
@@ -175,9 +179,33 @@ void vgpu_region_recompute_locked(struct vgpu_region *r)
     }
     if (r->hdr.device_count > VGPU_MAX_DEVICES)
         r->hdr.device_count = VGPU_MAX_DEVICES;
-    /* leave seq even whatever a dead writer left */
-    if (r->hdr.seq & 1)
-        r->hdr.seq++;
+    write_end(r);
+}
+
+void vgpu_region_repair_locked(struct vgpu_region *r, int *bad, int *dead)
+{
+    *bad = 0;
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        /* a slot that is not clearly live or clearly free is garbage */
+        if ((s->state == 1 && s->pid == 0) || s->state > 1 || (s->state == 0 && s->pid != 0)) {
+            write_begin(r);
+            memset(s, 0, sizeof *s);
+            write_end(r);
+            (*bad)++;
+        }
+    }
+    *dead = vgpu_region_sweep_locked(r);
+    vgpu_region_recompute_locked(r);
+    write_begin(r);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        struct vgpu_region_device *dv = &r->hdr.devices[d];
+        uint64_t in_use = dv->used_bytes + dv->ctx_bytes;
+        if (dv->peak_bytes < in_use)
+            dv->peak_bytes = in_use;
+        if (dv->peak_buffers < dv->live_buffers)
+            dv->peak_buffers = dv->live_buffers;
+    }
     write_end(r);
 }
 
@@ -204,33 +232,6 @@ void vgpu_region_unlock(struct vgpu_region *r)
 {
     r->hdr.lock_owner_pid = 0;
     pthread_mutex_unlock(&r->hdr.lock.mutex);
-}
-
-uint64_t vgpu_proc_start_time(int pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* after ") " come fields 3..; starttime is field 22 */
-    p += 2;
-    int field = 3;
-    if (*p == 'Z' || *p == 'X')
-        return 0;
-    while (*p && field < 22) {
-        if (*p++ == ' ')
-            field++;
-    }
-    return strtoull(p, NULL, 10);
 }
 
 static void read_cgroup(int pid, char *out, size_t len)
@@ -478,6 +479,50 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
         if (s)
             s->ctx_bytes -= b;
     }
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16])
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return;
+    vgpu_region_lock(r);
+    write_begin(r);
+    memcpy(r->hdr.devices[dev].uuid, uuid, 16);
+    r->hdr.devices[dev].uuid_valid = 1;
+    if (r->hdr.device_count < (uint32_t)dev + 1)
+        r->hdr.device_count = (uint32_t)dev + 1;
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += seconds;
+    int rc = pthread_mutex_timedlock(&r->hdr.lock.mutex, &ts);
+    if (rc == 0 || rc == EOWNERDEAD) {
+        if (rc == EOWNERDEAD)
+            pthread_mutex_consistent(&r->hdr.lock.mutex);
+        r->hdr.lock_owner_pid = (uint32_t)my_pid();
+        return 0;
+    }
+    vgpu_log(VGPU_WARN, "region lock held by pid %u for %u s (%s): rebuilding the lock", r->hdr.lock_owner_pid,
+             seconds, strerror(rc));
+    vgpu_region_init_lock(r);
+    pthread_mutex_lock(&r->hdr.lock.mutex);
+    r->hdr.lock_owner_pid = (uint32_t)my_pid();
+    return 1;
+}
+
+void vgpu_region_stall_in_update(struct vgpu_region *r, unsigned seconds, void (*started)(void))
+{
+    vgpu_region_lock(r);
+    write_begin(r);
+    started();
+    sleep(seconds);
     write_end(r);
     vgpu_region_unlock(r);
 }

@@ -106,6 +106,10 @@ VGPU_HIDDEN struct vgpu_region *vgpu_region_map_file(const char *path, int creat
 VGPU_HIDDEN void vgpu_region_lock(struct vgpu_region *r);
 VGPU_HIDDEN void vgpu_region_unlock(struct vgpu_region *r);
 
+/* Take the lock, waiting at most seconds for a live holder (a stopped process, say), then
+ * rebuild the lock (1 returned; the caller recomputes). Tools only: the hooks never time out. */
+VGPU_HIDDEN int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds);
+
 /* Register this process (slot), write limits and switches; reclaims dead slots. -1 if full. */
 VGPU_HIDDEN int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg);
 VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
@@ -115,18 +119,25 @@ VGPU_HIDDEN int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, in
                                    uint64_t limit, int enforce);
 VGPU_HIDDEN void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes);
 
+/* Record the UUID of CUDA ordinal dev (NVML maps its devices to ordinals by it). */
+VGPU_HIDDEN void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16]);
+/* Test aid: hold the lock in the middle of an update (sequence odd) for seconds; started() is
+ * called once the update has begun. */
+VGPU_HIDDEN void vgpu_region_stall_in_update(struct vgpu_region *r, unsigned seconds, void (*started)(void));
+
 /* Reclaim slots of processes that are gone; caller holds the lock. Returns slots reclaimed. */
 VGPU_HIDDEN int vgpu_region_sweep_locked(struct vgpu_region *r);
 /* Recompute device totals from live slots; caller holds the lock. */
 VGPU_HIDDEN void vgpu_region_recompute_locked(struct vgpu_region *r);
+/* Clear garbage slots, reclaim dead ones, recompute the totals (manage --reset); caller holds the lock. */
+VGPU_HIDDEN void vgpu_region_repair_locked(struct vgpu_region *r, int *bad, int *dead);
 VGPU_HIDDEN void vgpu_region_init_header(struct vgpu_region *r);
 /* (Re)initialise the region's lock as a robust, process-shared mutex, unlocked. */
 VGPU_HIDDEN void vgpu_region_init_lock(struct vgpu_region *r);
 
 VGPU_HIDDEN int vgpu_region_header_valid(const struct vgpu_region *r);
 
-/* Process identity helpers. */
-VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
+/* Process identity: alive with that start time (vgpu_proc_start_time) and, when given, cgroup. */
 VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
 
 /* Consistent lock-free copy of the header; 0 ok, -1 gave up. */

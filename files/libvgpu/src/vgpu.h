@@ -36,6 +36,11 @@ VGPU_HIDDEN void vgpu_log(int level, const char *fmt, ...) __attribute__((format
 #define VGPU_INFO 2
 #define VGPU_DEBUG 3
 
+/* ---- process identity (proc.c; also built into the fake driver) ---- */
+/* Start time of a process (field 22 of /proc/<pid>/stat, the same in every pid namespace);
+ * 0 when it is gone or a zombie. */
+VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
+
 /* ---- finding the real driver libraries (loader.c) ---- */
 VGPU_HIDDEN void *vgpu_open_real(const char *soname, const char *override_env, char *err, size_t errlen);
 

@@ -2,7 +2,8 @@
  * finds them (the shim via LD_LIBRARY_PATH, or the fake with libvgpu.so preloaded).
  * Steps from argv, each printing one line that run-tests.sh checks:
  *   init | alloc:MIB[:api] | free:N | freeall | info | infonull | totalmem | nvml | ctx |
- *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H
+ *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H |
+ *   devices | use:ORDINAL | nvml-devices | nvml-procs
  * api: v2 managed async async_ptsz pool pool_ptsz create create_host array array3d mipmap
  *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag) */
 #include <dlfcn.h>
@@ -217,6 +218,108 @@ int main(int argc, char **argv)
             nvmlReturn_t rc = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &n, info);
             printf("procs rc=%d n=%u self=%d used=%llu\n", rc, n, n && info[0].pid == (unsigned)getpid(),
                    n ? info[0].used >> 20 : 0);
+        } else if (!strcmp(step, "devices")) {
+            /* what CUDA shows: ordinals, UUIDs, sizes */
+            int n = 0;
+            CUresult rc = CU(cuDeviceGetCount, (int *))(&n);
+            printf("devices rc=%d n=%d", rc, n);
+            for (int d = 0; d < n; d++) {
+                CUuuid u;
+                size_t t = 0;
+                char name[64] = "";
+                CU(cuDeviceGetUuid, (CUuuid *, CUdevice))(&u, d);
+                CU(cuDeviceTotalMem_v2, (size_t *, CUdevice))(&t, d);
+                CU(cuDeviceGetName, (char *, int, CUdevice))(name, sizeof name, d);
+                const unsigned char *b = (const unsigned char *)u.bytes;
+                printf(" %d:GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x:%zu:%s", d, b[0], b[1],
+                       b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15], t >> 20,
+                       name);
+            }
+            printf("\n");
+        } else if (!strcmp(step, "use")) {
+            /* make ORDINAL's primary context current: later steps run on that device */
+            CUcontext c = NULL;
+            CUresult rc = CU(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))(&c, atoi(arg1));
+            if (rc == CUDA_SUCCESS)
+                rc = CU(cuCtxSetCurrent, (CUcontext))(c);
+            printf("use %d rc=%d\n", atoi(arg1), rc);
+        } else if (!strcmp(step, "nvml-devices")) {
+            /* every call the Python components make through pynvml, on every device */
+            nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            if (!nvml) {
+                printf("dlopen libnvidia-ml.so.1: %s\n", dlerror());
+                return 3;
+            }
+            unsigned n = 0;
+            char drv[32] = "";
+            int cuda_v = 0;
+            nvmlReturn_t rc = NV(nvmlInitWithFlags, (unsigned))(0);
+            nvmlReturn_t rn = rc ? rc : NV(nvmlDeviceGetCount_v2, (unsigned *))(&n);
+            NV(nvmlSystemGetDriverVersion, (char *, unsigned))(drv, sizeof drv);
+            NV(nvmlSystemGetCudaDriverVersion, (int *))(&cuda_v);
+            printf("nvml-devices rc=%d count_rc=%d n=%u driver=%s cuda=%d\n", rc, rn, n, drv, cuda_v);
+            void *events = NULL;
+            nvmlReturn_t re = NV(nvmlEventSetCreate, (void **))(&events);
+            for (unsigned g = 0; g < n; g++) {
+                nvmlDevice_t d = NULL;
+                char uuid[96] = "", name[96] = "";
+                unsigned idx = 99, minor = 99, mode = 99, persist = 99;
+                nvmlMemory_t m = {0, 0, 0};
+                struct {
+                    char legacy[16];
+                    unsigned domain, bus, device, id, sub;
+                    char bus_id[32];
+                } pci;
+                memset(&pci, 0, sizeof pci);
+                int bad = NV(nvmlDeviceGetHandleByIndex_v2, (unsigned, nvmlDevice_t *))(g, &d) != 0;
+                bad += NV(nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned))(d, uuid, sizeof uuid) != 0;
+                bad += NV(nvmlDeviceGetName, (nvmlDevice_t, char *, unsigned))(d, name, sizeof name) != 0;
+                bad += NV(nvmlDeviceGetIndex, (nvmlDevice_t, unsigned *))(d, &idx) != 0;
+                bad += NV(nvmlDeviceGetMinorNumber, (nvmlDevice_t, unsigned *))(d, &minor) != 0;
+                bad += NV(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *))(d, &m) != 0;
+                bad += NV(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t, void *))(d, &pci) != 0;
+                bad += NV(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, unsigned *))(d, &persist) != 0;
+                bad += NV(nvmlDeviceSetComputeMode, (nvmlDevice_t, unsigned))(d, 3) != 0;
+                bad += NV(nvmlDeviceGetComputeMode, (nvmlDevice_t, unsigned *))(d, &mode) != 0 || mode != 3;
+                bad += NV(nvmlDeviceSetComputeMode, (nvmlDevice_t, unsigned))(d, 0) != 0;
+                bad += NV(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, void *))(d, 8, events) != 0;
+                nvmlDevice_t by_uuid = NULL;
+                bad += NV(nvmlDeviceGetHandleByUUID, (const char *, nvmlDevice_t *))(uuid, &by_uuid) != 0 || by_uuid != d;
+                unsigned cur = 9, pend = 9;
+                nvmlReturn_t mig = NV(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned *, unsigned *))(d, &cur, &pend);
+                printf("nvml-device %u index=%u uuid=%s name=%s minor=%u total=%llu used=%llu bus=%s persistence=%u "
+                       "mig_rc=%d failures=%d\n",
+                       g, idx, uuid, name, minor, m.total >> 20, m.used >> 20, pci.bus_id, persist, mig, bad);
+            }
+            struct {
+                void *device;
+                unsigned long long type, data;
+                unsigned gi, ci;
+            } ev;
+            nvmlReturn_t rw = NV(nvmlEventSetWait_v2, (void *, void *, unsigned))(events, &ev, 20);
+            nvmlReturn_t rf = NV(nvmlEventSetFree, (void *))(events);
+            const char *timeout_text = ((const char *(*)(nvmlReturn_t))fn(nvml, "nvmlErrorString"))(rw);
+            printf("nvml-events create=%d wait=%d (%s) free=%d shutdown=%d\n", re, rw, timeout_text, rf,
+                   NV(nvmlShutdown, (void))());
+        } else if (!strcmp(step, "nvml-procs")) {
+            /* pynvml's two calls: the count first (no buffer), then the rows */
+            nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            NV(nvmlInit_v2, (void))();
+            nvmlDevice_t d = NULL;
+            NV(nvmlDeviceGetHandleByIndex_v2, (unsigned, nvmlDevice_t *))(arg1 ? (unsigned)atoi(arg1) : 0, &d);
+            unsigned n = 0;
+            nvmlReturn_t r1 = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &n, NULL);
+            struct {
+                unsigned pid;
+                unsigned long long used;
+                unsigned gi, ci;
+            } info[16];
+            unsigned cap = 16;
+            nvmlReturn_t r2 = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &cap, info);
+            printf("nvml-procs first=%d n=%u second=%d rows=%u", r1, n, r2, cap);
+            for (unsigned k = 0; r2 == 0 && k < cap; k++)
+                printf(" pid=%u:%llu", info[k].pid, info[k].used >> 20);
+            printf("\n");
         } else if (!strcmp(step, "ctx")) {
             CUcontext c = NULL, prev = NULL;
             CU(cuCtxGetCurrent, (CUcontext *))(&prev);

@@ -4,6 +4,7 @@
 # Appends "PASS|FAIL [variant] name" lines to BUILD_DIR/../results.txt.
 set -u
 B=$(cd "$1" && pwd)
+HERE=$(cd "$(dirname "$0")/.." && pwd)
 V=$2
 RESULTS=$(dirname "$B")/results.txt
 WORK=$(mktemp -d /tmp/vgpu-test.XXXXXX)
@@ -29,6 +30,8 @@ fresh() {
     export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
     export VGPU_CONFIG_FILE=""
     export VGPU_REAL_LIBCUDA=$FAKE VGPU_REAL_LIBNVML=$B/fake/libnvidia-ml.so.1 FAKE_DRIVER=$FAKE
+    export FAKE_GPU_CONF=/dev/null  # one 8 GiB fake GPU, whatever this machine's /etc says
+    unset FAKE_GPUS FAKE_TOTAL_MIB FAKE_STATE NVIDIA_VISIBLE_DEVICES CUDA_VISIBLE_DEVICES
     export LD_LIBRARY_PATH=$B
     export VGPU_MEMORY_LIMIT=${1:-100MiB}
 }
@@ -210,10 +213,10 @@ expect "two processes share one quota" "alloc 60 v2 rc=2" "alloc 30 v2 rc=0" "in
 
 fresh 200MiB
 ledger=$R/ledger
-export FAKE_LEDGER=$ledger
+export FAKE_STATE=$ledger
 for i in $(seq 16); do (timeout 120 "$CLIENT" init hammer:400:40 >"$R/h$i" 2>&1) & done
 wait
-unset FAKE_LEDGER
+unset FAKE_STATE
 peak=$(od -An -t u8 -j 8 -N 8 "$ledger" | tr -d ' ')
 now=$(od -An -t u8 -j 0 -N 8 "$ledger" | tr -d ' ')
 ooms=$(cat "$R"/h* | sed -n 's/.*oom=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
@@ -245,9 +248,10 @@ holder=$!
 wait_for holding "$R/holder"
 kill -9 $holder; wait $holder 2>/dev/null
 start=$(date +%s)
-run init alloc:50 info
+run init alloc:50 info nvml
 expect "a process killed holding the lock mid-update does not wedge the others" "alloc 50 v2 rc=0" \
     "info rc=0 free=50 total=100"
+expect "after lock recovery lock-free readers (NVML) see the region again" "nvml rc=0 total=100 used=50"
 [ $(( $(date +%s) - start )) -lt 10 ] && pass "lock recovery is immediate" || fail "lock recovery took too long"
 
 fresh 100MiB
@@ -260,7 +264,7 @@ printf '\007\000\000\000' | dd of="$region" bs=1 seek=$((4096 + 700 * 1024 + 4))
 printf '\003\000\000\000' | dd of="$region" bs=1 seek=40 conv=notrunc status=none   # seq left odd
 "$MANAGE" --reset >"$R/reset" 2>&1
 used=$(json_field used_bytes)
-run init alloc:60 info
+run init alloc:60 info nvml
 wait
 OUT2=$OUT; OUT=$R/reset
 if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared" "$R/reset" \
@@ -270,6 +274,7 @@ if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared
 else fail "reset: used=$used"; fi
 OUT=$OUT2
 expect "allocations work after the repair" "alloc 60 v2 rc=0" "info rc=0 free=10 total=100"
+expect "after manage --reset of a region left mid-update, NVML sees the region again" "nvml rc=0 total=100 used=90"
 
 fresh 100MiB
 run init alloc:10
@@ -292,6 +297,74 @@ timeout 30 "$B/vgpu-memory-usage" 60 0 >"$OUT" 2>"$ERR"; a=$?
 timeout 30 "$B/vgpu-memory-usage" 120 0 >>"$OUT" 2>>"$ERR"; b=$?
 if [ $a = 0 ] && [ $b = 2 ] && grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 MiB" "$OUT" \
     && sanitizer_clean; then pass "vgpu-memory-usage holds within the quota and exits 2 past it"; else fail "vgpu-memory-usage a=$a b=$b"; fi
+
+# ---------------------------------------------------------------- the fake driver (tests/README.md)
+U0=GPU-10111213-1415-1617-1819-1a1b1c1d1e1f U1=GPU-11111213-1415-1617-1819-1a1b1c1d1e1f
+fresh "0:100MiB,1:50MiB"
+export FAKE_GPUS=2 FAKE_TOTAL_MIB=12288
+run init devices alloc:80 alloc:30 use:1 alloc:40 alloc:20 info nvml-devices
+expect "fake driver with FAKE_GPUS=2: stable distinct UUIDs; per-device quotas charged to the current device" \
+    "devices rc=0 n=2 0:$U0:100:Fake GPU 1:$U1:50:Fake GPU" "alloc 80 v2 rc=0" "alloc 30 v2 rc=2" "use 1 rc=0" \
+    "alloc 40 v2 rc=0" "alloc 20 v2 rc=2" "info rc=0 free=10 total=50" \
+    "nvml-device 0 index=0 uuid=$U0 name=Fake GPU minor=0 total=100 used=80 .*failures=0" \
+    "nvml-device 1 index=1 uuid=$U1 name=Fake GPU minor=1 total=50 used=40 .*failures=0" \
+    "nvml-events create=0 wait=10 \(Timeout\) free=0 shutdown=0"
+
+fresh
+printf '# two 12 GiB GPUs shared by the node\ngpus=2\ntotal_mib=12288\nstate=%s/state\n' "$R" >"$R/fake.conf"
+export FAKE_GPU_CONF=$R/fake.conf LD_LIBRARY_PATH=$B/fake
+"$CLIENT" init use:1 alloc:100 hold:30 >"$R/p1" 2>&1 &
+holder=$!
+wait_for holding "$R/p1"
+run init nvml-devices nvml-procs:1 use:1 alloc:12200 info
+kill -9 $holder; wait $holder 2>/dev/null
+expect "fake driver from a file (gpus=2, total_mib=12288, state=): every process shares the GPUs; NVML shows each one" \
+    "nvml-device 0 index=0 uuid=$U0 .*total=12288 used=0 " "nvml-device 1 index=1 uuid=$U1 .*total=12288 used=100 " \
+    "nvml-procs first=7 n=1 second=0 rows=1 pid=$holder:100$" "alloc 12200 v2 rc=2" "info rc=0 free=12188 total=12288"
+run init nvml-procs:1 use:1 alloc:12200
+expect "fake driver: the memory of a process killed with -9 goes back, as with the driver" \
+    "nvml-procs first=0 n=0 " "alloc 12200 v2 rc=0"
+FAKE_TOTAL_MIB=4096 NVIDIA_VISIBLE_DEVICES=$U1 run init devices nvml-devices
+expect "fake driver: the environment wins over the file; NVIDIA_VISIBLE_DEVICES limits the GPUs as the runtime does" \
+    "devices rc=0 n=1 0:$U1:4096:Fake GPU" "nvml-device 0 index=0 uuid=$U1 .*minor=1 total=4096 "
+CUDA_VISIBLE_DEVICES=1 run init devices
+expect "fake driver: CUDA_VISIBLE_DEVICES=1 is the second GPU" "devices rc=0 n=1 0:$U1:12288:Fake GPU"
+printf 'gpus=0\n' >"$R/bad.conf"
+FAKE_GPU_CONF=$R/bad.conf run init nvml-devices
+if grep -q "init rc=1" "$OUT" && grep -q "nvml-devices rc=999" "$OUT" \
+    && grep -q 'bad.conf line 1: gpus="0" is invalid: expected a number of GPUs from 1 to 16' "$ERR"; then
+    pass "fake driver: a bad configuration fails CUDA and NVML init and names file, line and value"
+else fail "fake driver bad configuration"; fi
+
+PY=${PYTHON:-python3}
+if [ "$V" != rel ]; then :
+elif "$PY" -c 'import pynvml' 2>/dev/null; then
+    fresh
+    export FAKE_GPUS=2 FAKE_TOTAL_MIB=12288 LD_LIBRARY_PATH=$B/fake PYTHONPATH=$HERE/../components/src
+    timeout 60 "$PY" "$HERE/tests/components_nvml.py" >"$OUT" 2>"$ERR"
+    expect "the components' NVML backend (pynvml) works against the fake NVML with two GPUs" "^ok$"
+    unset PYTHONPATH
+else
+    echo "SKIP [$V] the components' NVML backend against the fake NVML: $PY has no pynvml" | tee -a "$RESULTS"
+fi
+
+# The fake as a GPU-less node's driver: found by libvgpu's loader, not named by VGPU_REAL_*.
+fresh 100MiB
+node=$R/node
+mkdir -p "$node/opt-vgpu" "$node/lib"
+cp "$B/libcuda.so.1" "$B/libnvidia-ml.so.1" "$B/manage" "$B/vgpu-memory-usage" "$node/opt-vgpu/"
+cp "$B/fake/libcuda.so.1" "$B/fake/libnvidia-ml.so.1" "$node/lib/"
+unset VGPU_REAL_LIBCUDA VGPU_REAL_LIBNVML
+export LD_LIBRARY_PATH=$node/opt-vgpu:$node/lib
+VGPU_LOG_LEVEL=2 "$node/opt-vgpu/vgpu-memory-usage" 60 3 >"$OUT" 2>"$ERR" &
+wait_for holding "$OUT"
+"$node/opt-vgpu/manage" --stats >"$R/stats" 2>&1
+wait
+if grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 MiB" "$OUT" \
+    && grep -q "real libcuda.so.1 is $node/lib/libcuda.so.1" "$ERR" && grep -q "quota 100 MiB, used 60.0 MiB" "$R/stats" \
+    && sanitizer_clean; then
+    pass "the fake driver as a node's driver: the loader finds it; vgpu-memory-usage and manage --stats work"
+else OUT2=$OUT; cat "$R/stats" >>"$OUT2"; fail "fake driver as the node's driver"; fi
 
 # ---------------------------------------------------------------- unit tests
 OUT=$WORK/unit ERR=$WORK/unit.err
