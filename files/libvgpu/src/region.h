@@ -53,7 +53,9 @@ struct vgpu_region_header {
     uint64_t updated_ns;
     uint32_t lock_owner_pid;
     uint32_t reset_count;
-    uint8_t reserved1[40];
+    uint32_t slot_high;      /* slots at and above are free */
+    uint32_t restored_count; /* times a process found the region below what it holds, and restored it */
+    uint8_t reserved1[32];
     union {
         pthread_mutex_t mutex;
         uint8_t pad[64];
@@ -97,6 +99,9 @@ _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t fits its 64 bytes
 
 enum vgpu_charge_kind { VGPU_DATA = 0, VGPU_CTX = 1, VGPU_ROLLBACK = 2 };
 
+/* Open a region file for reading and writing: never through a symbolic link, never blocking
+ * (a FIFO), a regular file with one link only; creates it when create. fd, or -1 and err. */
+VGPU_HIDDEN int vgpu_region_open(const char *path, int create, char *err, size_t errlen);
 /* Map (creating if needed) <dir>/vgpu.region; private anonymous memory when dir is not usable
  * and not explicit. Returns NULL and fills err on failure. */
 VGPU_HIDDEN struct vgpu_region *vgpu_region_map(const char *dir, int explicit_dir, int create, char *err, size_t errlen);
