@@ -619,6 +619,57 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
     vgpu_region_unlock(r);
 }
 
+int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers, uint64_t limit,
+                       int enforce)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0;
+    vgpu_region_lock(r);
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
+    if (sl)
+        restore_own_locked(r, sl, *slot, dev);
+    if (enforce && limit && bytes > 0) {
+        for (int pass = 0;; pass++) {
+            uint64_t inuse = in_use_locked(r, dev);
+            if ((uint64_t)bytes <= limit && inuse <= limit - (uint64_t)bytes)
+                break;
+            if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
+                continue;
+            write_begin(r);
+            d->oom_count++;
+            write_end(r);
+            vgpu_region_unlock(r);
+            return -1;
+        }
+    }
+    struct vgpu_slot_device *m = &mine[dev];
+    /* never below zero: only what this process holds by its own count */
+    uint64_t up = bytes > 0 ? (uint64_t)bytes : 0, down = bytes < 0 ? (uint64_t)-bytes : 0;
+    uint64_t bufs_up = buffers > 0 ? (uint64_t)buffers : 0, bufs_down = buffers < 0 ? (uint64_t)-buffers : 0;
+    down = down < m->used_bytes ? down : m->used_bytes;
+    bufs_down = bufs_down < m->buffers ? bufs_down : m->buffers;
+    write_begin(r);
+    if ((unsigned)dev + 1 > r->hdr.device_count)
+        r->hdr.device_count = (uint32_t)dev + 1;
+    d->used_bytes = sat_sub(d->used_bytes, down) + up;
+    d->live_buffers = sat_sub(d->live_buffers, bufs_down) + bufs_up;
+    m->used_bytes = m->used_bytes - down + up;
+    m->buffers = m->buffers - bufs_down + bufs_up;
+    if (sl) {
+        struct vgpu_slot_device *s = &sl->devices[dev];
+        s->used_bytes = m->used_bytes;
+        s->buffers = m->buffers;
+        if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
+            s->peak_bytes = s->used_bytes + s->ctx_bytes;
+    }
+    if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
+        d->peak_bytes = d->used_bytes + d->ctx_bytes;
+    write_end(r);
+    vgpu_region_unlock(r);
+    return 0;
+}
+
 void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16])
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)

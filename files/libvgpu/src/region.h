@@ -123,6 +123,11 @@ VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
 VGPU_HIDDEN int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes,
                                    uint64_t limit, int enforce);
 VGPU_HIDDEN void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes);
+/* Move this process's used memory on dev by bytes and its live allocations by buffers (graph
+ * memory: charged per executable graph, not per buffer). A rise is admitted like a charge:
+ * 0 ok, -1 refused (would pass limit when enforce). A fall never goes below what it holds. */
+VGPU_HIDDEN int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers,
+                                   uint64_t limit, int enforce);
 
 /* Record the UUID of CUDA ordinal dev (NVML maps its devices to ordinals by it). */
 VGPU_HIDDEN void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16]);

@@ -247,6 +247,70 @@ run init alloc:20 alloc:30 free:0
 expect "manage --stats reports counts, bytes, peaks and leaks" "buffers allocated 2, freed 1, live 0, peak buffers 2" \
     "bytes allocated 52428800, freed 20971520" "peak memory 50.0 MiB" "leak warning: 1 buffers \(30.0 MiB\)"
 
+# ---------------------------------------------------------------- graph memory (issue 18)
+fresh 100MiB
+run init graph:150:keep launch-graph:0 info graph-attr
+expect "a graph whose allocation node passes the quota is refused at instantiation; nothing is mapped" \
+    "graph 150 keep build=0 rc=2" "info rc=0 free=100 total=100" "graph-attr rc=0,0 used=0 reserved=0"
+
+fresh 100MiB
+run init graph:60:keep info alloc:60 exec-destroy:0 info
+expect "an executable graph's allocation nodes count while it lives; one never launched gives them back" \
+    "graph 60 keep build=0 rc=0" "info rc=0 free=40 total=100" "alloc 60 v2 rc=2" "exec-destroy 0 rc=0" \
+    "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:60:free launch-graph:0 launch-graph:0 exec-destroy:0 info trim info
+expect "a launched graph's memory stays charged after its destroy while the driver's graph pool keeps it, until trimmed" \
+    "launch-graph 0 rc=0" "exec-destroy 0 rc=0" "info rc=0 free=40 total=100" "trim rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:60:keep launch-graph:0 launch-graph:0 free-graph-ptr:0 launch-graph:0 info graph:30:auto \
+    launch-graph:1 launch-graph:1 launch-graph:1 info
+expect "relaunches are charged once (unfreed allocation: relaunch refused; AUTO_FREE_ON_LAUNCH: relaunches run)" \
+    "launch-graph 0 rc=0" "launch-graph 0 rc=1" "free-graph-ptr 0 rc=0" "info rc=0 free=40 total=100" \
+    "graph 30 auto build=0 rc=0" "launch-graph 1 rc=0" "info rc=0 free=10 total=100"
+
+fresh 100MiB
+run init capture:150:keep
+expect "stream capture: a cuMemAllocAsync past the quota fails with out-of-memory at once" "capture 150 begin=0 alloc=2 "
+
+fresh 100MiB
+run init capture:60:keep info launch-graph:0 info alloc:30 alloc:20
+expect "stream capture: the captured allocation becomes the graph's charge, counted once" \
+    "capture 60 begin=0 alloc=0 free=0 end=0 inst=0" "info rc=0 free=40 total=100" "launch-graph 0 rc=0" \
+    "alloc 30 v2 rc=0" "alloc 20 v2 rc=2"
+
+fresh 100MiB
+run init capture:60:free info exec-destroy:0 info
+expect "stream capture: an allocation freed in its own capture is the graph's, counted once" \
+    "capture 60 begin=0 alloc=0 free=0 end=0 inst=0" "info rc=0 free=40 total=100" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init alloc:60:async capture-free:0 info graph-destroy:0 info
+expect "stream capture: a captured free of an earlier allocation keeps its charge (the free happens only if the graph runs)" \
+    "capture-free 0 begin=0 alloc=0 free=0 end=0" "info rc=0 free=40 total=100" "graph-destroy 0 rc=0"
+
+fresh 100MiB
+run init capture-only:60 info graph-destroy:0 info
+expect "stream capture: a graph destroyed without instantiation gives its captured allocations back" \
+    "info rc=0 free=40 total=100" "graph-destroy 0 rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:150:v2 graph:150:params graph:150:gpa graph:60:params info
+expect "cuGraphInstantiate_v2, WithParams and cuGetProcAddress(\"cuGraphInstantiate\") are charged too" \
+    "graph 150 v2 build=0 rc=2" "graph 150 params build=0 rc=2" "graph 150 gpa build=0 rc=2" \
+    "graph 60 params build=0 rc=0" "info rc=0 free=40 total=100"
+FAKE_INTERNAL_POINTERS=1 run init graph:150:gpa graph:60:gpa info
+expect "cuGraphInstantiate routed by name when the driver answers an internal pointer" "graph 150 gpa build=0 rc=2" \
+    "graph 60 gpa build=0 rc=0" "info rc=0 free=40 total=100"
+
+fresh
+export LD_LIBRARY_PATH=$B/fake
+run init graph:6000:keep launch-graph:0 graph-attr graph:3000:keep launch-graph:1 info
+expect "fake driver: graph memory is device memory taken at launch from the graph pool" \
+    "graph-attr rc=0,0 used=6000 reserved=6000" "launch-graph 1 rc=2" "info rc=0 free=2192 total=8192"
+
 # ---------------------------------------------------------------- a hostile process in the container (issue 12)
 zero_at() { dd if=/dev/zero of="$R/vgpu.region" bs=1 seek="$1" count=8 conv=notrunc status=none; }
 DEV0_USED=1032 SLOT0_USED=4160  # header device 0 used_bytes; slot 0's device 0 used_bytes
