@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -195,3 +196,46 @@ class RecordingNodeApi:
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         self.events.append((node, reason, message))
         self.changed.set()
+
+
+def node_obj(name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100) -> dict[str, Any]:
+    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation."""
+    annotations = {}
+    if gpus is not None:
+        doc = {
+            "unit_mib": unit,
+            "gpus": [
+                {
+                    "uuid": u,
+                    "index": i,
+                    "key": "k",
+                    "total_mib": t,
+                    "units": t // unit,
+                    "used_units": used,
+                    "healthy": True,
+                }
+                for i, (u, t, used) in enumerate(gpus)
+            ],
+        }
+        annotations["vgpu.io/gpus"] = json.dumps(doc)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+
+
+def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod."""
+    resources: dict[str, Any] = {}
+    if mib is not None:
+        resources = {
+            "limits": {"vgpu.io/gpu-memory": str(mib // 100)},
+            "requests": {"vgpu.io/gpu-memory": str(mib // 100)},
+        }
+    pod: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "annotations": {}},
+        "spec": {
+            "containers": [{"name": "main", "image": "cuda:11.4", "resources": resources}],
+            "schedulerName": "default-scheduler",
+        },
+        "status": {"phase": "Pending"},
+    }
+    pod.update(extra)
+    return pod

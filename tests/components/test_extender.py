@@ -10,7 +10,6 @@ list/watch the extender rebuilds its model from.
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import queue
 import threading
@@ -19,55 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from vgpu_components.allocator import best_fit
+from fakes import node_obj, pod_obj
 from vgpu_components.extender import Extender, ExtenderServer, Gone
 from vgpu_components.scheduling import ClusterModel
 
 GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
-
-
-def node_obj(name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100) -> dict[str, Any]:
-    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation."""
-    annotations = {}
-    if gpus is not None:
-        doc = {
-            "unit_mib": unit,
-            "gpus": [
-                {
-                    "uuid": u,
-                    "index": i,
-                    "key": "k",
-                    "total_mib": t,
-                    "units": t // unit,
-                    "used_units": used,
-                    "healthy": True,
-                }
-                for i, (u, t, used) in enumerate(gpus)
-            ],
-        }
-        annotations["vgpu.io/gpus"] = json.dumps(doc)
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
-
-
-def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) -> dict[str, Any]:
-    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod."""
-    resources: dict[str, Any] = {}
-    if mib is not None:
-        resources = {
-            "limits": {"vgpu.io/gpu-memory": str(mib // 100)},
-            "requests": {"vgpu.io/gpu-memory": str(mib // 100)},
-        }
-    pod: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "annotations": {}},
-        "spec": {
-            "containers": [{"name": "main", "image": "cuda:11.4", "resources": resources}],
-            "schedulerName": "default-scheduler",
-        },
-        "status": {"phase": "Pending"},
-    }
-    pod.update(extra)
-    return pod
 
 
 class FakeClusterApi:
@@ -448,18 +404,6 @@ def test_unhealthy_gpus_take_no_pods(cluster: Scheduler) -> None:
     cluster.extender.model.set_node(node)
     _status, result = cluster.post("/filter", {"Pod": pod_obj("b", 1000), "Nodes": None, "NodeNames": ["gpu-a"]})
     assert result["FailedAndUnresolvableNodes"]["gpu-a"].startswith("no healthy GPU has 1000 MiB in total")
-
-
-def test_extender_and_device_plugin_pick_the_same_gpu() -> None:
-    """The extender's bisect best fit and the plugin's best_fit are one rule on any free pattern."""
-    for frees in itertools.product([0, 5, 20, 21, 50, 122], repeat=3):
-        gpus = [(f"GPU-{i}", 12288, 122 - free) for i, free in enumerate(frees)]
-        model = ClusterModel("vgpu.io")
-        model.set_node(node_obj("n", gpus))
-        for need in (1, 5, 20, 21, 50, 100, 122):
-            fit = model.fit("n", need)
-            expected = best_fit(((free, i, f"GPU-{i}") for i, free in enumerate(frees)), need)
-            assert (fit.gpu.uuid if fit.gpu else None) == expected, (frees, need)
 
 
 def test_a_rejected_pod_is_nudged_when_memory_frees(cluster: Scheduler) -> None:

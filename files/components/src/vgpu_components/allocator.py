@@ -1,27 +1,26 @@
-"""The device plugin's pure core: the unit table, best-fit placement and the Allocate contract.
+"""The device plugin's pure core: the unit table, GetPreferredAllocation and the Allocate contract.
 
-No gRPC, NVML or Kubernetes here, so the same rules are easy to test and to reuse from the
-extender (best_fit) and the benchmarks.
+No gRPC, NVML or Kubernetes here, so the rules are easy to test and to reuse from the benchmarks.
+Which GPU a container's units come from is placement.py's rule, shared with the extender.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from vgpu_components import ids
+from vgpu_components.placement import Ranking
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 REGION_CONTAINER_DIR = "/var/run/vgpu"
 QUOTA_CONTAINER_PATH = "/etc/vgpu/quota.conf"
 SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mode", "gpu_compute_audit")
-
-T = TypeVar("T")
 
 
 class AllocationError(ValueError):
@@ -50,20 +49,6 @@ class GpuUnits:
 
     def device_ids(self) -> list[str]:
         return [ids.device_id(self.key, n) for n in range(self.units)]
-
-
-def best_fit(candidates: Iterable[tuple[int, int, T]], need: int) -> T | None:
-    """Among (free, index, item) pick the item with the least free that still fits `need`.
-
-    Ties go to the lowest index. This one rule is used by the extender at bind time and by the
-    device plugin's GetPreferredAllocation, so both pick the same GPU.
-    """
-    best: tuple[int, int] | None = None
-    chosen: T | None = None
-    for free, index, item in candidates:
-        if free >= need and (best is None or (free, index) < best):
-            best, chosen = (free, index), item
-    return chosen
 
 
 @dataclass
@@ -155,7 +140,8 @@ class DeviceTable:
         return key in self.by_key and unit < self.by_key[key].units
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
-        """GetPreferredAllocation for one container: `size` units from one GPU, best fit.
+        """GetPreferredAllocation for one container: `size` units from one GPU, placed by the same
+        rule as the extender's (placement.py).
 
         Units kubelet lists as available are free, so the free units per GPU are counted from them.
         """
@@ -171,10 +157,10 @@ class DeviceTable:
             # Units kubelet insists on (reused from an init container) fix the GPU.
             key = next(iter(must_keys))
         else:
-            chosen = best_fit(
-                ((len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy),
-                size,
+            ranking = Ranking(
+                (len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy
             )
+            chosen = ranking.pick(size)
             if chosen is None:
                 # No single GPU fits: hand back the largest so Allocate can explain the problem.
                 if not free:

@@ -8,13 +8,14 @@ kubelet has not allocated yet. Taking the larger never over-admits.
 
 from __future__ import annotations
 
-import bisect
 import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from vgpu_components.placement import Ranking
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -44,9 +45,8 @@ class NodeState:
     gpus: list[GpuState]
     max_free: int = 0
     max_units: int = 0
-    # GPUs ordered by (free, index) and their free counts, for a bisect best fit per request.
-    ranked: list[GpuState] = field(default_factory=list)
-    ranked_free: list[int] = field(default_factory=list)
+    # The healthy GPUs in placement order (placement.py), rebuilt after every change.
+    ranking: Ranking[GpuState] = field(default_factory=lambda: Ranking(()))
     # prioritize's score per request size. A bind changes one node, so the next pod of the same
     # size finds every other node's score here instead of recomputing it.
     scores: dict[int, int] = field(default_factory=dict)
@@ -55,22 +55,16 @@ class NodeState:
     def refresh(self) -> None:
         """Recompute the summaries after any change; requests then cost O(log GPUs)."""
         self.scores.clear()
-        self.ranked = sorted((g for g in self.gpus if g.healthy), key=lambda g: (g.free, g.index))
-        self.ranked_free = [g.free for g in self.ranked]
-        self.max_free = self.ranked_free[-1] if self.ranked_free else 0
-        self.max_units = max((g.units for g in self.ranked), default=0)
-
-    def best_fit(self, units: int) -> GpuState | None:
-        """The GPU with the least free units that still fits (ties: lowest index), the same rule as
-        allocator.best_fit that the device plugin's GetPreferredAllocation uses."""
-        at = bisect.bisect_left(self.ranked_free, units)
-        return self.ranked[at] if at < len(self.ranked) else None
+        healthy = [g for g in self.gpus if g.healthy]
+        self.ranking = Ranking((g.free, g.index, g) for g in healthy)
+        self.max_free = self.ranking.max_free
+        self.max_units = max((g.units for g in healthy), default=0)
 
     def score(self, units: int) -> int:
-        """0..10 bin-packing score of the best-fit GPU for `units` (0 when none fits)."""
+        """0..10 bin-packing score of the placed GPU for `units` (0 when none fits)."""
         cached = self.scores.get(units)
         if cached is None:
-            gpu = self.best_fit(units) if units else None
+            gpu = self.ranking.pick(units) if units else None
             cached = round(10 * (gpu.used + units) / gpu.units) if gpu is not None and gpu.units else 0
             self.scores[units] = cached
         return cached
@@ -322,7 +316,7 @@ class ClusterModel:
 
     # --- decisions -----------------------------------------------------------------------------
     def fit(self, node_name: str, units: int) -> Fit:
-        """Can one GPU of this node take `units`? With the best-fit GPU and a bin-packing score."""
+        """Can one GPU of this node take `units`? With the placed GPU and a bin-packing score."""
         state = self.nodes.get(node_name)
         if state is None:
             why = self.node_errors.get(node_name) or (
@@ -336,7 +330,7 @@ class ClusterModel:
                 healthy = "healthy GPU" if any(not g.healthy for g in state.gpus) else "GPU"
                 return Fit(None, f"no {healthy} has {units * unit} MiB in total; {largest}", unresolvable=True)
             return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
-        gpu = state.best_fit(units)
+        gpu = state.ranking.pick(units)
         assert gpu is not None  # max_free >= units guarantees one
         return Fit(gpu, score=state.score(units))
 
