@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import _components_path
-from vgpu_components.extender import Extender, ExtenderServer
+from vgpu_components.extender import Extender
+from vgpu_components.extender_http import ExtenderServer
 from vgpu_components.scheduling import ClusterModel
 
 UNIT_MIB = 100

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from fakes import node_obj, pod_obj
-from vgpu_components.extender import Extender, ExtenderServer, Gone
+from vgpu_components.extender import Extender, ExtenderServer
+from vgpu_components.kube import Gone
 from vgpu_components.scheduling import ClusterModel
 
 GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
@@ -325,8 +326,8 @@ def test_model_is_rebuilt_from_list_and_follows_the_watch() -> None:
     api.objects["pods"] = [bound]
     extender = Extender(ClusterModel("vgpu.io"), api)
     stop = threading.Event()
-    for kind in ("nodes", "pods"):
-        threading.Thread(target=extender.sync_forever, args=(kind, stop), daemon=True).start()
+    for informer in extender.informers.values():
+        threading.Thread(target=informer.run, args=(stop,), daemon=True).start()
     deadline = time.monotonic() + 5
     while not extender.ready()[0] and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -366,7 +367,8 @@ def test_reservations_expire_when_the_pod_never_shows_up_bound(cluster: Schedule
 def test_readyz_waits_for_the_api_and_metrics_count_requests(cluster: Scheduler) -> None:
     status, body = cluster.get("/readyz")
     assert status == 503
-    cluster.extender.synced = {"nodes": True, "pods": True}
+    for informer in cluster.extender.informers.values():
+        informer.synced = True
     assert cluster.get("/readyz")[0] == 200
     cluster.post("/filter", {"Pod": pod_obj("p", 100), "Nodes": None, "NodeNames": ["gpu-a"]})
     status, body = cluster.get("/metrics")

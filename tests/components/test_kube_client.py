@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from vgpu_components import kube
-from vgpu_components.extender import Gone, KubeClusterApi
+from vgpu_components.kube import Gone, KubeClusterApi
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "resourceVersion": "7"}}
 
