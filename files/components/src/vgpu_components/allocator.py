@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import ids
+from vgpu_components import config, ids
 from vgpu_components.placement import Ranking
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-REGION_CONTAINER_DIR = "/var/run/vgpu"
-QUOTA_CONTAINER_PATH = "/etc/vgpu/quota.conf"
 SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mode", "gpu_compute_audit")
 
 
@@ -176,7 +174,7 @@ class DeviceTable:
         return picked
 
 
-def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapping[str, Any]) -> Allocation:
+def build_allocation(table: DeviceTable, device_ids: Sequence[str], cfg: Mapping[str, Any]) -> Allocation:
     """The container contract of docs/architecture.md for one container's device IDs."""
     slot = table.resolve(device_ids)
     if not slot.healthy:
@@ -184,16 +182,16 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapp
     units = len(device_ids)
     limit_mib = units * table.unit_mib
     aid = ids.alloc_id(device_ids)
-    plugin = config["device_plugin"]
-    state_dir = Path(config["state_dir"])
-    install_prefix = config["install_prefix"]
+    plugin = cfg["device_plugin"]
+    state_dir = Path(cfg["state_dir"])
+    install_prefix = cfg["install_prefix"]
     switches = plugin["switches"]
     envs = {
         "NVIDIA_VISIBLE_DEVICES": slot.gpu.uuid,
         "CUDA_VISIBLE_DEVICES": "0",
         "VGPU_MEMORY_LIMIT": f"{limit_mib}MiB",
-        "VGPU_CONFIG_FILE": QUOTA_CONTAINER_PATH,
-        "VGPU_REGION_DIR": REGION_CONTAINER_DIR,
+        "VGPU_CONFIG_FILE": config.CONTAINER_QUOTA_FILE,
+        "VGPU_REGION_DIR": config.CONTAINER_REGION_DIR,
         "LD_LIBRARY_PATH": install_prefix,
     }
     for name in SWITCH_ENV:
@@ -202,15 +200,16 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapp
     quota_file = state_dir / "quotas" / f"{aid}.conf"
     mounts = [
         (install_prefix, install_prefix, True),
-        (REGION_CONTAINER_DIR, str(region_dir), False),
-        (QUOTA_CONTAINER_PATH, str(quota_file), True),
+        (config.CONTAINER_REGION_DIR, str(region_dir), False),
+        (config.CONTAINER_QUOTA_FILE, str(quota_file), True),
     ]
     if plugin["mps_enabled"]:
-        mps = config["mps"]
+        mps = cfg["mps"]
         envs["CUDA_MPS_PIPE_DIRECTORY"] = mps["pipe_dir"]
         envs["CUDA_MPS_LOG_DIRECTORY"] = mps["log_dir"]
         envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(plugin["mps_active_thread_percentage"])
-        mounts.append(("/run/nvidia/mps", "/run/nvidia/mps", False))
+        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out.
+        mounts.append((mps["pipe_dir"], mps["pipe_dir"], False))
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {slot.gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",

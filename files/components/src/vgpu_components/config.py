@@ -23,6 +23,19 @@ from vgpu_components import logs
 DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 SECTIONS = ("device_plugin", "monitor", "mps", "extender")
 
+# The paths and ports of docs/architecture.md, each defined once; the defaults below and the
+# container contract (allocator.py) use these names. roles/vgpu_stack renders the same values.
+KUBELET_DIR = "/var/lib/kubelet"
+DEVICE_PLUGIN_DIR = f"{KUBELET_DIR}/device-plugins"
+POD_RESOURCES_SOCKET = f"{KUBELET_DIR}/pod-resources/kubelet.sock"
+MPS_PIPE_DIR = "/run/nvidia/mps"
+CONTAINER_REGION_DIR = "/var/run/vgpu"  # where a container sees its region folder
+CONTAINER_QUOTA_FILE = "/etc/vgpu/quota.conf"  # where a container sees its quota file
+MONITOR_PORT = 9395
+DEVICE_PLUGIN_HEALTHZ_PORT = 9396
+MPS_HEALTHZ_PORT = 9397
+EXTENDER_PORT = 32766
+
 DEFAULT_SWITCHES: dict[str, int] = {
     "gpu_virtual_memory": 1,
     "limit": 1,
@@ -40,9 +53,9 @@ DEFAULTS: dict[str, Any] = {
     "log_format": "json",
     "log_level": "info",
     "device_plugin": {
-        "kubelet_dir": "/var/lib/kubelet/device-plugins",
-        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
-        "healthz_port": 9396,
+        "kubelet_dir": DEVICE_PLUGIN_DIR,
+        "pod_resources_socket": POD_RESOURCES_SOCKET,
+        "healthz_port": DEVICE_PLUGIN_HEALTHZ_PORT,
         "mps_enabled": False,
         "mps_active_thread_percentage": 100,
         "switches": dict(DEFAULT_SWITCHES),
@@ -52,14 +65,14 @@ DEFAULTS: dict[str, Any] = {
         "max_message_bytes": 2 * 1024 * 1024,
     },
     "monitor": {
-        "port": 9395,
-        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "port": MONITOR_PORT,
+        "pod_resources_socket": POD_RESOURCES_SOCKET,
     },
     "mps": {
-        "pipe_dir": "/run/nvidia/mps",
-        "log_dir": "/run/nvidia/mps/log",
+        "pipe_dir": MPS_PIPE_DIR,
+        "log_dir": f"{MPS_PIPE_DIR}/log",
         "set_exclusive_process": False,
-        "healthz_port": 9397,
+        "healthz_port": MPS_HEALTHZ_PORT,
         "control_binary": "nvidia-cuda-mps-control",
         "probe_interval_s": 10.0,
         "probe_timeout_s": 5.0,
@@ -67,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "extender": {
         "address": "127.0.0.1",
-        "port": 32766,
+        "port": EXTENDER_PORT,
         "reservation_ttl_s": 300,
     },
 }
