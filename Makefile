@@ -109,7 +109,7 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 .PHONY: unit
 unit: venv ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
-	$(BIN)/pytest -q tests/unit tests/components -m "not docker"
+	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
 
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
@@ -120,7 +120,7 @@ images: venv ## the locally built container images (molecule node image, compone
 	tests/harness/ensure-docker.sh
 	tests/harness/build-node-image.sh
 	@echo ">> component image (built by files/components/image/build.sh when stale) and its tests"
-	$(BIN)/pytest -q -m docker tests/components/test_image.py
+	$(BIN)/pytest -q -m docker files/components/tests/test_image.py
 
 .PHONY: molecule
 molecule: collection images ## every molecule scenario: converge, idempotence, verify

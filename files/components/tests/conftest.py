@@ -1,6 +1,6 @@
 """Shared set-up for the component tests.
 
-The package is imported from files/components/src (it is not installed in the tool chain venv),
+The package is imported from ../src (it is not installed in the tool chain venv),
 and the gRPC stubs are generated from the .proto files when they are missing.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "files" / "components" / "src"
+SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
