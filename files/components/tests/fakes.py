@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.request
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
-from vgpu_components import protos
+from prometheus_client.parser import text_string_to_metric_families
+from vgpu_components import config, monitor, protos
 from vgpu_components.allocator import Gpu
 from vgpu_components.nvml import Memory, XidEvent
+from vgpu_components.podresources import PodResourcesClient
 
 GIB = 1024
 
@@ -239,3 +242,38 @@ def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) ->
     }
     pod.update(extra)
     return pod
+
+
+GPUS = two_gpus()
+
+
+class Exporter:
+    def __init__(self, root: Path) -> None:
+        self.cfg = config.load(None, environ={})
+        self.cfg["state_dir"] = str(root / "state")
+        self.pod_resources = FakePodResources(root / "pr.sock").start()
+        self.backend = FakeGpus(GPUS)
+        self.collector = monitor.MonitorCollector(
+            self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
+        )
+        self.server = monitor.serve(self.collector, 0, "127.0.0.1")
+        self.port = self.server.server_address[1]
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((sample.labels, sample.value))
+        return out
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.pod_resources.stop()
+
+
+def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
+    matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
+    assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
+    return float(matches[0])
