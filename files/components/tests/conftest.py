@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +21,5 @@ def pytest_configure(config: pytest.Config) -> None:
     importlib.import_module("vgpu_components.protos").generate()
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short folder path: unix socket paths are limited to 107 bytes."""
-    with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
-        yield Path(tmp)
+# The fixtures every component test shares live with the test peers (also used by tests/security).
+short_tmp = importlib.import_module("fakes").short_tmp

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import urllib.request
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_components import config, monitor, protos
 from vgpu_components.allocator import Gpu
+from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.nvml import Memory, XidEvent
 from vgpu_components.podresources import PodResourcesClient
 
@@ -277,3 +281,53 @@ def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
     matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
     assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
     return float(matches[0])
+
+
+def make_config(root: Path, **plugin: Any) -> dict[str, Any]:
+    cfg = config.load(None, environ={})
+    cfg["state_dir"] = str(root / "state")
+    cfg["device_plugin"]["kubelet_dir"] = str(root / "dp")
+    cfg["device_plugin"]["pod_resources_socket"] = str(root / "pr.sock")
+    cfg["device_plugin"].update(plugin)
+    return cfg
+
+
+class PluginNode:
+    """A device plugin and its kubelet, started in a temp folder."""
+
+    def __init__(self, root: Path, gpus: list[Gpu] | None = None, **plugin: Any) -> None:
+        self.root = root
+        self.cfg = make_config(root, **plugin)
+        (root / "dp").mkdir(parents=True, exist_ok=True)
+        self.backend = FakeGpus(gpus or two_gpus())
+        self.api = RecordingNodeApi()
+        self.pod_resources = FakePodResources(root / "pr.sock").start()
+        self.kubelet = FakeKubelet(root / "dp").start()
+        self.plugin = DevicePlugin(
+            self.cfg,
+            self.backend.gpus(),
+            "node-a",
+            backend=self.backend,
+            node_api=self.api,
+            pod_resources=PodResourcesClient(str(root / "pr.sock")),
+        )
+        self.plugin.start()
+        assert self.kubelet.registered.wait(5), "the plugin never registered with kubelet"
+
+    def stop(self) -> None:
+        self.plugin.stop()
+        self.kubelet.stop()
+        self.pod_resources.stop()
+
+
+def allocate(node: PluginNode, device_ids: list[str]) -> Any:
+    msgs = node.kubelet.msgs
+    request = msgs.AllocateRequest(container_requests=[msgs.ContainerAllocateRequest(devices_ids=device_ids)])
+    return node.kubelet.stub.Allocate(request, timeout=5)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short folder path: unix socket paths are limited to 107 bytes."""
+    with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
+        yield Path(tmp)

@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "monitor": {
         "port": MONITOR_PORT,
         "pod_resources_socket": POD_RESOURCES_SOCKET,
+        "scrape_timeout_s": 10.0,
     },
     "mps": {
         "pipe_dir": MPS_PIPE_DIR,
