@@ -120,9 +120,12 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
         "cgroup_map_mode=0",
         "gpu_compute_audit=0",
     ]
+    # The folder is the plugin's (0755); the workload gets an empty region file it may write.
     region = state / "containers" / aid
-    assert region.is_dir() and not any(region.iterdir())
-    assert stat.S_IMODE(region.stat().st_mode) == 0o777
+    assert [p.name for p in region.iterdir()] == ["vgpu.region"]
+    assert stat.S_IMODE(region.stat().st_mode) == 0o755
+    assert stat.S_IMODE((region / "vgpu.region").stat().st_mode) == 0o666
+    assert (region / "vgpu.region").stat().st_size == 0
 
 
 def test_allocate_wipes_a_stale_region_of_the_same_units(node: PluginNode) -> None:
@@ -131,7 +134,7 @@ def test_allocate_wipes_a_stale_region_of_the_same_units(node: PluginNode) -> No
     region.mkdir(parents=True)
     (region / "vgpu.region").write_bytes(b"old container's counters")
     allocate(node, device_ids)
-    assert region.is_dir() and not (region / "vgpu.region").exists()
+    assert region.is_dir() and (region / "vgpu.region").stat().st_size == 0
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fakes import GPUS, Exporter, value
 from vgpu_components import allocator, ids, region
+from vgpu_components.host_paths import HostPaths
 
 MIB = 1024 * 1024
 LIBVGPU = Path(__file__).resolve().parents[2] / "libvgpu"
@@ -47,7 +48,7 @@ def holding_container(libvgpu: Path, short_tmp: Path) -> Iterator[tuple[Exporter
     table = allocator.DeviceTable(GPUS, unit_mib=100)
     device_ids = table.gpus()[0].device_ids()[:QUOTA_UNITS]
     alloc = allocator.build_allocation(table, device_ids, exporter.cfg)
-    allocator.prepare_host_paths(alloc)
+    HostPaths(exporter.cfg["state_dir"], grace_s=300).prepare([alloc])
     exporter.pod_resources.holders = [("ns", "pod", "main", "vgpu.io/gpu-memory", device_ids)]
     # The container's environment, its two mounts pointed at their host paths.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPU_", "LD_", "CUDA_"))}

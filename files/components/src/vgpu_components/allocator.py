@@ -6,7 +6,6 @@ Which GPU a container's units come from is placement.py's rule, shared with the 
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -226,19 +225,3 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], cfg: Mapping
         region_host_dir=region_dir,
         quota_host_file=quota_file,
     )
-
-
-def prepare_host_paths(allocation: Allocation) -> None:
-    """Create a fresh region folder and quota file. Units belong to one container at a time, so a
-    leftover folder with the same alloc-id is from a container that is gone: wipe it."""
-    region = allocation.region_host_dir
-    if region.exists():
-        shutil.rmtree(region)
-    region.mkdir(parents=True)
-    region.chmod(0o777)  # the workload may run as any user and must write its region
-    quota = allocation.quota_host_file
-    quota.parent.mkdir(parents=True, exist_ok=True)
-    tmp = quota.with_suffix(".tmp")
-    tmp.write_text(allocation.quota_text, encoding="utf-8")
-    tmp.chmod(0o644)
-    tmp.replace(quota)

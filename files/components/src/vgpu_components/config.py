@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
         "xid_recovery_s": 60,
         "annotation_refresh_s": 30,
         "pod_resources_poll_s": 2.0,
+        "region_gc_grace_s": 300.0,
         "max_message_bytes": 2 * 1024 * 1024,
     },
     "monitor": {
