@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import queue
 import tempfile
 import threading
 import urllib.request
@@ -13,12 +15,17 @@ from typing import Any
 
 import grpc
 import pytest
+from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_components import config, monitor, protos
 from vgpu_components.allocator import Gpu
 from vgpu_components.device_plugin import DevicePlugin
+from vgpu_components.extender import Extender
+from vgpu_components.extender_http import ExtenderServer
+from vgpu_components.kube import Gone
 from vgpu_components.nvml import Memory, XidEvent
 from vgpu_components.podresources import PodResourcesClient
+from vgpu_components.scheduling import ClusterModel
 
 GIB = 1024
 
@@ -331,3 +338,125 @@ def short_tmp() -> Iterator[Path]:
     """A short folder path: unix socket paths are limited to 107 bytes."""
     with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
         yield Path(tmp)
+
+
+GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
+
+
+class FakeClusterApi:
+    """Plays the API server for the extender: records what it writes and serves a scripted list +
+    watch (the unit tests have no kube-apiserver; tests/k8s runs the extender against a real one)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
+        self.events: dict[str, queue.Queue[tuple[str, dict[str, Any]] | None]] = {
+            "nodes": queue.Queue(),
+            "pods": queue.Queue(),
+        }
+        self.lists: dict[str, int] = {"nodes": 0, "pods": 0}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.annotations: list[tuple[str, str, dict[str, str]]] = []  # from bindings
+        self.patches: list[tuple[str, str, dict[str, str]]] = []  # pod PATCHes
+        self.bindings: list[tuple[str, str, str, str]] = []
+        self.bound: dict[str, str] = {}  # pod uid -> node
+        self.fail_bind = False
+
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists[kind] += 1
+        return list(self.objects[kind]), str(self.lists[kind])
+
+    def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        while True:
+            item = self.events[kind].get()
+            if item is None:
+                raise Gone("too old resource version")
+            yield item
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.pods[(namespace, name)]
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.patches.append((namespace, name, annotations))
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        if self.fail_bind:
+            raise RuntimeError('pods "x" is forbidden')
+        if uid in self.bound:  # as kube-apiserver answers a second binding of one pod
+            raise ApiException(status=409, reason=f'pod {name} is already assigned to node "{self.bound[uid]}"')
+        self.bound[uid] = node
+        self.bindings.append((namespace, name, uid, node))
+        # The API server puts a Binding's annotations on the pod.
+        self.annotations.append((namespace, name, annotations))
+
+
+class Scheduler:
+    """Plays kube-scheduler: POSTs to the extender and applies binds back through the watch."""
+
+    def __init__(self, port: int, api: FakeClusterApi, extender: Extender, packing: str = "tightest") -> None:
+        self.port = port
+        self.api = api
+        self.extender = extender
+        self.packing = packing  # the scheduler configuration: see roles/vgpu_stack
+
+    def post(self, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        data = raw if raw is not None else json.dumps(body).encode()
+        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        payload = response.read()
+        conn.close()
+        return response.status, json.loads(payload)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def schedule(self, pod: dict[str, Any], nodes: list[str]) -> tuple[str, dict[str, str]]:
+        """Like kube-scheduler: filter-tightest -> bind ("tightest" packing) or filter ->
+        prioritize -> bind ("weighted"); among equals the first node. Returns (node, annotations)."""
+        self.api.pods[("default", pod["metadata"]["name"])] = pod
+        self.extender.model.set_pod(pod)  # the watch sees the new pending pod
+        args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+        verb = "filter-tightest" if self.packing == "tightest" else "filter"
+        status, result = self.post(f"/gpushare-scheduler/{verb}", args)
+        assert status == 200, result
+        assert result["Error"] == ""
+        feasible = result["NodeNames"]
+        assert feasible, f"no node fits: {result['FailedNodes']} {result['FailedAndUnresolvableNodes']}"
+        best = feasible[0]
+        if self.packing == "weighted":
+            status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
+            assert status == 200
+            best = max(scores, key=lambda s: s["Score"])["Host"]
+        bind = {
+            "PodName": pod["metadata"]["name"],
+            "PodNamespace": "default",
+            "PodUID": pod["metadata"]["uid"],
+            "Node": best,
+        }
+        status, result = self.post("/gpushare-scheduler/bind", bind)
+        assert status == 200 and result == {"Error": ""}, result
+        annotations = self.api.annotations[-1][2]
+        bound = json.loads(json.dumps(pod))
+        bound["spec"]["nodeName"] = best
+        bound["metadata"]["annotations"].update(annotations)
+        self.extender.model.set_pod(bound)  # the watch sees the bound pod
+        return best, annotations
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
+    api = FakeClusterApi()
+    model = ClusterModel("vgpu.io")
+    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
+    model.set_node(node_obj("cpu-b", None))
+    extender = Extender(model, api)
+    server = ExtenderServer("127.0.0.1", 0, extender)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield Scheduler(server.server_address[1], api, extender, getattr(request, "param", "tightest"))
+    server.shutdown()
+    server.server_close()

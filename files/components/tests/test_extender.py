@@ -9,134 +9,14 @@ list/watch the extender rebuilds its model from.
 
 from __future__ import annotations
 
-import http.client
 import json
-import queue
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from fakes import node_obj, pod_obj
-from vgpu_components.extender import Extender, ExtenderServer
-from vgpu_components.kube import Gone
+from fakes import GPU0, GPU1, FakeClusterApi, Scheduler, node_obj, pod_obj
+from vgpu_components.extender import Extender
 from vgpu_components.scheduling import ClusterModel
-
-GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
-GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
-
-
-class FakeClusterApi:
-    """Records what the extender writes and serves a scripted list + watch."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
-        self.events: dict[str, queue.Queue[tuple[str, dict[str, Any]] | None]] = {
-            "nodes": queue.Queue(),
-            "pods": queue.Queue(),
-        }
-        self.lists: dict[str, int] = {"nodes": 0, "pods": 0}
-        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self.annotations: list[tuple[str, str, dict[str, str]]] = []
-        self.bindings: list[tuple[str, str, str, str]] = []
-        self.fail_bind = False
-
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
-        self.lists[kind] += 1
-        return list(self.objects[kind]), str(self.lists[kind])
-
-    def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        while True:
-            item = self.events[kind].get()
-            if item is None:
-                raise Gone("too old resource version")
-            yield item
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.pods[(namespace, name)]
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        self.annotations.append((namespace, name, annotations))
-
-    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
-        if self.fail_bind:
-            raise RuntimeError('pods "x" is forbidden')
-        self.bindings.append((namespace, name, uid, node))
-        # The API server puts a Binding's annotations on the pod.
-        self.annotations.append((namespace, name, annotations))
-
-
-class Scheduler:
-    """Plays kube-scheduler: POSTs to the extender and applies binds back through the watch."""
-
-    def __init__(self, port: int, api: FakeClusterApi, extender: Extender, packing: str = "tightest") -> None:
-        self.port = port
-        self.api = api
-        self.extender = extender
-        self.packing = packing  # the scheduler configuration: see roles/vgpu_stack
-
-    def post(self, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        data = raw if raw is not None else json.dumps(body).encode()
-        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        payload = response.read()
-        conn.close()
-        return response.status, json.loads(payload)
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-
-    def schedule(self, pod: dict[str, Any], nodes: list[str]) -> tuple[str, dict[str, str]]:
-        """Like kube-scheduler: filter-tightest -> bind ("tightest" packing) or filter ->
-        prioritize -> bind ("weighted"); among equals the first node. Returns (node, annotations)."""
-        self.api.pods[("default", pod["metadata"]["name"])] = pod
-        self.extender.model.set_pod(pod)  # the watch sees the new pending pod
-        args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
-        verb = "filter-tightest" if self.packing == "tightest" else "filter"
-        status, result = self.post(f"/gpushare-scheduler/{verb}", args)
-        assert status == 200, result
-        assert result["Error"] == ""
-        feasible = result["NodeNames"]
-        assert feasible, f"no node fits: {result['FailedNodes']} {result['FailedAndUnresolvableNodes']}"
-        best = feasible[0]
-        if self.packing == "weighted":
-            status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
-            assert status == 200
-            best = max(scores, key=lambda s: s["Score"])["Host"]
-        bind = {
-            "PodName": pod["metadata"]["name"],
-            "PodNamespace": "default",
-            "PodUID": pod["metadata"]["uid"],
-            "Node": best,
-        }
-        status, result = self.post("/gpushare-scheduler/bind", bind)
-        assert status == 200 and result == {"Error": ""}, result
-        annotations = self.api.annotations[-1][2]
-        bound = json.loads(json.dumps(pod))
-        bound["spec"]["nodeName"] = best
-        bound["metadata"]["annotations"].update(annotations)
-        self.extender.model.set_pod(bound)  # the watch sees the bound pod
-        return best, annotations
-
-
-@pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
-    api = FakeClusterApi()
-    model = ClusterModel("vgpu.io")
-    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
-    model.set_node(node_obj("cpu-b", None))
-    extender = Extender(model, api)
-    server = ExtenderServer("127.0.0.1", 0, extender)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield Scheduler(server.server_address[1], api, extender, getattr(request, "param", "tightest"))
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.parametrize("cluster", ["tightest", "weighted"], indirect=True)
@@ -418,9 +298,9 @@ def test_a_rejected_pod_is_nudged_when_memory_frees(cluster: Scheduler) -> None:
     assert extender.nudge_once() == []  # nothing came free yet
     extender.model.remove_pod("uid-a")  # pod a finished
     assert extender.model.freed.is_set()
-    annotations_before = len(cluster.api.annotations)
+    patches_before = len(cluster.api.patches)
     assert extender.nudge_once() == ["uid-waiting"]
-    namespace, name, annotations = cluster.api.annotations[annotations_before]
+    namespace, name, annotations = cluster.api.patches[patches_before]
     assert (namespace, name) == ("default", "waiting") and "vgpu.io/retry-time" in annotations
     assert extender.nudge_once() == []  # at most one nudge per pod every 5 s
     _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})

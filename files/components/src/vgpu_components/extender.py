@@ -179,19 +179,37 @@ class Extender:
         return {"Error": error}
 
     def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Place the pod on the node's GPU and bind it; an error text instead when it must not be.
+
+        A pod the extender already placed, or that the API shows bound, is refused before anything
+        changes: its placement stays as it is."""
         if self.api is None:
             return "the extender has no Kubernetes API connection"
         model = self.model
+        what = f"{namespace}/{name}"
         pending = model.pending.get(uid)
-        units = pending.units if pending else pod_units(self.api.get_pod(namespace, name), model.resource)
+        if pending is not None:
+            if (pending.namespace, pending.name) != (namespace, name):
+                return f"refusing to bind {what}: pod uid {uid} is {pending.namespace}/{pending.name}"
+            units = pending.units
+        else:
+            pod = self.api.get_pod(namespace, name)
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to:
+                return f"refusing to bind {what} to {node}: it is already bound to {bound_to}"
+            units = pod_units(pod, model.resource)
         # The GPU is chosen and reserved under the model's lock, so concurrent binds never pick the
         # same free units; the API call then runs outside it, in parallel with other binds.
         with model.lock:
+            placed = model.placements.get(uid)
+            if placed is not None:
+                return f"refusing to bind {what} to {node}: it is already placed on {placed.node} GPU {placed.gpu_uuid}"
             fit = model.fit(node, units) if units else None
             if units and (fit is None or fit.gpu is None):
-                return f"cannot bind {namespace}/{name} to {node}: {fit.reason if fit else ''}"
+                return f"cannot bind {what} to {node}: {fit.reason if fit else ''}"
+            reservation = None
             if fit is not None and fit.gpu is not None:
-                model.reserve(uid, namespace, name, node=node, gpu=fit.gpu, units=units)
+                reservation = model.reserve(uid, namespace, name, node=node, gpu=fit.gpu, units=units)
         annotations: dict[str, str] = {}
         if fit is not None and fit.gpu is not None:
             annotations = {
@@ -202,7 +220,8 @@ class Extender:
         try:
             self.api.bind(namespace, name, uid, node, annotations)
         except Exception:
-            model.remove_pod(uid)
+            if reservation is not None:
+                model.release(reservation)
             raise
         if fit is not None and fit.gpu is not None:
             log.info(

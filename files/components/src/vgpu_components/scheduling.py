@@ -339,8 +339,18 @@ class ClusterModel:
         state = self.nodes.get(node_name)
         return state is not None and state.max_free >= units
 
-    def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> None:
+    def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> Placement:
+        """Count a pod on a GPU from its bind until the watch shows it bound (or the TTL ends)."""
         with self.lock:
             self.pending.pop(uid, None)
-            self.placements[uid] = Placement(uid, namespace, name, node, gpu.uuid, units, reserved_at=time.monotonic())
+            placement = Placement(uid, namespace, name, node, gpu.uuid, units, reserved_at=time.monotonic())
+            self.placements[uid] = placement
             self._recount(node)
+            return placement
+
+    def release(self, placement: Placement) -> None:
+        """Undo reserve() after a failed bind, unless the pod's placement has changed since (the
+        watch saw it bound after all): only our own reservation is ever dropped."""
+        with self.lock:
+            if self.placements.get(placement.uid) is placement:
+                self.remove_pod(placement.uid)
