@@ -23,3 +23,4 @@ def pytest_configure(config: pytest.Config) -> None:
 
 short_tmp = importlib.import_module("fakes").short_tmp
 cluster = importlib.import_module("fakes").cluster
+apiserver = importlib.import_module("fakes").apiserver

@@ -24,3 +24,4 @@ def pytest_configure(config: pytest.Config) -> None:
 # The fixtures every component test shares live with the test peers (also used by tests/security).
 short_tmp = importlib.import_module("fakes").short_tmp
 cluster = importlib.import_module("fakes").cluster
+apiserver = importlib.import_module("fakes").apiserver

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import queue
+import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_components import config, monitor, protos
@@ -357,7 +362,6 @@ class FakeClusterApi:
         self.lists: dict[str, int] = {"nodes": 0, "pods": 0}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.annotations: list[tuple[str, str, dict[str, str]]] = []  # from bindings
-        self.patches: list[tuple[str, str, dict[str, str]]] = []  # pod PATCHes
         self.bindings: list[tuple[str, str, str, str]] = []
         self.bound: dict[str, str] = {}  # pod uid -> node
         self.fail_bind = False
@@ -375,9 +379,6 @@ class FakeClusterApi:
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.pods[(namespace, name)]
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        self.patches.append((namespace, name, annotations))
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         if self.fail_bind:
@@ -447,16 +448,147 @@ class Scheduler:
         return best, annotations
 
 
-@pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
+@contextlib.contextmanager
+def extender_cluster(packing: str = "tightest", **server: Any) -> Iterator[Scheduler]:
+    """The extender serving on 127.0.0.1 (a free port) with FakeClusterApi, node gpu-a (2 x 12 GiB)
+    and node cpu-b (no GPU); `server` goes to ExtenderServer."""
     api = FakeClusterApi()
     model = ClusterModel("vgpu.io")
     model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
     model.set_node(node_obj("cpu-b", None))
     extender = Extender(model, api)
-    server = ExtenderServer("127.0.0.1", 0, extender)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    http = ExtenderServer("127.0.0.1", 0, extender, **server)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
     thread.start()
-    yield Scheduler(server.server_address[1], api, extender, getattr(request, "param", "tightest"))
+    try:
+        yield Scheduler(http.server_address[1], api, extender, packing)
+    finally:
+        http.shutdown()
+        http.server_close()
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
+    with extender_cluster(getattr(request, "param", "tightest")) as scheduler:
+        yield scheduler
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "resourceVersion": "7"}}
+
+
+class RecordingApiServer(ThreadingHTTPServer):
+    """Plays kube-apiserver for the API adapters: records each request, answers like it."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, str, Any]] = []
+        self.clients: set[tuple[str, int]] = set()  # client addresses: one per TCP connection
+        self.watch_lines: list[dict[str, Any]] = []
+        self.watch_delay_s = 0.0  # how long a watch stays open before it ends
+        self.nodes: list[dict[str, Any]] = [NODE]
+        super().__init__(("127.0.0.1", 0), _ApiHandler)
+
+
+class _ApiHandler(BaseHTTPRequestHandler):
+    server: RecordingApiServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as kube-apiserver
+
+    def _reply(self, status: int, body: Any, lines: list[dict[str, Any]] | None = None) -> None:
+        data = (
+            b"".join(json.dumps(x).encode() + b"\n" for x in lines) if lines is not None else json.dumps(body).encode()
+        )
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.server.requests.append((self.command, self.path, self.headers.get("Content-Type", ""), body))
+        self.server.clients.add(self.client_address)
+        return body
+
+    def do_GET(self) -> None:
+        self._record()
+        if "watch=true" in self.path:
+            time.sleep(self.server.watch_delay_s)
+            self._reply(200, None, lines=self.server.watch_lines)
+        elif self.path.startswith("/api/v1/nodes"):
+            nodes = self.server.nodes
+            self._reply(
+                200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": nodes}
+            )
+        elif self.path.startswith("/api/v1/pods"):
+            self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": []})
+        else:
+            self._reply(
+                200,
+                {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": []},
+                },
+            )
+
+    def do_PATCH(self) -> None:
+        self._record()
+        self._reply(200, {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"}})
+
+    def do_POST(self) -> None:
+        body = self._record()
+        if self.path.endswith("/binding"):
+            self._reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+        else:
+            self._reply(201, body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet test output."""
+
+
+@pytest.fixture
+def apiserver() -> Iterator[tuple[RecordingApiServer, Any]]:
+    server = RecordingApiServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    configuration = k8s.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    yield server, k8s.ApiClient(configuration)
     server.shutdown()
     server.server_close()
+
+
+def make_pki(folder: Path) -> dict[str, Path]:
+    """A throw-away PKI made with openssl: a CA, the extender's serving certificate for 127.0.0.1,
+    a client certificate from that CA (kube-scheduler's), and a client certificate from another CA.
+    Returns the paths by name: ca.crt, server.crt/.key, client.crt/.key, stranger.crt/.key."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    def key(name: str) -> None:
+        run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{name}.key")
+
+    def ca(name: str) -> None:
+        key(name)
+        run("req", "-x509", "-new", "-key", f"{name}.key", "-subj", f"/CN={name}", "-days", "2", "-out", f"{name}.crt")
+
+    def sign(name: str, issuer: str, subject: str, extensions: str) -> None:
+        key(name)
+        run("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr")
+        (folder / f"{name}.ext").write_text(extensions)
+        run(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", f"{issuer}.crt", "-CAkey", f"{issuer}.key",
+            "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
+        )  # fmt: skip
+
+    ca("ca")
+    ca("other-ca")
+    server = "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n"
+    sign("server", "ca", "/CN=gpushare-scheduler-extender", server)
+    sign("client", "ca", "/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n")
+    sign("stranger", "other-ca", "/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n")
+    return {p.name: p for p in folder.iterdir()}

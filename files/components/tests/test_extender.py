@@ -288,40 +288,20 @@ def test_unhealthy_gpus_take_no_pods(cluster: Scheduler) -> None:
     assert result["FailedAndUnresolvableNodes"]["gpu-a"].startswith("no healthy GPU has 1000 MiB in total")
 
 
-def test_a_rejected_pod_is_nudged_when_memory_frees(cluster: Scheduler) -> None:
-    cluster.schedule(pod_obj("a", 12000), ["gpu-a"])
-    cluster.schedule(pod_obj("b", 12000), ["gpu-a"])
-    waiting = pod_obj("waiting", 6000)
-    _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
-    assert result["NodeNames"] == []
-    extender = cluster.extender
-    assert extender.nudge_once() == []  # nothing came free yet
-    extender.model.remove_pod("uid-a")  # pod a finished
-    assert extender.model.freed.is_set()
-    patches_before = len(cluster.api.patches)
-    assert extender.nudge_once() == ["uid-waiting"]
-    namespace, name, annotations = cluster.api.patches[patches_before]
-    assert (namespace, name) == ("default", "waiting") and "vgpu.io/retry-time" in annotations
-    assert extender.nudge_once() == []  # at most one nudge per pod every 5 s
-    _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
-    assert result["NodeNames"] == ["gpu-a"] and "uid-waiting" not in extender.rejected
-
-
 def test_node_heartbeats_leave_the_model_alone() -> None:
     """kwok and kubelet rewrite node status every few seconds; only a changed GPU annotation may
-    wake the nudger or drop prioritize's cached scores."""
+    drop prioritize's cached scores."""
     model = ClusterModel("vgpu.io")
     node = node_obj("gpu-a", [(GPU0, 12288, 0)])
     model.set_node(node)
     state = model.nodes["gpu-a"]
     assert state.score(10) == 1
-    model.freed.clear()
     heartbeat = json.loads(json.dumps(node))
     heartbeat["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     model.set_node(heartbeat)
-    assert model.nodes["gpu-a"] is state and state.scores == {10: 1} and not model.freed.is_set()
+    assert model.nodes["gpu-a"] is state and state.scores == {10: 1}
     model.set_node(node_obj("gpu-a", [(GPU0, 12288, 61)]))
-    assert model.nodes["gpu-a"].gpus[0].free == 61 and model.freed.is_set()
+    assert model.nodes["gpu-a"].gpus[0].free == 61
 
 
 def test_a_bound_pods_status_updates_keep_its_count() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ipaddress
 import logging
 import os
 import sys
@@ -84,6 +85,11 @@ DEFAULTS: dict[str, Any] = {
         "address": "127.0.0.1",
         "port": EXTENDER_PORT,
         "reservation_ttl_s": 300,
+        # All three: HTTPS, and only clients whose certificate the CA signed (kube-scheduler's
+        # extender tlsConfig). None: plain HTTP, allowed on a loopback address only.
+        "tls_cert_file": "",
+        "tls_key_file": "",
+        "client_ca_file": "",
     },
 }
 
@@ -217,8 +223,26 @@ def validate(config: Mapping[str, Any]) -> None:
         port = config[section][key]
         if not 0 <= port <= 65535:
             raise ConfigError(f"{section}.{key}: expected a TCP port 0-65535, got {port}")
-    if not 0 <= config["extender"]["port"] <= 65535:
-        raise ConfigError(f"extender.port: expected a TCP port 0-65535, got {config['extender']['port']}")
+    extender = config["extender"]
+    if not 0 <= extender["port"] <= 65535:
+        raise ConfigError(f"extender.port: expected a TCP port 0-65535, got {extender['port']}")
+    tls_keys = ("tls_cert_file", "tls_key_file", "client_ca_file")
+    missing = [f"extender.{key}" for key in tls_keys if not extender[key]]
+    if missing and len(missing) < len(tls_keys):
+        raise ConfigError(f"{', '.join(missing)}: needed with the other extender TLS keys (set all three, or none)")
+    if missing and not _loopback(extender["address"]):
+        raise ConfigError(
+            f"extender.address {extender['address']!r}: refusing to serve plain HTTP, which authenticates no "
+            "caller, beyond a loopback address; set extender.tls_cert_file, tls_key_file and client_ca_file "
+            "(mTLS with kube-scheduler) or listen on 127.0.0.1"
+        )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,10 +16,8 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -27,7 +25,7 @@ from typing import Any
 import prometheus_client
 
 from vgpu_components import __version__, config, kube
-from vgpu_components.extender_http import BadRequest, ExtenderServer
+from vgpu_components.extender_http import BadRequest, ExtenderServer, TlsFiles
 from vgpu_components.scheduling import ClusterModel, pod_units
 
 log = logging.getLogger("vgpu.extender")
@@ -41,7 +39,12 @@ BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, b
 
 
 class Extender:
-    """The three verbs over the model; JSON in, JSON-ready objects out."""
+    """The verbs over the model; JSON in, JSON-ready objects out.
+
+    A request leaves nothing behind but a bind's reservation: the extender keeps no state per
+    caller or per filtered pod, and it writes to the API only the Binding of a GPU pod it places."""
+
+    blocking = frozenset({"bind"})  # verbs that wait on the API server
 
     def __init__(self, model: ClusterModel, api: kube.ClusterApi | None = None) -> None:
         self.model = model
@@ -52,8 +55,6 @@ class Extender:
                 "nodes": kube.Informer(api, "nodes", self._list_nodes, self._node_event),
                 "pods": kube.Informer(api, "pods", self._list_pods, self._pod_event),
             }
-        # Pods filter turned away: uid -> (namespace, name, units, monotonic time of the last nudge).
-        self.rejected: dict[str, tuple[str, str, int, float]] = {}
         # prioritize's encoded HostPriority per (node, score).
         self._priority_entries: dict[tuple[str, int], str] = {}
 
@@ -80,7 +81,12 @@ class Extender:
             items = nodes.get("items") or []
             if not isinstance(items, list):
                 raise BadRequest("ExtenderArgs.Nodes.items must be a list of Node objects")
-            names = [str(((n or {}).get("metadata") or {}).get("name", "")) for n in items]
+            names = []
+            for index, node in enumerate(items):
+                meta = node.get("metadata") if isinstance(node, Mapping) else None
+                if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+                    raise BadRequest(f"ExtenderArgs.Nodes.items[{index}] must be a Node object with a name")
+                names.append(meta["name"])
         if names is None:
             names = []
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -121,12 +127,6 @@ class Extender:
         DECISIONS.labels("passed").inc(len(passed))
         DECISIONS.labels("looser").inc(fitting - len(passed))
         DECISIONS.labels("failed").inc(len(failed) + len(unresolvable))
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        if units and uid and names and not passed:
-            self.rejected[uid] = (str(meta.get("namespace", "")), str(meta.get("name", "")), units, 0.0)
-        elif uid:
-            self.rejected.pop(uid, None)
         result: dict[str, Any] = {
             "NodeNames": passed,
             "Nodes": None,
@@ -136,7 +136,7 @@ class Extender:
         }
         if items is not None:
             keep = set(passed)
-            result["Nodes"] = {"items": [n for n in items if ((n or {}).get("metadata") or {}).get("name") in keep]}
+            result["Nodes"] = {"items": [n for n in items if n["metadata"]["name"] in keep]}
         return result
 
     def prioritize(self, body: Any) -> bytes:
@@ -178,6 +178,26 @@ class Extender:
         BINDS.labels("error" if error else "bound").inc()
         return {"Error": error}
 
+    def _units_to_bind(self, namespace: str, name: str, uid: str, node: str) -> tuple[str, int]:
+        """(refusal, units) for a bind: the units of the pod, or why it must not be bound."""
+        assert self.api is not None
+        what = f"{namespace}/{name}"
+        pending = self.model.pending.get(uid)
+        if pending is not None:
+            if (pending.namespace, pending.name) != (namespace, name):
+                return f"refusing to bind {what}: pod uid {uid} is {pending.namespace}/{pending.name}", 0
+            units = pending.units
+        else:
+            pod = self.api.get_pod(namespace, name)
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to:
+                return f"refusing to bind {what} to {node}: it is already bound to {bound_to}", 0
+            units = pod_units(pod, self.model.resource)
+        if not units:
+            resource = self.model.resource
+            return f"refusing to bind {what}: it requests no {resource}; the extender binds only GPU pods", 0
+        return "", units
+
     def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Place the pod on the node's GPU and bind it; an error text instead when it must not be.
 
@@ -187,93 +207,36 @@ class Extender:
             return "the extender has no Kubernetes API connection"
         model = self.model
         what = f"{namespace}/{name}"
-        pending = model.pending.get(uid)
-        if pending is not None:
-            if (pending.namespace, pending.name) != (namespace, name):
-                return f"refusing to bind {what}: pod uid {uid} is {pending.namespace}/{pending.name}"
-            units = pending.units
-        else:
-            pod = self.api.get_pod(namespace, name)
-            bound_to = (pod.get("spec") or {}).get("nodeName")
-            if bound_to:
-                return f"refusing to bind {what} to {node}: it is already bound to {bound_to}"
-            units = pod_units(pod, model.resource)
+        refusal, units = self._units_to_bind(namespace, name, uid, node)
+        if refusal:
+            return refusal
         # The GPU is chosen and reserved under the model's lock, so concurrent binds never pick the
         # same free units; the API call then runs outside it, in parallel with other binds.
         with model.lock:
             placed = model.placements.get(uid)
             if placed is not None:
                 return f"refusing to bind {what} to {node}: it is already placed on {placed.node} GPU {placed.gpu_uuid}"
-            fit = model.fit(node, units) if units else None
-            if units and (fit is None or fit.gpu is None):
-                return f"cannot bind {what} to {node}: {fit.reason if fit else ''}"
-            reservation = None
-            if fit is not None and fit.gpu is not None:
-                reservation = model.reserve(uid, namespace, name, node=node, gpu=fit.gpu, units=units)
-        annotations: dict[str, str] = {}
-        if fit is not None and fit.gpu is not None:
-            annotations = {
-                model.uuid_key: fit.gpu.uuid,
-                model.index_key: str(fit.gpu.index),
-                model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            }
+            fit = model.fit(node, units)
+            if fit.gpu is None:
+                return f"cannot bind {what} to {node}: {fit.reason}"
+            gpu = fit.gpu
+            reservation = model.reserve(uid, namespace, name, node=node, gpu=gpu, units=units)
+        # The API server copies the Binding's annotations onto the pod as it binds it: the GPU is
+        # recorded without any pod PATCH.
+        annotations = {
+            model.uuid_key: gpu.uuid,
+            model.index_key: str(gpu.index),
+            model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
         try:
             self.api.bind(namespace, name, uid, node, annotations)
         except Exception:
-            if reservation is not None:
-                model.release(reservation)
+            model.release(reservation)
             raise
-        if fit is not None and fit.gpu is not None:
-            log.info(
-                "bound %s/%s to %s GPU %d",
-                namespace,
-                name,
-                node,
-                fit.gpu.index,
-                extra={"gpu_uuid": fit.gpu.uuid, "units": units},
-            )
+        log.info(
+            "bound %s/%s to %s GPU %d", namespace, name, node, gpu.index, extra={"gpu_uuid": gpu.uuid, "units": units}
+        )
         return ""
-
-    # --- nudging rejected pods ---------------------------------------------------------------
-    def nudge_once(self, now: float | None = None) -> list[str]:
-        """Touch pods that filter rejected and that now fit somewhere, so kube-scheduler retries
-        them at once instead of after its unschedulable-pod timeout (5 min by default)."""
-        if self.api is None:
-            return []
-        now = time.monotonic() if now is None else now
-        nudged = []
-        with self.model.lock:
-            for uid in [u for u in self.rejected if u in self.model.placements]:
-                del self.rejected[uid]  # bound meanwhile
-            largest = max((state.max_free for state in self.model.nodes.values()), default=0)
-            due = [
-                (uid, entry)
-                for uid, entry in self.rejected.items()
-                if uid not in self.model.placements and entry[2] <= largest and now - entry[3] >= 5.0
-            ]
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        for uid, (namespace, name, units, _last) in due:
-            try:
-                self.api.annotate_pod(namespace, name, {f"{self.model.prefix}/retry-time": stamp})
-            except Exception as exc:
-                # Usually the pod is gone; forget it.
-                log.info("could not nudge %s/%s: %s", namespace, name, exc)
-                self.rejected.pop(uid, None)
-                continue
-            self.rejected[uid] = (namespace, name, units, now)
-            nudged.append(uid)
-        if nudged:
-            log.info("nudged %d pending pod(s) to retry: GPU memory came free", len(nudged))
-        return nudged
-
-    def nudge_forever(self, stop: threading.Event) -> None:
-        while not stop.wait(1.0):
-            if self.model.freed.is_set():
-                self.model.freed.clear()
-                try:
-                    self.nudge_once()
-                except Exception as exc:
-                    log.warning("nudging rejected pods failed: %s", exc)
 
     # --- API state -----------------------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
@@ -336,30 +299,36 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         log.error("no Kubernetes API (%s): filter answers from an empty model and bind fails", exc)
     extender = Extender(model, api)
-    server = ExtenderServer(section["address"], section["port"], extender)
+    tls = None
+    if section["tls_cert_file"]:
+        tls = TlsFiles(section["tls_cert_file"], section["tls_key_file"], section["client_ca_file"])
+    try:
+        server = ExtenderServer(section["address"], section["port"], extender, tls=tls)
+    except ValueError as exc:
+        print(f"gpushare-scheduler-extender: bad configuration: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
-
-    def shutdown(*_: object) -> None:
-        stop.set()
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
     if api is not None:
-        for kind, informer in extender.informers.items():
-            threading.Thread(target=informer.run, args=(stop,), name=f"sync-{kind}", daemon=True).start()
-
-        def expire() -> None:
-            while not stop.wait(10):
-                model.expire_reservations()
-
-        threading.Thread(target=expire, name="expire", daemon=True).start()
-        threading.Thread(target=extender.nudge_forever, args=(stop,), name="nudge", daemon=True).start()
-    log.info("listening on %s:%d", section["address"], server.server_address[1])
-    server.serve_forever()
+        start_background(extender, stop)
+    scheme = "https (client certificates required)" if tls else "http"
+    log.info("listening on %s:%d, %s", section["address"], server.server_address[1], scheme)
+    server.serve_forever(handle_signals=True)
+    stop.set()
     server.server_close()
     log.info("stopped")
     return 0
+
+
+def start_background(extender: Extender, stop: threading.Event) -> None:
+    """The informers that keep the model in step, and the expiry of stale reservations."""
+    for kind, informer in extender.informers.items():
+        threading.Thread(target=informer.run, args=(stop,), name=f"sync-{kind}", daemon=True).start()
+
+    def expire() -> None:
+        while not stop.wait(10):
+            extender.model.expire_reservations()
+
+    threading.Thread(target=expire, name="expire", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -140,11 +140,10 @@ class Informer:
 
 # --- the extender's reads and binds ------------------------------------------------------------
 class ClusterApi(ListWatchApi, Protocol):
-    """The API calls the extender makes (the real one is KubeClusterApi)."""
+    """The API calls the extender makes (the real one is KubeClusterApi): reads and the Binding,
+    nothing else, so its RBAC is get/list/watch of nodes and pods and create of pods/binding."""
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None: ...
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None: ...
 
@@ -198,15 +197,6 @@ class KubeClusterApi:
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         response: Any = self.core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=10)
         return dict(json.loads(response.data))
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        self.core.patch_namespaced_pod(
-            name,
-            namespace,
-            {"metadata": {"annotations": annotations}},
-            _content_type=MERGE_PATCH,
-            _request_timeout=10,
-        )
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         # The API server copies a Binding's annotations onto the pod as it binds it: one call

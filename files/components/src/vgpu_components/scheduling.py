@@ -9,6 +9,7 @@ kubelet has not allocated yet. Taking the larger never over-admits.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -102,19 +103,20 @@ class PendingPod:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
+_QUANTITY = re.compile(r"(0|[1-9][0-9]{0,11})(k|M|G|Ki|Mi|Gi)?", re.ASCII)
+_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+MAX_UNITS = 10**12
+
+
 def parse_quantity(value: Any, what: str) -> int:
-    """An extended-resource quantity: a whole number (kube-scheduler sends strings like "30")."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: expected a whole number, got {value!r}")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
-    elif isinstance(value, str) and value.strip().endswith("k") and value.strip()[:-1].isdigit():
-        number = int(value.strip()[:-1]) * 1000
-    else:
-        raise ValueError(f"{what}: expected a whole number of units, got {value!r}")
-    return number
+    """An extended-resource quantity: a whole, non-negative number of units in ASCII digits, as
+    the API server serialises it ("30", "1k", "1Ki"); anything else is refused."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_UNITS:
+        return value
+    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) * _SUFFIX[match.group(2)] > MAX_UNITS:
+        raise ValueError(f"{what}: expected a whole number of units (0 to {MAX_UNITS}), got {value!r:.40}")
+    return int(match.group(1)) * _SUFFIX[match.group(2)]
 
 
 def _container_units(container: Mapping[str, Any], resource: str) -> int:
@@ -139,8 +141,12 @@ def pod_units(pod: Mapping[str, Any], resource: str) -> int:
     inits = spec.get("initContainers") or []
     if not isinstance(containers, list) or not isinstance(inits, list):
         raise ValueError("Pod.spec.containers and initContainers must be lists")
-    app = sum(_container_units(c, resource) for c in containers if isinstance(c, Mapping))
-    init = max((_container_units(c, resource) for c in inits if isinstance(c, Mapping)), default=0)
+    for field_name, items in (("containers", containers), ("initContainers", inits)):
+        for index, container in enumerate(items):
+            if not isinstance(container, Mapping):
+                raise ValueError(f"Pod.spec.{field_name}[{index}] must be a container object, got {container!r:.40}")
+    app = sum(_container_units(c, resource) for c in containers)
+    init = max((_container_units(c, resource) for c in inits), default=0)
     return max(app, init)
 
 
@@ -180,7 +186,6 @@ class ClusterModel:
         self.placements: dict[str, Placement] = {}
         self._bulk = False  # during replace_all: count once at the end, not per object
         self.pending: dict[str, PendingPod] = {}
-        self.freed = threading.Event()  # set when GPU memory may have come free
 
     # --- nodes ---------------------------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
@@ -205,7 +210,6 @@ class ClusterModel:
             state = NodeState(name=name, unit_mib=unit, gpus=gpus, source=text)
             self.nodes[name] = state
             self._recount(name)
-            self.freed.set()
 
     def remove_node(self, name: str) -> None:
         with self.lock:
@@ -266,7 +270,6 @@ class ClusterModel:
             old = self.placements.pop(uid, None)
             if old is not None:
                 self._recount(old.node)
-                self.freed.set()
 
     def replace_all(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[Mapping[str, Any]] | None) -> None:
         """Rebuild from full lists (start-up and relists); our unexpired reservations survive."""
