@@ -1,6 +1,11 @@
 # Copyright: vgpu.isolation contributors
-# SPDX-License-Identifier: Apache-2.0 (see LICENSES/Apache-2.0.txt)
-"""Filters that parse and validate the GPU-memory settings of the inventory."""
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters that parse and validate the GPU-memory settings of the inventory.
+
+Memory sizes are read by module_utils/memory_size.py, the parser the modules use too, so a size means the
+same on the controller and on the nodes.
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -9,34 +14,10 @@ __metaclass__ = type
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
 
-# Binary suffixes only: "MB"/"GB" are ambiguous (decimal or binary) and are rejected on purpose.
-_SUFFIXES = {"mib": 1, "gib": 1024, "tib": 1024 * 1024}
-_SIZE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-_KNOWN_DECIMAL = ("b", "k", "kb", "m", "mb", "g", "gb", "t", "tb", "kib")
 FLAVOURS = ("k3s", "kubeadm", "none")
 _PREFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
-
-
-def parse_mib(value, name="value"):
-    """Return a memory size in MiB, or raise ValueError naming the variable, value and format."""
-    expected = "a whole number of MiB (3000) or a string with a binary suffix ('3000MiB', '3GiB')"
-    if isinstance(value, bool):
-        raise ValueError("%s: %r is not a memory size; expected %s" % (name, value, expected))
-    if isinstance(value, int):
-        number, suffix = value, "mib"
-    else:
-        match = _SIZE.match(str(value))
-        if not match:
-            raise ValueError("%s: %r is not a memory size; expected %s" % (name, value, expected))
-        number, suffix = int(match.group(1)), (match.group(2) or "mib").lower()
-        if suffix not in _SUFFIXES:
-            hint = " (decimal units are ambiguous; write MiB or GiB)" if suffix in _KNOWN_DECIMAL else ""
-            raise ValueError("%s: %r has an unknown unit%s; expected %s" % (name, value, hint, expected))
-    mib = number * _SUFFIXES[suffix]
-    if mib <= 0:
-        raise ValueError("%s: %r must be greater than 0 MiB; expected %s" % (name, value, expected))
-    return mib
 
 
 def mib(value, name="value"):
