@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 import yaml
-from stack_render import ROLE, ROOT, render
+from role_render import ROLE, ROOT, render
 
 CASES: dict[str, dict] = {
     "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
