@@ -84,7 +84,7 @@ verify: collection ## verify the inventory's nodes
 
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: host-packages venv lint sanity unit libvgpu-test images molecule e2e ## the complete offline test suite
+test: host-packages venv lint sanity unit security libvgpu-test images molecule e2e ## the complete offline test suite
 	@echo ">> make test: all layers passed"
 
 .PHONY: lint
@@ -110,6 +110,10 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 unit: venv ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/unit tests/components -m "not docker"
+
+.PHONY: security
+security: venv ## pytest: a regression test for every finding of the adversarial review (issue 12)
+	$(BIN)/pytest -q tests/security
 
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers

@@ -58,7 +58,12 @@ def check_extender(url, opener=open_url):
 def sample_pod_manifest(params, name):
     """The sample pod: one container with the quota as a limit of <prefix>/gpu-memory."""
     units = params["sample_quota_mib"] // params["unit_mib"]
-    command = params["sample_command"].format(use_mib=params["sample_use_mib"], quota_mib=params["sample_quota_mib"])
+    # Plain replacement, not str.format: the command is shell, where "${HOME}" or "{a,b}" are common.
+    command = (
+        params["sample_command"]
+        .replace("{use_mib}", str(params["sample_use_mib"]))
+        .replace("{quota_mib}", str(params["sample_quota_mib"]))
+    )
     spec = {
         "restartPolicy": "Never",
         "containers": [

@@ -40,10 +40,14 @@ PLAYBOOK = """
 """
 
 
-def run_playbook(*args: str) -> subprocess.CompletedProcess:
-    """ansible-playbook of this venv with this checkout as vgpu.isolation; asserts it succeeded."""
+def run_playbook(*args: str, path_prefix: str = "") -> subprocess.CompletedProcess:
+    """ansible-playbook of this venv with this checkout as vgpu.isolation; asserts it succeeded.
+
+    ``path_prefix`` goes in front of PATH: a folder of stand-in tools the play should run.
+    """
     env = dict(
         os.environ,
+        PATH=path_prefix + os.pathsep + os.environ["PATH"] if path_prefix else os.environ["PATH"],
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),  # linked by tests/conftest.py
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
