@@ -274,3 +274,52 @@ def test_role_version_matches_galaxy():
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["vgpu_stack_version"] == galaxy["version"]
+
+
+MOVED = {
+    "vgpu_kubernetes_flavour": "kubeadm",
+    "vgpu_stack_device_plugin_healthz_port": 19396,
+    "vgpu_stack_monitor_port": 19395,
+    "vgpu_stack_mps_healthz_port": 19397,
+    "vgpu_stack_extender_port": 32701,
+    "vgpu_stack_kubelet_dir": "/data/kubelet",
+    "vgpu_stack_mps_pipe_dir": "/run/mps-pipes",
+}
+
+
+def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
+    """Moving a port or a host path moves it in the config, the pods and the scheduler alike (issue 13)."""
+    out = render(tmp_path, MOVED)
+    docs = out["components.yaml"]
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["device_plugin"]["kubelet_dir"] == "/data/kubelet/device-plugins"
+    assert config["device_plugin"]["pod_resources_socket"] == "/data/kubelet/pod-resources/kubelet.sock"
+    assert config["monitor"]["pod_resources_socket"] == "/data/kubelet/pod-resources/kubelet.sock"
+    assert (config["mps"]["pipe_dir"], config["mps"]["log_dir"]) == ("/run/mps-pipes", "/run/mps-pipes/log")
+    ports = {
+        "nvidia-shared-device-plugin": config["device_plugin"]["healthz_port"],
+        "cgpu-monitor": config["monitor"]["port"],
+        "nvidia-mps": config["mps"]["healthz_port"],
+    }
+    assert ports == {"nvidia-shared-device-plugin": 19396, "cgpu-monitor": 19395, "nvidia-mps": 19397}
+    daemonsets = {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] == "DaemonSet"}
+    for name, port in ports.items():
+        (container,) = daemonsets[name]["spec"]["containers"]
+        assert [p["containerPort"] for p in container["ports"]] == [port]
+    monitor = daemonsets["cgpu-monitor"]
+    assert monitor["metadata"]["annotations"]["prometheus.io/port"] == "19395"
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    assert service["spec"]["ports"][0]["port"] == 19395
+    host_paths = {v["hostPath"]["path"] for t in daemonsets.values() for v in t["spec"]["volumes"] if "hostPath" in v}
+    assert {"/data/kubelet/device-plugins", "/data/kubelet/pod-resources", "/run/mps-pipes"} <= host_paths
+    assert not any(p.startswith(("/var/lib/kubelet", "/run/nvidia")) for p in host_paths), host_paths
+    for template in daemonsets.values():
+        (container,) = template["spec"]["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+        for volume in template["spec"]["volumes"]:
+            if "hostPath" in volume and volume["name"] in mounts:
+                assert mounts[volume["name"]] == volume["hostPath"]["path"], "config paths are host paths"
+    extender = daemonsets["gpushare-scheduler-extender"]["spec"]["containers"][0]
+    assert extender["livenessProbe"]["httpGet"]["port"] == config["extender"]["port"] == 32701
+    (scheduler,) = out["kube-scheduler-config.yaml"]
+    assert scheduler["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32701"
