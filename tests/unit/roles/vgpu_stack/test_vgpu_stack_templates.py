@@ -209,7 +209,13 @@ def test_configmap_follows_the_architecture_schema(rendered):
             "gpu_compute_audit": 0,
         },
     }
-    assert config["monitor"] == {"port": 9395, "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock"}
+    assert config["monitor"] == {
+        "port": 9395,
+        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "enforcement": "evict",
+        "grace_seconds": 30,
+        "context_allowance_mib": 512,
+    }
     assert config["mps"] == {
         "pipe_dir": "/run/nvidia/mps",
         "log_dir": "/run/nvidia/mps/log",
@@ -323,3 +329,15 @@ def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
     assert extender["livenessProbe"]["httpGet"]["port"] == config["extender"]["port"] == 32701
     (scheduler,) = out["kube-scheduler-config.yaml"]
     assert scheduler["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32701"
+
+
+def test_the_monitor_enforces_as_the_settings_say(tmp_path):
+    settings = {
+        "vgpu_enforcement": "report",
+        "vgpu_enforcement_grace_seconds": 90,
+        "vgpu_enforcement_context_allowance_mib": "1GiB",
+    }
+    docs = render(tmp_path, settings)["components.yaml"]
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    monitor = config["monitor"]
+    assert (monitor["enforcement"], monitor["grace_seconds"], monitor["context_allowance_mib"]) == ("report", 90, 1024)
