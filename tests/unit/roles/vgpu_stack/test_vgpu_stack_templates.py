@@ -156,6 +156,26 @@ def test_monitor_and_mps_have_no_api_access_and_no_token(rendered):
         assert daemonsets[name]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
+# Issue 12 finding 8: who runs as root and why is stated in the template next to the setting.
+ROOT_COMPONENTS = {"nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps"}
+
+
+def test_every_pod_runs_under_runtime_default_seccomp_and_only_what_needs_root_is_root(rendered):
+    for name, ds in by_name(rendered, "k3s-defaults", "DaemonSet").items():
+        pod = ds["spec"]["template"]["spec"]["securityContext"]
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        if name in ROOT_COMPONENTS:
+            assert pod["runAsUser"] == 0, name
+        else:
+            assert (pod["runAsNonRoot"], pod["runAsUser"], pod["runAsGroup"]) == (True, 65534, 65534), name
+
+
+def test_the_reason_for_root_is_written_next_to_it():
+    for name in ROOT_COMPONENTS:
+        text = (ROLE / "templates" / "components" / f"{name}.yaml.j2").read_text()
+        assert "m.pod_security('" in text or 'm.pod_security("' in text, f"{name}: say why it runs as root"
+
+
 def test_nothing_is_privileged_by_default_and_only_mps_keeps_capabilities(rendered):
     for name, ds in by_name(rendered, "k3s-defaults", "DaemonSet").items():
         context = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
