@@ -41,12 +41,21 @@ def by_name(rendered, case, kind):
     return {d["metadata"]["name"]: d for d in objects(rendered, case, kind)}
 
 
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "RuntimeClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_every_object_has_api_version_kind_name_and_labels(rendered, case):
     for doc in objects(rendered, case):
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], doc
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vgpu-isolation"
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "RuntimeClass"):
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"]["namespace"], doc["metadata"]
 
 
@@ -136,6 +145,19 @@ def test_device_plugin_may_read_and_patch_nodes_and_post_events_in_default(rende
         ("*", "", "nodes", "patch"),
         ("default", "", "events", "create"),
     }
+
+
+def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
+    """RBAC grants patch on every node; the policy narrows it (tests/k8s/test_stack.py checks it for real)."""
+    (policy,) = objects(rendered, "kubeadm-custom", "ValidatingAdmissionPolicy")
+    (binding,) = objects(rendered, "kubeadm-custom", "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    (condition,) = policy["spec"]["matchConditions"]
+    assert "system:serviceaccount:kube-system:nvidia-shared-device-plugin" in condition["expression"]
+    own_node, only_gpus = (v["expression"] for v in policy["spec"]["validations"])
+    assert "request.userInfo.extra['authentication.kubernetes.io/node-name'] == [object.metadata.name]" in own_node
+    assert "variables.gpus" in only_gpus
+    assert {"name": "gpus", "expression": "'acme.dev/gpus'"} in policy["spec"]["variables"]
 
 
 def test_extender_reads_nodes_and_pods_annotates_pods_and_binds(rendered):
