@@ -109,7 +109,7 @@ def run_sample(api, params, clock=time.monotonic, pause=time.sleep):
             outcome["log"] = api.pod_log(name, namespace)
         # No memory line in the log leaves both unknown: sample_problems reports the missing total.
         with contextlib.suppress(ValueError):
-            outcome["used_mib"], outcome["total_mib"] = parse_smi_memory(outcome["log"])
+            outcome["used_mib"], outcome["total_mib"] = parse_smi_memory(str(outcome["log"]))
     finally:
         api.delete("v1", "Pod", name, namespace)
     return outcome
