@@ -116,10 +116,6 @@ security: venv ## tests/security: a regression test for each finding of the adve
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 
-.PHONY: security
-security: venv ## pytest: a regression test for every finding of the adversarial review (issue 12)
-	$(BIN)/pytest -q tests/security
-
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
 	$(MAKE) -C files/libvgpu check PYTHON=$(abspath $(PY))
