@@ -1,7 +1,7 @@
 /* The CUDA shim's core: loading the real driver and the configuration, the forwarding of every
  * driver export without a hook (gen/gen-forward.sh calls vgpu_fwd_resolve_cuda once per name),
  * cuInit, fork and exit. The hooks themselves live in cuda_memory.c, cuda_arrays.c,
- * cuda_contexts.c, cuda_reports.c, cuda_audit.c and cuda_route.c. */
+ * cuda_contexts.c, cuda_graphs.c, cuda_reports.c, cuda_audit.c and cuda_route.c. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +50,7 @@ static void at_fork_child(void)
     /* the child holds no GPU memory; it takes its own slot on first use */
     vgpu_cuda.slot = -1;
     vgpu_contexts_forget();
+    vgpu_graphs_forget();
     vgpu_track_reset();
 }
 

@@ -1,6 +1,6 @@
 /* Linear device memory: cuMemAlloc, managed, pitched, stream-ordered (default and explicit
  * pools) and physical handles of the virtual memory API, each charged before the driver call
- * and released by its own free. */
+ * and released by its own free. Stream-ordered calls under capture: see cuda_graphs.c. */
 #include "cuda_shim.h"
 
 VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
@@ -82,14 +82,18 @@ ASYNC_ALLOC(cuMemAllocAsync_ptsz)
 POOL_ALLOC(cuMemAllocFromPoolAsync)
 POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
 
-#define ASYNC_FREE(NAME)                                                                                              \
+/* A free captured into a graph happens when the graph runs, if ever: the charge stays (for an
+ * allocation captured in the same graph, it becomes the graph's at instantiation). */
+#define ASYNC_FREE(NAME, IS_CAPTURING)                                                                                \
     VGPU_EXPORT CUresult NAME(CUdeviceptr dptr, CUstream stream)                                                      \
     {                                                                                                                 \
         READY_OR_RETURN();                                                                                            \
+        if (vgpu_stream_captured(REAL(IS_CAPTURING), stream))                                                         \
+            return REAL(NAME)(dptr, stream);                                                                          \
         FREE_BODY(VGPU_K_PTR, dptr, REAL(NAME)(dptr, stream));                                                        \
     }
-ASYNC_FREE(cuMemFreeAsync)
-ASYNC_FREE(cuMemFreeAsync_ptsz)
+ASYNC_FREE(cuMemFreeAsync, cuStreamIsCapturing)
+ASYNC_FREE(cuMemFreeAsync_ptsz, cuStreamIsCapturing_ptsz)
 
 /* ---- virtual memory management (physical handles) ---- */
 VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,

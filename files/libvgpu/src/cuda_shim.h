@@ -97,6 +97,19 @@ VGPU_HIDDEN void vgpu_released(int dev, uint64_t bytes);                  /* the
 /* ---- contexts (cuda_contexts.c) ---- */
 VGPU_HIDDEN void vgpu_contexts_forget(void); /* in a fork child: it holds no primary context */
 
+/* ---- graph memory (cuda_graphs.c) ---- */
+extern VGPU_HIDDEN int vgpu_capture_seen; /* a stream capture began in this process */
+VGPU_HIDDEN void vgpu_graphs_forget(void);  /* in a fork child */
+/* Whether a stream-ordered call on stream goes into a graph being captured (asked only once a
+ * capture has begun in this process: the check costs a driver call). */
+static inline int vgpu_stream_captured(vgpu_fn_cuStreamIsCapturing *is_capturing, CUstream stream)
+{
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (__builtin_expect(!__atomic_load_n(&vgpu_capture_seen, __ATOMIC_RELAXED), 1) || !is_capturing)
+        return 0;
+    return is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* ---- launch audit (cuda_audit.c) ---- */
 VGPU_HIDDEN void vgpu_audit_install(void);
 

@@ -23,15 +23,23 @@ static void usage(void)
     exit(2);
 }
 
-static struct vgpu_region *map_raw(const char *path, int *fd_out)
+/* The region file, never through a symlink nor blocking on a FIFO: run as root on the host,
+ * manage must not be turned against another file by what a container left in its folder. */
+static struct vgpu_region *map_raw(const char *path, int grow, int *fd_out)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    char err[800];
+    int fd = vgpu_region_open(path, 0, err, sizeof err);
     if (fd < 0) {
-        fprintf(stderr, "manage: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "manage: %s\n", err);
         exit(1);
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size < (off_t)VGPU_REGION_SIZE) {
+        if (!grow) {
+            fprintf(stderr, "manage: %s is %lld bytes, not a region (%u bytes); manage --reset rebuilds it\n", path,
+                    (long long)st.st_size, (unsigned)VGPU_REGION_SIZE);
+            exit(1);
+        }
         if (ftruncate(fd, VGPU_REGION_SIZE) != 0) {
             fprintf(stderr, "manage: %s is too small and cannot be grown: %s\n", path, strerror(errno));
             exit(1);
@@ -92,6 +100,10 @@ static void print_text(const struct vgpu_region *r, const char *path)
     const struct vgpu_region_header *h = &r->hdr;
     printf("region %s (version %u, flags %#x, context charge %.0f MiB)\n", path, h->version, h->flags,
            MIB(h->ctx_reserve_bytes));
+    if (h->restored_count)
+        printf("warning: %u times a process found the region below what it holds and restored it (a process of the "
+               "container wrote the region)\n",
+               h->restored_count);
     unsigned n = h->device_count ? h->device_count : 1;
     for (unsigned d = 0; d < n && d < VGPU_MAX_DEVICES; d++) {
         const struct vgpu_region_device *dv = &h->devices[d];
@@ -151,9 +163,10 @@ static void print_json(const struct vgpu_region *r, const char *path)
     printf("{\"region\": ");
     json_string(path, 4096);
     printf(", \"version\": %u, \"flags\": {\"limit\": %u, \"gpu_virtual_memory\": %u, \"gpu_cgroup_enable\": %u, "
-           "\"cgroup_map_mode\": %u, \"gpu_compute_audit\": %u}, \"ctx_reserve_bytes\": %llu, \"cgroup\": ",
+           "\"cgroup_map_mode\": %u, \"gpu_compute_audit\": %u}, \"ctx_reserve_bytes\": %llu, \"reset_count\": %u, "
+           "\"restored_count\": %u, \"cgroup\": ",
            h->version, h->flags & 1, h->flags >> 1 & 1, h->flags >> 2 & 1, h->flags >> 3 & 1, h->flags >> 4 & 1,
-           (unsigned long long)h->ctx_reserve_bytes);
+           (unsigned long long)h->ctx_reserve_bytes, h->reset_count, h->restored_count);
     json_string(h->cgroup, sizeof h->cgroup);
     printf(", \"devices\": [");
     for (unsigned d = 0; d < h->device_count && d < VGPU_MAX_DEVICES; d++) {
@@ -222,12 +235,14 @@ int main(int argc, char **argv)
     if (!stats && !reset && hold < 0)
         usage();
     if (!path) {
-        const char *dir = getenv("VGPU_REGION_DIR");
-        snprintf(def, sizeof def, "%s/%s", dir && *dir ? dir : "/var/run/vgpu", VGPU_REGION_FILE);
+        char dir[512];
+        int explicit_dir;
+        vgpu_config_region_dir(dir, sizeof dir, &explicit_dir);
+        snprintf(def, sizeof def, "%s/%s", dir, VGPU_REGION_FILE);
         path = def;
     }
     int fd;
-    struct vgpu_region *r = map_raw(path, &fd);
+    struct vgpu_region *r = map_raw(path, reset, &fd);
     if (hold >= 0) {
         /* test aid: die (kill -9) while holding the lock in the middle of an update */
         vgpu_region_stall_in_update(r, (unsigned)hold, say_holding);

@@ -14,10 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "abi.h"
+#include "fake_cuda.h"
 #include "fake_gpu.h"
-
-#define EXPORT __attribute__((visibility("default")))
 
 static int initialised;
 static const struct fake_config *cfg;
@@ -86,6 +84,19 @@ static int valid_dev(CUdevice d)
 static int current_dev(void)
 {
     return current ? current->dev : -1;
+}
+
+int fake_ready(void)
+{
+    return initialised;
+}
+int fake_current_dev(void)
+{
+    return current_dev();
+}
+int fake_valid_dev(int dev)
+{
+    return valid_dev(dev);
 }
 
 /* Our entry in the node-wide state (state lock held). */
@@ -184,7 +195,7 @@ static CUresult fake_alloc(uint64_t bytes, int dev, uint64_t *key_out, void **me
     return CUDA_SUCCESS;
 }
 
-static CUresult fake_free(uint64_t key)
+CUresult fake_free(uint64_t key)
 {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
@@ -199,6 +210,22 @@ static CUresult fake_free(uint64_t key)
     }
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_INVALID_VALUE;
+}
+
+int fake_device_reserve(int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    int rc = valid_dev(dev) ? device_take(dev, bytes) : -1;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void fake_device_release(int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    if (valid_dev(dev))
+        device_give(dev, bytes);
+    pthread_mutex_unlock(&lock);
 }
 
 /* After fork() the child holds no device memory of its parent (as with the driver). */
@@ -406,6 +433,9 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc;
+    if (fake_graph_free(p, &rc))
+        return rc;
     return p ? fake_free(p) : CUDA_SUCCESS;
 }
 
@@ -429,7 +459,9 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, 
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s)
 {
-    (void)s;
+    CUresult rc;
+    if (fake_capture_alloc(s, bytes, current_dev(), p, &rc))
+        return rc; /* an allocation node of the graph being captured */
     return cuMemAlloc_v2(p, bytes);
 }
 
@@ -454,9 +486,11 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
 /* Memory of a pool is on the pool's device, whatever the current context. */
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s)
 {
-    (void)s;
     if (!p || !bytes || !pool)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc0;
+    if (fake_capture_alloc(s, bytes, pool->dev, p, &rc0))
+        return rc0;
     uint64_t key = 0;
     CUresult rc = fake_alloc(bytes, pool->dev, &key, NULL);
     if (rc == CUDA_SUCCESS)
@@ -471,7 +505,9 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmem
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
-    (void)s;
+    CUresult rc;
+    if (fake_capture_free(s, p, &rc))
+        return rc; /* a free node of the graph being captured */
     return cuMemFree_v2(p);
 }
 
@@ -621,7 +657,12 @@ static CUresult internal_launch(CUfunction f, unsigned gx, unsigned gy, unsigned
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
-static void *internal_pointer(const char *symbol, cuuint64_t flags)
+static CUresult internal_instantiate(CUgraphExec *exec, CUgraph g, unsigned long long flags)
+{
+    return cuGraphInstantiateWithFlags(exec, g, flags);
+}
+
+static void *internal_pointer(const char *symbol, int version, cuuint64_t flags)
 {
     const char *e = getenv("FAKE_INTERNAL_POINTERS");
     if (!e || e[0] != '1')
@@ -633,6 +674,8 @@ static void *internal_pointer(const char *symbol, cuuint64_t flags)
         return ptds ? (void *)internal_alloc_async_ptsz : (void *)internal_alloc_async;
     if (!strcmp(symbol, "cuLaunchKernel"))
         return (void *)internal_launch;
+    if (!strcmp(symbol, "cuGraphInstantiate") && version >= 12000)
+        return (void *)internal_instantiate;
     return NULL;
 }
 
@@ -646,7 +689,9 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     if (dladdr((void *)cuGetProcAddress_v2, &info))
         self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     char name[256];
-    void *p = internal_pointer(symbol, flags);
+    void *p = internal_pointer(symbol, version, flags);
+    if (!p && !strcmp(symbol, "cuGraphInstantiate") && version >= 12000)
+        symbol = "cuGraphInstantiateWithFlags"; /* the CUDA 12 ABI of that name, as cuda.h maps it */
     if (!p && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
         snprintf(name, sizeof name, "%s_ptsz", symbol);
         p = dlsym(self, name);

@@ -3,51 +3,7 @@
 # the real libcuda/libnvidia-ml). Usage: run-tests.sh BUILD_DIR VARIANT
 # Appends "PASS|FAIL [variant] name" lines to BUILD_DIR/../results.txt.
 set -u
-B=$(cd "$1" && pwd)
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-V=$2
-RESULTS=$(dirname "$B")/results.txt
-WORK=$(mktemp -d /tmp/vgpu-test.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
-CLIENT=$B/vgpu-test-client
-MANAGE=$B/manage
-FAKE=$B/fake/libcuda.so.1
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-
-pass() { echo "PASS [$V] $1" | tee -a "$RESULTS"; }
-fail() {
-    echo "FAIL [$V] $1" | tee -a "$RESULTS"
-    echo "---- output:"; sed 's/^/    /' "$OUT" | head -40
-    echo "---- stderr:"; sed 's/^/    /' "$ERR" | head -40
-}
-
-# A fresh container: region folder, no quota file, the fake driver as the real one.
-fresh() {
-    R=$(mktemp -d "$WORK/region.XXXX")
-    OUT=$R/out ERR=$R/err
-    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT LD_PRELOAD
-    export VGPU_CONTEXT_RESERVE=0  # round numbers; the context charge has its own tests
-    export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
-    export VGPU_CONFIG_FILE=""
-    export VGPU_REAL_LIBCUDA=$FAKE VGPU_REAL_LIBNVML=$B/fake/libnvidia-ml.so.1 FAKE_DRIVER=$FAKE
-    export FAKE_GPU_CONF=/dev/null  # one 8 GiB fake GPU, whatever this machine's /etc says
-    unset FAKE_GPUS FAKE_TOTAL_MIB FAKE_STATE NVIDIA_VISIBLE_DEVICES CUDA_VISIBLE_DEVICES
-    export LD_LIBRARY_PATH=$B
-    export VGPU_MEMORY_LIMIT=${1:-100MiB}
-}
-# run: the client's steps; output in $OUT, stderr in $ERR; sanitizer reports fail the test.
-run() { timeout 60 "$CLIENT" "$@" >"$OUT" 2>"$ERR"; }
-sanitizer_clean() { ! grep -qE 'AddressSanitizer|runtime error:|LeakSanitizer' "$ERR"; }
-expect() { # name, grep patterns that must all be in $OUT
-    local name=$1; shift
-    for p in "$@"; do
-        if ! grep -qE -- "$p" "$OUT"; then fail "$name (missing: $p)"; return 1; fi
-    done
-    if ! sanitizer_clean; then fail "$name (sanitizer report)"; return 1; fi
-    pass "$name"
-}
-wait_for() { for _ in $(seq 100); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-json_field() { "$MANAGE" --stats --json | grep -oE "\"$1\": [0-9]+" | head -1 | awk '{print $2}'; }
+. "$(dirname "$0")/lib.sh"
 
 # ---------------------------------------------------------------- enforcement, every path
 for api in v2 managed async async_ptsz pool pool_ptsz create array array3d mipmap gpa gpa2 gpa2_ptsz; do
@@ -290,6 +246,133 @@ run init alloc:20 alloc:30 free:0
 "$MANAGE" --stats >"$OUT" 2>&1
 expect "manage --stats reports counts, bytes, peaks and leaks" "buffers allocated 2, freed 1, live 0, peak buffers 2" \
     "bytes allocated 52428800, freed 20971520" "peak memory 50.0 MiB" "leak warning: 1 buffers \(30.0 MiB\)"
+
+# ---------------------------------------------------------------- graph memory (issue 18)
+fresh 100MiB
+run init graph:150:keep launch-graph:0 info graph-attr
+expect "a graph whose allocation node passes the quota is refused at instantiation; nothing is mapped" \
+    "graph 150 keep build=0 rc=2" "info rc=0 free=100 total=100" "graph-attr rc=0,0 used=0 reserved=0"
+
+fresh 100MiB
+run init graph:60:keep info alloc:60 exec-destroy:0 info
+expect "an executable graph's allocation nodes count while it lives; one never launched gives them back" \
+    "graph 60 keep build=0 rc=0" "info rc=0 free=40 total=100" "alloc 60 v2 rc=2" "exec-destroy 0 rc=0" \
+    "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:60:free launch-graph:0 launch-graph:0 exec-destroy:0 info trim info
+expect "a launched graph's memory stays charged after its destroy while the driver's graph pool keeps it, until trimmed" \
+    "launch-graph 0 rc=0" "exec-destroy 0 rc=0" "info rc=0 free=40 total=100" "trim rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:60:keep launch-graph:0 launch-graph:0 free-graph-ptr:0 launch-graph:0 info graph:30:auto \
+    launch-graph:1 launch-graph:1 launch-graph:1 info
+expect "relaunches are charged once (unfreed allocation: relaunch refused; AUTO_FREE_ON_LAUNCH: relaunches run)" \
+    "launch-graph 0 rc=0" "launch-graph 0 rc=1" "free-graph-ptr 0 rc=0" "info rc=0 free=40 total=100" \
+    "graph 30 auto build=0 rc=0" "launch-graph 1 rc=0" "info rc=0 free=10 total=100"
+
+fresh 100MiB
+run init capture:150:keep
+expect "stream capture: a cuMemAllocAsync past the quota fails with out-of-memory at once" "capture 150 begin=0 alloc=2 "
+
+fresh 100MiB
+run init capture:60:keep info launch-graph:0 info alloc:30 alloc:20
+expect "stream capture: the captured allocation becomes the graph's charge, counted once" \
+    "capture 60 begin=0 alloc=0 free=0 end=0 inst=0" "info rc=0 free=40 total=100" "launch-graph 0 rc=0" \
+    "alloc 30 v2 rc=0" "alloc 20 v2 rc=2"
+
+fresh 100MiB
+run init capture:60:free info exec-destroy:0 info
+expect "stream capture: an allocation freed in its own capture is the graph's, counted once" \
+    "capture 60 begin=0 alloc=0 free=0 end=0 inst=0" "info rc=0 free=40 total=100" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init alloc:60:async capture-free:0 info graph-destroy:0 info
+expect "stream capture: a captured free of an earlier allocation keeps its charge (the free happens only if the graph runs)" \
+    "capture-free 0 begin=0 alloc=0 free=0 end=0" "info rc=0 free=40 total=100" "graph-destroy 0 rc=0"
+
+fresh 100MiB
+run init capture-only:60 info graph-destroy:0 info
+expect "stream capture: a graph destroyed without instantiation gives its captured allocations back" \
+    "info rc=0 free=40 total=100" "graph-destroy 0 rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:150:v2 graph:150:params graph:150:gpa graph:60:params info
+expect "cuGraphInstantiate_v2, WithParams and cuGetProcAddress(\"cuGraphInstantiate\") are charged too" \
+    "graph 150 v2 build=0 rc=2" "graph 150 params build=0 rc=2" "graph 150 gpa build=0 rc=2" \
+    "graph 60 params build=0 rc=0" "info rc=0 free=40 total=100"
+FAKE_INTERNAL_POINTERS=1 run init graph:150:gpa graph:60:gpa info
+expect "cuGraphInstantiate routed by name when the driver answers an internal pointer" "graph 150 gpa build=0 rc=2" \
+    "graph 60 gpa build=0 rc=0" "info rc=0 free=40 total=100"
+
+fresh
+export LD_LIBRARY_PATH=$B/fake
+run init graph:6000:keep launch-graph:0 graph-attr graph:3000:keep launch-graph:1 info
+expect "fake driver: graph memory is device memory taken at launch from the graph pool" \
+    "graph-attr rc=0,0 used=6000 reserved=6000" "launch-graph 1 rc=2" "info rc=0 free=2192 total=8192"
+
+# ---------------------------------------------------------------- a hostile process in the container (issue 12)
+zero_at() { dd if=/dev/zero of="$R/vgpu.region" bs=1 seek="$1" count=8 conv=notrunc status=none; }
+DEV0_USED=1032 SLOT0_USED=4160  # header device 0 used_bytes; slot 0's device 0 used_bytes
+
+fresh 100MiB
+"$CLIENT" init alloc:60 hold:3 alloc:60 info >"$R/p1" 2>&1 &
+honest=$!
+wait_for holding "$R/p1"
+zero_at $DEV0_USED
+run init alloc:60 info
+wait $honest
+OUT2=$OUT
+expect "a process that zeroes the region's used_bytes cannot get another process past the quota" "alloc 60 v2 rc=2" \
+    "info rc=0 free=40 total=100"
+OUT=$R/p1
+expect "nor the process that holds the memory" "alloc 60 v2 rc=0" "alloc 60 v2 rc=2" "info rc=0 free=40 total=100"
+OUT=$OUT2
+
+fresh 100MiB
+"$CLIENT" init alloc:60 hold:3 alloc:60 info hold:3 >"$R/p1" 2>&1 &
+honest=$!
+wait_for holding "$R/p1"
+zero_at $DEV0_USED
+zero_at $SLOT0_USED
+run init alloc:60 hold:6 &
+wait_for "info rc" "$R/p1"
+used=$(json_field used_bytes)
+restored=$(json_field restored_count)
+wait
+OUT=$R/p1
+expect "zeroing a process's own slot too: that process still never passes the quota" "alloc 60 v2 rc=0" \
+    "alloc 60 v2 rc=2" && \
+    { [ "$used" = $((120 << 20)) ] && [ "${restored:-0}" -ge 1 ] \
+        && pass "the process restores its slot: the region shows the container's real 120 MiB again (restored $restored)" \
+        || fail "after the slot was zeroed: used_bytes=$used restored_count=$restored, want 125829120 and >= 1"; }
+
+fresh 100MiB
+printf '%032d' 0 >"$R/target"
+ln -s "$R/target" "$R/vgpu.region"
+timeout 10 "$MANAGE" --stats >"$R/manage" 2>&1; a=$?
+timeout 10 "$MANAGE" --reset >>"$R/manage" 2>&1; b=$?
+run init alloc:10
+cat "$R/manage" >>"$ERR"
+if [ $a = 1 ] && [ $b = 1 ] && [ "$(cat "$R/target")" = "$(printf '%032d' 0)" ] \
+    && [ "$(grep -c "vgpu.region is a symbolic link: refused" "$ERR")" = 3 ] && grep -q "init rc=3" "$OUT"; then
+    pass "manage --stats/--reset and libvgpu refuse a vgpu.region that is a symbolic link, leaving its target alone"
+else fail "symlinked region: stats=$a reset=$b target=$(stat -c %s "$R/target") bytes"; fi
+
+fresh 100MiB
+mkfifo "$R/vgpu.region"
+timeout 10 "$MANAGE" --stats >"$OUT" 2>"$ERR"; a=$?
+timeout 10 "$MANAGE" --reset >>"$OUT" 2>>"$ERR"; b=$?
+if [ $a = 1 ] && [ $b = 1 ] && [ "$(grep -c "vgpu.region is not a regular file: refused" "$ERR")" = 2 ]; then
+    pass "manage refuses a FIFO named vgpu.region at once instead of hanging"
+else fail "FIFO region: stats=$a reset=$b"; fi
+
+fresh 100MiB
+printf '%032d' 0 >"$R/vgpu.region"
+timeout 10 "$MANAGE" --stats >"$OUT" 2>"$ERR"; a=$?
+if [ $a = 1 ] && [ "$(stat -c %s "$R/vgpu.region")" = 32 ] && grep -q "is 32 bytes, not a region" "$ERR"; then
+    pass "manage --stats leaves a file too small to be a region as it is"
+else fail "small file: stats=$a size=$(stat -c %s "$R/vgpu.region")"; fi
 
 # ---------------------------------------------------------------- the shipped test program
 fresh 100MiB
