@@ -84,7 +84,7 @@ verify: collection ## verify the inventory's nodes
 
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: host-packages venv lint sanity unit libvgpu-test images molecule e2e ## the complete offline test suite
+test: host-packages venv lint sanity unit security libvgpu-test images molecule e2e ## the complete offline test suite
 	@echo ">> make test: all layers passed"
 
 .PHONY: lint
@@ -109,7 +109,12 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 .PHONY: unit
 unit: venv ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
-	$(BIN)/pytest -q tests/unit tests/components -m "not docker"
+	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
+
+.PHONY: security
+security: venv ## tests/security: a regression test for each finding of the adversarial review
+	$(MAKE) -C files/components proto
+	$(BIN)/pytest -q tests/security
 
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
@@ -120,7 +125,7 @@ images: venv ## the locally built container images (molecule node image, compone
 	tests/harness/ensure-docker.sh
 	tests/harness/build-node-image.sh
 	@echo ">> component image (built by files/components/image/build.sh when stale) and its tests"
-	$(BIN)/pytest -q -m docker tests/components/test_image.py
+	$(BIN)/pytest -q -m docker files/components/tests/test_image.py
 
 .PHONY: molecule
 molecule: collection images ## every molecule scenario: converge, idempotence, verify
