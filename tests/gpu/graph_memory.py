@@ -54,7 +54,7 @@ def main() -> int:
             buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
             buf.fill_(7)
             total = buf[-4096:].sum()
-        for _ in range(3):
+        for _replay in range(3):
             graph.replay()
         torch.cuda.synchronize()
     except Exception as exc:
