@@ -33,12 +33,17 @@ PLAYBOOK = """\
   gather_facts: true
   roles:
     - role: vgpu.isolation.vgpu_stack
+  # The harness's extender serves plain HTTP (tests/k8s/scripts/ctl.sh), so the configurations the
+  # real kube-scheduler runs with here are rendered without TLS; the role's certificates are tested
+  # in tests/unit/roles/vgpu_stack/test_extender_tls.py.
   post_tasks:
     - name: Render the kube-scheduler configuration the role ships
       ansible.builtin.template:
         src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
         dest: "{out}/kube-scheduler-config.yaml"
         mode: "0644"
+      vars:
+        vgpu_stack_extender_tls: false
     - name: Render it with the other packing, weighted
       ansible.builtin.template:
         src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
@@ -46,6 +51,7 @@ PLAYBOOK = """\
         mode: "0644"
       vars:
         vgpu_stack_extender_packing: weighted
+        vgpu_stack_extender_tls: false
 """
 
 
@@ -68,6 +74,9 @@ def run_playbook(work: Path) -> str:
         "vgpu_stack_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
         "vgpu_stack_extender_port": cluster.extender_port(),
         "vgpu_stack_manifest_dir": str(work / "manifests"),
+        # The certificates go to the test's folder, never to this machine's /etc/vgpu/tls.
+        "vgpu_stack_tls_dir": str(work / "tls"),
+        "vgpu_stack_tls_install_python": False,
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
         "vgpu_stack_install_python_client": False,
@@ -81,7 +90,8 @@ def run_playbook(work: Path) -> str:
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(cluster.REPO_ROOT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(work / "collections"),
+        # community.crypto (the role's certificates) from the collections `make collection` unpacks.
+        ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([str(work / "collections"), str(cluster.REPO_ROOT / ".collections")]),
         ANSIBLE_NOCOLOR="1",
     )
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)

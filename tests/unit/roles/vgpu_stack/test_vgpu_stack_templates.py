@@ -264,7 +264,13 @@ def test_configmap_follows_the_architecture_schema(rendered):
         "set_exclusive_process": False,
         "healthz_port": 9397,
     }
-    assert config["extender"] == {"address": "127.0.0.1", "port": 32700}
+    assert config["extender"] == {
+        "address": "127.0.0.1",
+        "port": 32700,
+        "tls_cert_file": "/etc/vgpu/tls/server.crt",
+        "tls_key_file": "/etc/vgpu/tls/server.key",
+        "client_ca_file": "/etc/vgpu/tls/ca.crt",
+    }
 
 
 def test_pods_roll_when_the_configuration_changes(rendered):
@@ -292,7 +298,13 @@ def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, 
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["clientConnection"] == {"kubeconfig": kubeconfig}
     (extender,) = config["extenders"]
-    assert extender["urlPrefix"] == f"http://127.0.0.1:{port}"
+    assert extender["urlPrefix"] == f"https://127.0.0.1:{port}"
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {
+        "certFile": "/etc/vgpu/tls/client.crt",
+        "keyFile": "/etc/vgpu/tls/client.key",
+        "caFile": "/etc/vgpu/tls/ca.crt",
+    }
     # kubeadm-custom packs "weighted" (filter, then prioritize with the weight); the default,
     # "tightest", packs in its one filter call.
     weighted = ("filter", "prioritize", "bind", 3)
@@ -370,7 +382,7 @@ def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
     extender = daemonsets["gpushare-scheduler-extender"]["spec"]["containers"][0]
     assert extender["livenessProbe"]["httpGet"]["port"] == config["extender"]["port"] == 32701
     (scheduler,) = out["kube-scheduler-config.yaml"]
-    assert scheduler["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32701"
+    assert scheduler["extenders"][0]["urlPrefix"] == "https://127.0.0.1:32701"
 
 
 def test_the_monitor_enforces_as_the_settings_say(tmp_path):
@@ -383,3 +395,23 @@ def test_the_monitor_enforces_as_the_settings_say(tmp_path):
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     monitor = config["monitor"]
     assert (monitor["enforcement"], monitor["grace_seconds"], monitor["context_allowance_mib"]) == ("report", 90, 1024)
+
+
+def test_the_extender_mounts_its_certificates_and_probes_over_https(rendered):
+    pod = by_name(rendered, "kubeadm-defaults", "DaemonSet")["gpushare-scheduler-extender"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert {"name": "tls", "mountPath": "/etc/vgpu/tls", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "tls", "hostPath": {"path": "/etc/vgpu/tls", "type": "Directory"}} in pod["spec"]["volumes"]
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+def test_plain_http_when_tls_is_off(tmp_path):
+    out = render(tmp_path, {"vgpu_stack_extender_tls": False})
+    (extender,) = out["kube-scheduler-config.yaml"][0]["extenders"]
+    assert (extender["urlPrefix"], extender["enableHTTPS"], "tlsConfig" in extender) == (
+        "http://127.0.0.1:32766",
+        False,
+        False,
+    )
+    config = yaml.safe_load(next(d for d in out["components.yaml"] if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["extender"] == {"address": "127.0.0.1", "port": 32766}
