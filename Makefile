@@ -111,22 +111,23 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 .PHONY: unit
 unit: venv $(COMMUNITY_COLL)/MANIFEST.json ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
-	$(BIN)/pytest -q tests/unit tests/components -m "not docker"
+	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv $(COMMUNITY_COLL)/MANIFEST.json ## pytest: a regression test for every finding of the adversarial review (issue 12)
+security: venv $(COMMUNITY_COLL)/MANIFEST.json ## tests/security: a regression test for each finding of the adversarial review
+	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
-	$(MAKE) -C files/libvgpu check
+	$(MAKE) -C files/libvgpu check PYTHON=$(abspath $(PY))
 
 .PHONY: images
 images: venv ## the locally built container images (molecule node image, component image)
 	tests/harness/ensure-docker.sh
 	tests/harness/build-node-image.sh
 	@echo ">> component image (built by files/components/image/build.sh when stale) and its tests"
-	$(BIN)/pytest -q -m docker tests/components/test_image.py
+	$(BIN)/pytest -q -m docker files/components/tests/test_image.py
 
 .PHONY: molecule
 molecule: collection images ## every molecule scenario: converge, idempotence, verify

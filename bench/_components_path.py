@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT / "files" / "components" / "src", ROOT / "tests" / "components"):
+for path in (ROOT / "files" / "components" / "src", ROOT / "files" / "components" / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 importlib.import_module("vgpu_components.protos").generate()

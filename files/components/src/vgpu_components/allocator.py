@@ -1,27 +1,23 @@
-"""The device plugin's pure core: the unit table, best-fit placement and the Allocate contract.
+"""The device plugin's pure core: the unit table, GetPreferredAllocation and the Allocate contract.
 
-No gRPC, NVML or Kubernetes here, so the same rules are easy to test and to reuse from the
-extender (best_fit) and the benchmarks.
+No gRPC, NVML or Kubernetes here, so the rules are easy to test and to reuse from the benchmarks.
+Which GPU a container's units come from is placement.py's rule, shared with the extender.
 """
 
 from __future__ import annotations
 
-import shutil
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from vgpu_components import ids
+from vgpu_components import config, ids
+from vgpu_components.placement import Ranking
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-REGION_CONTAINER_DIR = "/var/run/vgpu"
-QUOTA_CONTAINER_PATH = "/etc/vgpu/quota.conf"
 SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mode", "gpu_compute_audit")
-
-T = TypeVar("T")
 
 
 class AllocationError(ValueError):
@@ -50,20 +46,6 @@ class GpuUnits:
 
     def device_ids(self) -> list[str]:
         return [ids.device_id(self.key, n) for n in range(self.units)]
-
-
-def best_fit(candidates: Iterable[tuple[int, int, T]], need: int) -> T | None:
-    """Among (free, index, item) pick the item with the least free that still fits `need`.
-
-    Ties go to the lowest index. This one rule is used by the extender at bind time and by the
-    device plugin's GetPreferredAllocation, so both pick the same GPU.
-    """
-    best: tuple[int, int] | None = None
-    chosen: T | None = None
-    for free, index, item in candidates:
-        if free >= need and (best is None or (free, index) < best):
-            best, chosen = (free, index), item
-    return chosen
 
 
 @dataclass
@@ -155,7 +137,8 @@ class DeviceTable:
         return key in self.by_key and unit < self.by_key[key].units
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
-        """GetPreferredAllocation for one container: `size` units from one GPU, best fit.
+        """GetPreferredAllocation for one container: `size` units from one GPU, placed by the same
+        rule as the extender's (placement.py).
 
         Units kubelet lists as available are free, so the free units per GPU are counted from them.
         """
@@ -171,10 +154,10 @@ class DeviceTable:
             # Units kubelet insists on (reused from an init container) fix the GPU.
             key = next(iter(must_keys))
         else:
-            chosen = best_fit(
-                ((len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy),
-                size,
+            ranking = Ranking(
+                (len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy
             )
+            chosen = ranking.pick(size)
             if chosen is None:
                 # No single GPU fits: hand back the largest so Allocate can explain the problem.
                 if not free:
@@ -190,7 +173,7 @@ class DeviceTable:
         return picked
 
 
-def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapping[str, Any]) -> Allocation:
+def build_allocation(table: DeviceTable, device_ids: Sequence[str], cfg: Mapping[str, Any]) -> Allocation:
     """The container contract of docs/architecture.md for one container's device IDs."""
     slot = table.resolve(device_ids)
     if not slot.healthy:
@@ -198,16 +181,16 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapp
     units = len(device_ids)
     limit_mib = units * table.unit_mib
     aid = ids.alloc_id(device_ids)
-    plugin = config["device_plugin"]
-    state_dir = Path(config["state_dir"])
-    install_prefix = config["install_prefix"]
+    plugin = cfg["device_plugin"]
+    state_dir = Path(cfg["state_dir"])
+    install_prefix = cfg["install_prefix"]
     switches = plugin["switches"]
     envs = {
         "NVIDIA_VISIBLE_DEVICES": slot.gpu.uuid,
         "CUDA_VISIBLE_DEVICES": "0",
         "VGPU_MEMORY_LIMIT": f"{limit_mib}MiB",
-        "VGPU_CONFIG_FILE": QUOTA_CONTAINER_PATH,
-        "VGPU_REGION_DIR": REGION_CONTAINER_DIR,
+        "VGPU_CONFIG_FILE": config.CONTAINER_QUOTA_FILE,
+        "VGPU_REGION_DIR": config.CONTAINER_REGION_DIR,
         "LD_LIBRARY_PATH": install_prefix,
     }
     for name in SWITCH_ENV:
@@ -216,15 +199,16 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapp
     quota_file = state_dir / "quotas" / f"{aid}.conf"
     mounts = [
         (install_prefix, install_prefix, True),
-        (REGION_CONTAINER_DIR, str(region_dir), False),
-        (QUOTA_CONTAINER_PATH, str(quota_file), True),
+        (config.CONTAINER_REGION_DIR, str(region_dir), False),
+        (config.CONTAINER_QUOTA_FILE, str(quota_file), True),
     ]
     if plugin["mps_enabled"]:
-        mps = config["mps"]
+        mps = cfg["mps"]
         envs["CUDA_MPS_PIPE_DIRECTORY"] = mps["pipe_dir"]
         envs["CUDA_MPS_LOG_DIRECTORY"] = mps["log_dir"]
         envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(plugin["mps_active_thread_percentage"])
-        mounts.append(("/run/nvidia/mps", "/run/nvidia/mps", False))
+        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out.
+        mounts.append((mps["pipe_dir"], mps["pipe_dir"], False))
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {slot.gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",
@@ -241,19 +225,3 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], config: Mapp
         region_host_dir=region_dir,
         quota_host_file=quota_file,
     )
-
-
-def prepare_host_paths(allocation: Allocation) -> None:
-    """Create a fresh region folder and quota file. Units belong to one container at a time, so a
-    leftover folder with the same alloc-id is from a container that is gone: wipe it."""
-    region = allocation.region_host_dir
-    if region.exists():
-        shutil.rmtree(region)
-    region.mkdir(parents=True)
-    region.chmod(0o777)  # the workload may run as any user and must write its region
-    quota = allocation.quota_host_file
-    quota.parent.mkdir(parents=True, exist_ok=True)
-    tmp = quota.with_suffix(".tmp")
-    tmp.write_text(allocation.quota_text, encoding="utf-8")
-    tmp.chmod(0o644)
-    tmp.replace(quota)

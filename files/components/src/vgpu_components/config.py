@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ipaddress
 import logging
 import os
 import sys
@@ -22,6 +23,19 @@ from vgpu_components import logs
 
 DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 SECTIONS = ("device_plugin", "monitor", "mps", "extender")
+
+# The paths and ports of docs/architecture.md, each defined once; the defaults below and the
+# container contract (allocator.py) use these names. roles/vgpu_stack renders the same values.
+KUBELET_DIR = "/var/lib/kubelet"
+DEVICE_PLUGIN_DIR = f"{KUBELET_DIR}/device-plugins"
+POD_RESOURCES_SOCKET = f"{KUBELET_DIR}/pod-resources/kubelet.sock"
+MPS_PIPE_DIR = "/run/nvidia/mps"
+CONTAINER_REGION_DIR = "/var/run/vgpu"  # where a container sees its region folder
+CONTAINER_QUOTA_FILE = "/etc/vgpu/quota.conf"  # where a container sees its quota file
+MONITOR_PORT = 9395
+DEVICE_PLUGIN_HEALTHZ_PORT = 9396
+MPS_HEALTHZ_PORT = 9397
+EXTENDER_PORT = 32766
 
 DEFAULT_SWITCHES: dict[str, int] = {
     "gpu_virtual_memory": 1,
@@ -40,26 +54,28 @@ DEFAULTS: dict[str, Any] = {
     "log_format": "json",
     "log_level": "info",
     "device_plugin": {
-        "kubelet_dir": "/var/lib/kubelet/device-plugins",
-        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
-        "healthz_port": 9396,
+        "kubelet_dir": DEVICE_PLUGIN_DIR,
+        "pod_resources_socket": POD_RESOURCES_SOCKET,
+        "healthz_port": DEVICE_PLUGIN_HEALTHZ_PORT,
         "mps_enabled": False,
         "mps_active_thread_percentage": 100,
         "switches": dict(DEFAULT_SWITCHES),
         "xid_recovery_s": 60,
         "annotation_refresh_s": 30,
         "pod_resources_poll_s": 2.0,
+        "region_gc_grace_s": 300.0,
         "max_message_bytes": 2 * 1024 * 1024,
     },
     "monitor": {
-        "port": 9395,
-        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "port": MONITOR_PORT,
+        "pod_resources_socket": POD_RESOURCES_SOCKET,
+        "scrape_timeout_s": 10.0,
     },
     "mps": {
-        "pipe_dir": "/run/nvidia/mps",
-        "log_dir": "/run/nvidia/mps/log",
+        "pipe_dir": MPS_PIPE_DIR,
+        "log_dir": f"{MPS_PIPE_DIR}/log",
         "set_exclusive_process": False,
-        "healthz_port": 9397,
+        "healthz_port": MPS_HEALTHZ_PORT,
         "control_binary": "nvidia-cuda-mps-control",
         "probe_interval_s": 10.0,
         "probe_timeout_s": 5.0,
@@ -67,8 +83,13 @@ DEFAULTS: dict[str, Any] = {
     },
     "extender": {
         "address": "127.0.0.1",
-        "port": 32766,
+        "port": EXTENDER_PORT,
         "reservation_ttl_s": 300,
+        # All three: HTTPS, and only clients whose certificate the CA signed (kube-scheduler's
+        # extender tlsConfig). None: plain HTTP, allowed on a loopback address only.
+        "tls_cert_file": "",
+        "tls_key_file": "",
+        "client_ca_file": "",
     },
 }
 
@@ -202,8 +223,26 @@ def validate(config: Mapping[str, Any]) -> None:
         port = config[section][key]
         if not 0 <= port <= 65535:
             raise ConfigError(f"{section}.{key}: expected a TCP port 0-65535, got {port}")
-    if not 0 <= config["extender"]["port"] <= 65535:
-        raise ConfigError(f"extender.port: expected a TCP port 0-65535, got {config['extender']['port']}")
+    extender = config["extender"]
+    if not 0 <= extender["port"] <= 65535:
+        raise ConfigError(f"extender.port: expected a TCP port 0-65535, got {extender['port']}")
+    tls_keys = ("tls_cert_file", "tls_key_file", "client_ca_file")
+    missing = [f"extender.{key}" for key in tls_keys if not extender[key]]
+    if missing and len(missing) < len(tls_keys):
+        raise ConfigError(f"{', '.join(missing)}: needed with the other extender TLS keys (set all three, or none)")
+    if missing and not _loopback(extender["address"]):
+        raise ConfigError(
+            f"extender.address {extender['address']!r}: refusing to serve plain HTTP, which authenticates no "
+            "caller, beyond a loopback address; set extender.tls_cert_file, tls_key_file and client_ca_file "
+            "(mTLS with kube-scheduler) or listen on 127.0.0.1"
+        )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

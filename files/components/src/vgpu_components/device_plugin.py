@@ -21,15 +21,10 @@ from typing import Any
 import grpc
 
 from vgpu_components import __version__, config, health, ids, kube, nvml, protos
-from vgpu_components.allocator import (
-    AllocationError,
-    DeviceTable,
-    Gpu,
-    build_allocation,
-    prepare_host_paths,
-)
+from vgpu_components.allocator import AllocationError, DeviceTable, Gpu, build_allocation
+from vgpu_components.host_paths import HostPaths
 from vgpu_components.nvml import APPLICATION_XIDS, GpuBackend
-from vgpu_components.podresources import PodResourcesClient
+from vgpu_components.podresources import ContainerDevices, PodResourcesClient
 
 log = logging.getLogger("vgpu.device_plugin")
 
@@ -111,16 +106,21 @@ class DevicePluginService:
         return self.msgs.PreferredAllocationResponse(container_responses=out)
 
     def Allocate(self, request: Any, context: Any) -> Any:
+        """Every container of the request gets its allocation, or the call is refused and leaves
+        nothing on the host."""
+        device_ids: list[str] = []
+        try:
+            allocations = []
+            for req in request.container_requests:
+                device_ids = list(req.devices_ids)
+                allocations.append(build_allocation(self.plugin.table, device_ids, self.plugin.cfg))
+            self.plugin.host_paths.prepare(allocations)
+        except (AllocationError, OSError) as exc:
+            log.error("Allocate refused: %s", exc, extra={"device_ids": device_ids[:8]})
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # abort() raises already; this keeps the flow explicit
         responses = []
-        for req in request.container_requests:
-            device_ids = list(req.devices_ids)
-            try:
-                alloc = build_allocation(self.plugin.table, device_ids, self.plugin.cfg)
-                prepare_host_paths(alloc)
-            except (AllocationError, OSError) as exc:
-                log.error("Allocate refused: %s", exc, extra={"device_ids": device_ids[:8]})
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                raise  # abort() raises already; this keeps the flow explicit
+        for alloc in allocations:
             log.info(
                 "allocated %d MiB on %s",
                 alloc.limit_mib,
@@ -163,6 +163,7 @@ class DevicePlugin:
         self.socket_path = self.plugin_dir / socket_name(cfg)
         self.kubelet_socket = self.plugin_dir / KUBELET_SOCKET
         self.table = DeviceTable(gpus, cfg["unit_mib"], cfg["reserved_mib"])
+        self.host_paths = HostPaths(cfg["state_dir"], float(section["region_gc_grace_s"]))
         self.message_bytes = check_message_size(self.table, section["max_message_bytes"])
         self.stopping = threading.Event()
         self.changed = threading.Condition()
@@ -310,12 +311,17 @@ class DevicePlugin:
         ]
         return kube.dumps({"unit_mib": self.table.unit_mib, "gpus": gpus})
 
-    def used_units(self) -> dict[str, int]:
-        """Units per GPU key that kubelet has handed to containers (PodResources API)."""
-        used: dict[str, int] = {}
+    def holders(self) -> list[ContainerDevices] | None:
+        """The containers kubelet has handed our units to (PodResources API); None without one."""
         if self.pod_resources is None:
-            return used
-        for holder in self.pod_resources.list(resource_name(self.cfg)):
+            return None
+        return self.pod_resources.list(resource_name(self.cfg))
+
+    @staticmethod
+    def used_units(holders: list[ContainerDevices]) -> dict[str, int]:
+        """Units per GPU key held by these containers."""
+        used: dict[str, int] = {}
+        for holder in holders:
             for dev in holder.device_ids:
                 try:
                     key = ids.parse_device_id(dev)[0]
@@ -325,8 +331,12 @@ class DevicePlugin:
         return used
 
     def publish_once(self) -> bool:
-        """Write the node annotation when it changed or is due; True when written."""
-        text = self.annotation(self.used_units())
+        """Write the node annotation when it changed or is due, and collect the host folders of
+        containers kubelet no longer lists; True when the annotation was written."""
+        holders = self.holders()
+        if holders is not None:
+            self.host_paths.collect(ids.alloc_id(h.device_ids) for h in holders)
+        text = self.annotation(self.used_units(holders or []))
         refresh = float(self.cfg["device_plugin"]["annotation_refresh_s"])
         if text == self._last_annotation and time.monotonic() - self._last_publish < refresh:
             return False

@@ -12,6 +12,7 @@ Route = Callable[[], tuple[int, str, bytes]]
 
 class _Handler(BaseHTTPRequestHandler):
     server: HealthServer
+    timeout = 10  # seconds a client may take to send its request: an idle peer cannot hold a thread
 
     def do_GET(self) -> None:
         route = self.server.routes.get(self.path.split("?", 1)[0])

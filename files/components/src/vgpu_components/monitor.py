@@ -5,6 +5,11 @@ PodResources API): quota, used, context and peak from the interposer's region fi
 alloc-id rule of docs/architecture.md. Containers that have not touched the GPU yet export zeros.
 Label names follow dcgm-exporter where they overlap (gpu, UUID, modelName, Hostname, namespace,
 pod, container).
+
+One scrape collects at a time. A scrape that cannot finish within monitor.scrape_timeout_s (a
+read that never returns) makes the next scrapes answer 503 at once and /healthz unhealthy, so the
+gap shows and no thread piles up behind it; region files are read as region.py says (never a
+FIFO, folder or symlink).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,14 +56,42 @@ class MonitorCollector(Collector):
         self.region_errors = 0
         self.pod_resources_errors = 0
         self.last_ok = True
+        self.scrape_timeout_s = float(cfg["monitor"]["scrape_timeout_s"])
+        self._scraping = threading.Lock()
+        self._scrape_started: float | None = None  # monotonic start of the scrape in progress
 
-    def collect(self) -> Iterator[Any]:
-        yield from self._gpu_metrics()
-        yield from self._container_metrics()
-        errors = CounterMetricFamily("vgpu_monitor_errors", "Failed reads by source", labels=["source"])
-        errors.add_metric(["region"], self.region_errors)
-        errors.add_metric(["pod_resources"], self.pod_resources_errors)
-        yield errors
+    def collect(self) -> list[Any]:
+        """Every family, built by one scrape at a time; ScrapeStuck when an earlier scrape has not
+        finished within the timeout."""
+        if not self._scraping.acquire(timeout=self.scrape_timeout_s):
+            raise ScrapeStuck(self.stuck_reason())
+        try:
+            self._scrape_started = time.monotonic()
+            families = [*self._gpu_metrics(), *self._container_metrics()]
+            errors = CounterMetricFamily("vgpu_monitor_errors", "Failed reads by source", labels=["source"])
+            errors.add_metric(["region"], self.region_errors)
+            errors.add_metric(["pod_resources"], self.pod_resources_errors)
+            families.append(errors)
+            return families
+        finally:
+            self._scrape_started = None
+            self._scraping.release()
+
+    def stuck_reason(self) -> str:
+        """Why scrapes cannot complete, or "" when they can."""
+        started = self._scrape_started
+        if started is None or time.monotonic() - started <= self.scrape_timeout_s:
+            return ""
+        return (
+            f"a scrape has been running for {time.monotonic() - started:.0f} s "
+            f"(monitor.scrape_timeout_s {self.scrape_timeout_s:g}); a read on this node does not return"
+        )
+
+    def healthy(self) -> tuple[bool, str]:
+        stuck = self.stuck_reason()
+        if stuck:
+            return False, stuck
+        return self.last_ok, "ok" if self.last_ok else "the last PodResources List failed"
 
     def _gpu_metrics(self) -> Iterator[Any]:
         total = GaugeMetricFamily("vgpu_gpu_memory_total_bytes", "GPU memory size (NVML)", labels=GPU_LABELS)
@@ -136,6 +170,10 @@ class MonitorCollector(Collector):
             raise region.RegionBusy(str(exc)) from exc
 
 
+class ScrapeStuck(RuntimeError):
+    """An earlier scrape still runs past the timeout: answer 503 instead of queueing behind it."""
+
+
 def _ours(device: str) -> bool:
     try:
         ids.parse_device_id(device)
@@ -155,12 +193,14 @@ def serve(collector: MonitorCollector, port: int, address: str = "") -> health.H
     registry.register(collector)
 
     def metrics() -> tuple[int, str, bytes]:
-        return 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest(registry)
+        try:
+            return 200, prometheus_client.CONTENT_TYPE_LATEST, prometheus_client.generate_latest(registry)
+        except ScrapeStuck as exc:
+            return 503, "text/plain", f"{exc}\n".encode()
 
-    def healthy() -> tuple[bool, str]:
-        return collector.last_ok, "ok" if collector.last_ok else "the last PodResources List failed"
-
-    return health.HealthServer(address, port, {"/metrics": metrics, "/healthz": health.check(healthy)}).start()
+    return health.HealthServer(
+        address, port, {"/metrics": metrics, "/healthz": health.check(collector.healthy)}
+    ).start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """The small GPU interface the components need, implemented on NVML (nvidia-ml-py, `import pynvml`).
 
 Tests use a fake of this interface because the CI machine has no GPU; the H200 smoke script
-(tests/components/gpu_smoke.sh) runs the real one.
+(files/components/tests/gpu_smoke.sh) runs the real one.
 """
 
 from __future__ import annotations

@@ -3,11 +3,16 @@
 The layout is specified in files/libvgpu/docs/region-format.md. The monitor reads the header and
 device records (the first 4096 bytes) bracketed by the writer's sequence counter; a torn or
 unready read is retried a few times and then skipped: it costs one sample, never a crash.
+
+The file lives in a folder the container writes, so the reader trusts nothing about it: it opens
+without following a symlink and without blocking (a FIFO would block the open forever), and
+reads only a regular file.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -97,15 +102,20 @@ def _parse(buf: bytes) -> tuple[int, int, RegionSample]:
 def read(path: str | os.PathLike[str], attempts: int = 100) -> RegionSample | None:
     """One consistent sample, or None when the region is missing or still initialising.
 
-    Raises RegionError for a file that is not a version-1 region and RegionBusy when no attempt
-    got a consistent copy.
+    Raises RegionError for a file that is not a regular file holding a version-1 region and
+    RegionBusy when no attempt got a consistent copy.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # ELOOP: a symlink; ENXIO: a socket
+        raise RegionError(f"{path}: cannot open it as a regular file: {exc.strerror}") from None
     try:
-        if os.fstat(fd).st_size < FILE_SIZE:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RegionError(f"{path}: not a regular file (mode {stat.filemode(info.st_mode)})")
+        if info.st_size < FILE_SIZE:
             return None  # still being created
         for _attempt in range(attempts):
             before = SEQ.unpack(os.pread(fd, SEQ.size, SEQ_OFFSET))[0]

@@ -8,13 +8,15 @@ kubelet has not allocated yet. Taking the larger never over-admits.
 
 from __future__ import annotations
 
-import bisect
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from vgpu_components.placement import Ranking
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -44,9 +46,8 @@ class NodeState:
     gpus: list[GpuState]
     max_free: int = 0
     max_units: int = 0
-    # GPUs ordered by (free, index) and their free counts, for a bisect best fit per request.
-    ranked: list[GpuState] = field(default_factory=list)
-    ranked_free: list[int] = field(default_factory=list)
+    # The healthy GPUs in placement order (placement.py), rebuilt after every change.
+    ranking: Ranking[GpuState] = field(default_factory=lambda: Ranking(()))
     # prioritize's score per request size. A bind changes one node, so the next pod of the same
     # size finds every other node's score here instead of recomputing it.
     scores: dict[int, int] = field(default_factory=dict)
@@ -55,22 +56,16 @@ class NodeState:
     def refresh(self) -> None:
         """Recompute the summaries after any change; requests then cost O(log GPUs)."""
         self.scores.clear()
-        self.ranked = sorted((g for g in self.gpus if g.healthy), key=lambda g: (g.free, g.index))
-        self.ranked_free = [g.free for g in self.ranked]
-        self.max_free = self.ranked_free[-1] if self.ranked_free else 0
-        self.max_units = max((g.units for g in self.ranked), default=0)
-
-    def best_fit(self, units: int) -> GpuState | None:
-        """The GPU with the least free units that still fits (ties: lowest index), the same rule as
-        allocator.best_fit that the device plugin's GetPreferredAllocation uses."""
-        at = bisect.bisect_left(self.ranked_free, units)
-        return self.ranked[at] if at < len(self.ranked) else None
+        healthy = [g for g in self.gpus if g.healthy]
+        self.ranking = Ranking((g.free, g.index, g) for g in healthy)
+        self.max_free = self.ranking.max_free
+        self.max_units = max((g.units for g in healthy), default=0)
 
     def score(self, units: int) -> int:
-        """0..10 bin-packing score of the best-fit GPU for `units` (0 when none fits)."""
+        """0..10 bin-packing score of the placed GPU for `units` (0 when none fits)."""
         cached = self.scores.get(units)
         if cached is None:
-            gpu = self.best_fit(units) if units else None
+            gpu = self.ranking.pick(units) if units else None
             cached = round(10 * (gpu.used + units) / gpu.units) if gpu is not None and gpu.units else 0
             self.scores[units] = cached
         return cached
@@ -108,19 +103,20 @@ class PendingPod:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
+_QUANTITY = re.compile(r"(0|[1-9][0-9]{0,11})(k|M|G|Ki|Mi|Gi)?", re.ASCII)
+_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+MAX_UNITS = 10**12
+
+
 def parse_quantity(value: Any, what: str) -> int:
-    """An extended-resource quantity: a whole number (kube-scheduler sends strings like "30")."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: expected a whole number, got {value!r}")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
-    elif isinstance(value, str) and value.strip().endswith("k") and value.strip()[:-1].isdigit():
-        number = int(value.strip()[:-1]) * 1000
-    else:
-        raise ValueError(f"{what}: expected a whole number of units, got {value!r}")
-    return number
+    """An extended-resource quantity: a whole, non-negative number of units in ASCII digits, as
+    the API server serialises it ("30", "1k", "1Ki"); anything else is refused."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_UNITS:
+        return value
+    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) * _SUFFIX[match.group(2)] > MAX_UNITS:
+        raise ValueError(f"{what}: expected a whole number of units (0 to {MAX_UNITS}), got {value!r:.40}")
+    return int(match.group(1)) * _SUFFIX[match.group(2)]
 
 
 def _container_units(container: Mapping[str, Any], resource: str) -> int:
@@ -145,8 +141,12 @@ def pod_units(pod: Mapping[str, Any], resource: str) -> int:
     inits = spec.get("initContainers") or []
     if not isinstance(containers, list) or not isinstance(inits, list):
         raise ValueError("Pod.spec.containers and initContainers must be lists")
-    app = sum(_container_units(c, resource) for c in containers if isinstance(c, Mapping))
-    init = max((_container_units(c, resource) for c in inits if isinstance(c, Mapping)), default=0)
+    for field_name, items in (("containers", containers), ("initContainers", inits)):
+        for index, container in enumerate(items):
+            if not isinstance(container, Mapping):
+                raise ValueError(f"Pod.spec.{field_name}[{index}] must be a container object, got {container!r:.40}")
+    app = sum(_container_units(c, resource) for c in containers)
+    init = max((_container_units(c, resource) for c in inits), default=0)
     return max(app, init)
 
 
@@ -186,7 +186,6 @@ class ClusterModel:
         self.placements: dict[str, Placement] = {}
         self._bulk = False  # during replace_all: count once at the end, not per object
         self.pending: dict[str, PendingPod] = {}
-        self.freed = threading.Event()  # set when GPU memory may have come free
 
     # --- nodes ---------------------------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
@@ -211,7 +210,6 @@ class ClusterModel:
             state = NodeState(name=name, unit_mib=unit, gpus=gpus, source=text)
             self.nodes[name] = state
             self._recount(name)
-            self.freed.set()
 
     def remove_node(self, name: str) -> None:
         with self.lock:
@@ -272,7 +270,6 @@ class ClusterModel:
             old = self.placements.pop(uid, None)
             if old is not None:
                 self._recount(old.node)
-                self.freed.set()
 
     def replace_all(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[Mapping[str, Any]] | None) -> None:
         """Rebuild from full lists (start-up and relists); our unexpired reservations survive."""
@@ -322,7 +319,7 @@ class ClusterModel:
 
     # --- decisions -----------------------------------------------------------------------------
     def fit(self, node_name: str, units: int) -> Fit:
-        """Can one GPU of this node take `units`? With the best-fit GPU and a bin-packing score."""
+        """Can one GPU of this node take `units`? With the placed GPU and a bin-packing score."""
         state = self.nodes.get(node_name)
         if state is None:
             why = self.node_errors.get(node_name) or (
@@ -336,7 +333,7 @@ class ClusterModel:
                 healthy = "healthy GPU" if any(not g.healthy for g in state.gpus) else "GPU"
                 return Fit(None, f"no {healthy} has {units * unit} MiB in total; {largest}", unresolvable=True)
             return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
-        gpu = state.best_fit(units)
+        gpu = state.ranking.pick(units)
         assert gpu is not None  # max_free >= units guarantees one
         return Fit(gpu, score=state.score(units))
 
@@ -345,8 +342,18 @@ class ClusterModel:
         state = self.nodes.get(node_name)
         return state is not None and state.max_free >= units
 
-    def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> None:
+    def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> Placement:
+        """Count a pod on a GPU from its bind until the watch shows it bound (or the TTL ends)."""
         with self.lock:
             self.pending.pop(uid, None)
-            self.placements[uid] = Placement(uid, namespace, name, node, gpu.uuid, units, reserved_at=time.monotonic())
+            placement = Placement(uid, namespace, name, node, gpu.uuid, units, reserved_at=time.monotonic())
+            self.placements[uid] = placement
             self._recount(node)
+            return placement
+
+    def release(self, placement: Placement) -> None:
+        """Undo reserve() after a failed bind, unless the pod's placement has changed since (the
+        watch saw it bound after all): only our own reservation is ever dropped."""
+        with self.lock:
+            if self.placements.get(placement.uid) is placement:
+                self.remove_pod(placement.uid)

@@ -19,11 +19,19 @@ from typing import Any
 import grpc
 import pynvml
 import pytest
-from fakes import GIB, FakeGpus, FakeKubelet, FakePodResources, RecordingNodeApi, two_gpus
-from vgpu_components import config, device_plugin, ids, kube, nvml
+from fakes import (
+    GIB,
+    FakeGpus,
+    FakeKubelet,
+    PluginNode,
+    RecordingNodeApi,
+    allocate,
+    make_config,
+    two_gpus,
+)
+from vgpu_components import device_plugin, ids, kube, nvml
 from vgpu_components.allocator import DeviceTable, Gpu
 from vgpu_components.device_plugin import AdvertiseError, DevicePlugin, check_message_size
-from vgpu_components.podresources import PodResourcesClient
 
 UUID0 = two_gpus()[0].uuid
 UUID1 = two_gpus()[1].uuid
@@ -31,57 +39,14 @@ KEY0 = hashlib.sha256(UUID0.encode()).hexdigest()[:6]
 KEY1 = hashlib.sha256(UUID1.encode()).hexdigest()[:6]
 
 
-def make_config(root: Path, **plugin: Any) -> dict[str, Any]:
-    cfg = config.load(None, environ={})
-    cfg["state_dir"] = str(root / "state")
-    cfg["device_plugin"]["kubelet_dir"] = str(root / "dp")
-    cfg["device_plugin"]["pod_resources_socket"] = str(root / "pr.sock")
-    cfg["device_plugin"].update(plugin)
-    return cfg
-
-
-class Node:
-    """A plugin and its kubelet, started in a temp folder."""
-
-    def __init__(self, root: Path, gpus: list[Gpu] | None = None, **plugin: Any) -> None:
-        self.root = root
-        self.cfg = make_config(root, **plugin)
-        (root / "dp").mkdir(parents=True, exist_ok=True)
-        self.backend = FakeGpus(gpus or two_gpus())
-        self.api = RecordingNodeApi()
-        self.pod_resources = FakePodResources(root / "pr.sock").start()
-        self.kubelet = FakeKubelet(root / "dp").start()
-        self.plugin = DevicePlugin(
-            self.cfg,
-            self.backend.gpus(),
-            "node-a",
-            backend=self.backend,
-            node_api=self.api,
-            pod_resources=PodResourcesClient(str(root / "pr.sock")),
-        )
-        self.plugin.start()
-        assert self.kubelet.registered.wait(5), "the plugin never registered with kubelet"
-
-    def stop(self) -> None:
-        self.plugin.stop()
-        self.kubelet.stop()
-        self.pod_resources.stop()
-
-
 @pytest.fixture
-def node(short_tmp: Path) -> Iterator[Node]:
-    n = Node(short_tmp, xid_recovery_s=0.6, pod_resources_poll_s=0.1)
+def node(short_tmp: Path) -> Iterator[PluginNode]:
+    n = PluginNode(short_tmp, xid_recovery_s=0.6, pod_resources_poll_s=0.1)
     yield n
     n.stop()
 
 
-def allocate(node: Node, device_ids: list[str]) -> Any:
-    msgs = node.kubelet.msgs
-    request = msgs.AllocateRequest(container_requests=[msgs.ContainerAllocateRequest(devices_ids=device_ids)])
-    return node.kubelet.stub.Allocate(request, timeout=5)
-
-
-def test_registers_and_advertises_every_unit_with_short_stable_ids(node: Node) -> None:
+def test_registers_and_advertises_every_unit_with_short_stable_ids(node: PluginNode) -> None:
     reg = node.kubelet.registrations[0]
     assert (reg.version, reg.resource_name) == ("v1beta1", "vgpu.io/gpu-memory")
     assert (Path(node.cfg["device_plugin"]["kubelet_dir"]) / reg.endpoint).is_socket()
@@ -97,7 +62,7 @@ def test_registers_and_advertises_every_unit_with_short_stable_ids(node: Node) -
     assert sorted(d for d, _health in again.devices()) == sorted(d for d, _health in devices)
 
 
-def test_preferred_allocation_packs_one_container_on_the_fullest_gpu_that_fits(node: Node) -> None:
+def test_preferred_allocation_packs_one_container_on_the_fullest_gpu_that_fits(node: PluginNode) -> None:
     msgs = node.kubelet.msgs
     available = [f"{KEY0}-{n}" for n in range(50)] + [f"{KEY1}-{n}" for n in range(122)]
 
@@ -119,7 +84,7 @@ def test_preferred_allocation_packs_one_container_on_the_fullest_gpu_that_fits(n
     assert f"{KEY1}-5" in reused and all(d.startswith(KEY1 + "-") for d in reused)
 
 
-def test_allocate_returns_the_container_contract_and_writes_quota_and_region(node: Node) -> None:
+def test_allocate_returns_the_container_contract_and_writes_quota_and_region(node: PluginNode) -> None:
     device_ids = [f"{KEY0}-{n}" for n in range(30)]
     response = allocate(node, device_ids)
     assert len(response.container_responses) == 1
@@ -155,18 +120,21 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
         "cgroup_map_mode=0",
         "gpu_compute_audit=0",
     ]
+    # The folder is the plugin's (0755); the workload gets an empty region file it may write.
     region = state / "containers" / aid
-    assert region.is_dir() and not any(region.iterdir())
-    assert stat.S_IMODE(region.stat().st_mode) == 0o777
+    assert [p.name for p in region.iterdir()] == ["vgpu.region"]
+    assert stat.S_IMODE(region.stat().st_mode) == 0o755
+    assert stat.S_IMODE((region / "vgpu.region").stat().st_mode) == 0o666
+    assert (region / "vgpu.region").stat().st_size == 0
 
 
-def test_allocate_wipes_a_stale_region_of_the_same_units(node: Node) -> None:
+def test_allocate_wipes_a_stale_region_of_the_same_units(node: PluginNode) -> None:
     device_ids = [f"{KEY1}-{n}" for n in range(10)]
     region = Path(node.cfg["state_dir"]) / "containers" / ids.alloc_id(device_ids)
     region.mkdir(parents=True)
     (region / "vgpu.region").write_bytes(b"old container's counters")
     allocate(node, device_ids)
-    assert region.is_dir() and not (region / "vgpu.region").exists()
+    assert region.is_dir() and (region / "vgpu.region").stat().st_size == 0
 
 
 @pytest.mark.parametrize(
@@ -179,7 +147,7 @@ def test_allocate_wipes_a_stale_region_of_the_same_units(node: Node) -> None:
         ([f"{KEY0}-1", f"{KEY0}-1"], "duplicate"),
     ],
 )
-def test_allocate_refuses_bad_device_sets_with_a_reason(node: Node, device_ids: list[str], message: str) -> None:
+def test_allocate_refuses_bad_device_sets_with_a_reason(node: PluginNode, device_ids: list[str], message: str) -> None:
     with pytest.raises(grpc.RpcError) as err:
         allocate(node, device_ids)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -187,7 +155,7 @@ def test_allocate_refuses_bad_device_sets_with_a_reason(node: Node, device_ids: 
 
 
 def test_mps_adds_env_and_pipe_mount(short_tmp: Path) -> None:
-    n = Node(short_tmp, mps_enabled=True, mps_active_thread_percentage=50)
+    n = PluginNode(short_tmp, mps_enabled=True, mps_active_thread_percentage=50)
     try:
         got = allocate(n, [f"{KEY0}-0"]).container_responses[0]
         assert got.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia/mps"
@@ -201,7 +169,7 @@ def test_mps_adds_env_and_pipe_mount(short_tmp: Path) -> None:
         n.stop()
 
 
-def test_reregisters_within_a_second_of_a_kubelet_restart(node: Node) -> None:
+def test_reregisters_within_a_second_of_a_kubelet_restart(node: PluginNode) -> None:
     node.kubelet.wait_update(1)
     node.kubelet.stop()
     # kubelet's device manager empties the folder when it starts, then serves a new kubelet.sock
@@ -220,7 +188,7 @@ def test_reregisters_within_a_second_of_a_kubelet_restart(node: Node) -> None:
         restarted.stop()
 
 
-def test_xid_marks_gpu_unhealthy_and_it_recovers(node: Node) -> None:
+def test_xid_marks_gpu_unhealthy_and_it_recovers(node: PluginNode) -> None:
     node.kubelet.wait_update(1)
     node.backend.inject_xid(UUID0, 13)  # application error: not the GPU's fault
     time.sleep(0.3)
@@ -234,7 +202,7 @@ def test_xid_marks_gpu_unhealthy_and_it_recovers(node: Node) -> None:
     assert set(well.values()) == {"Healthy"}
 
 
-def test_node_annotation_follows_pod_resources(node: Node) -> None:
+def test_node_annotation_follows_pod_resources(node: PluginNode) -> None:
     held = [f"{KEY1}-{n}" for n in range(30)]
     node.pod_resources.holders = [("default", "p1", "main", "vgpu.io/gpu-memory", held)]
     deadline = time.monotonic() + 5
@@ -298,7 +266,7 @@ def test_key_collision_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_stop_removes_the_socket(short_tmp: Path) -> None:
-    n = Node(short_tmp)
+    n = PluginNode(short_tmp)
     sock = Path(n.cfg["device_plugin"]["kubelet_dir"]) / "vgpu.io-gpu-memory.sock"
     assert sock.is_socket()
     n.stop()

@@ -3,11 +3,11 @@
 # The host has no package registry: the caller puts the runtime wheels (grpcio, protobuf,
 # prometheus_client, kubernetes and its dependencies, pyyaml, nvidia-ml-py) on PYTHONPATH, and
 # the generated gRPC stubs must exist (`make -C files/components proto` before copying the tree).
-#   PYTHONPATH=/path/to/site-packages tests/components/gpu_smoke.sh
-#   VGPU_WHEELHOUSE=/path/to/wheels tests/components/gpu_smoke.sh
+#   PYTHONPATH=/path/to/site-packages files/components/tests/gpu_smoke.sh
+#   VGPU_WHEELHOUSE=/path/to/wheels files/components/tests/gpu_smoke.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-src=$(cd "$here/../../files/components/src" && pwd)
+src=$(cd "$here/../src" && pwd)
 if ! ls "$src"/vgpu_components/proto/deviceplugin_pb2.py >/dev/null 2>&1; then
     echo "gRPC stubs missing in $src/vgpu_components/proto: run 'make -C files/components proto' first" >&2
     exit 2

@@ -15,16 +15,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fakes import FakeGpus, FakePodResources, two_gpus
-from prometheus_client.parser import text_string_to_metric_families
-from vgpu_components import config, ids, monitor, region
-from vgpu_components.podresources import PodResourcesClient
+from fakes import GPUS, Exporter, value
+from vgpu_components import ids, monitor, region
 
 MIB = 1024 * 1024
-GPUS = two_gpus()
 KEY0 = ids.gpu_key(GPUS[0].uuid)
 KEY1 = ids.gpu_key(GPUS[1].uuid)
 
@@ -62,43 +58,11 @@ def write_region(
     path.write_bytes(bytes(buf))
 
 
-class Exporter:
-    def __init__(self, root: Path) -> None:
-        self.cfg = config.load(None, environ={})
-        self.cfg["state_dir"] = str(root / "state")
-        self.pod_resources = FakePodResources(root / "pr.sock").start()
-        self.backend = FakeGpus(GPUS)
-        self.collector = monitor.MonitorCollector(
-            self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
-        )
-        self.server = monitor.serve(self.collector, 0, "127.0.0.1")
-        self.port = self.server.server_address[1]
-
-    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        out: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out.setdefault(sample.name, []).append((sample.labels, sample.value))
-        return out
-
-    def stop(self) -> None:
-        self.server.stop()
-        self.pod_resources.stop()
-
-
 @pytest.fixture
 def exporter(short_tmp: Path) -> Iterator[Exporter]:
     e = Exporter(short_tmp)
     yield e
     e.stop()
-
-
-def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
-    matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
-    assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
-    return float(matches[0])
 
 
 def test_gpu_memory_from_nvml(exporter: Exporter) -> None:

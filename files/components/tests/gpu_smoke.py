@@ -1,4 +1,4 @@
-"""GPU smoke test of the components on a real NVIDIA host (run by tests/components/gpu_smoke.sh).
+"""GPU smoke test of the components on a real NVIDIA host (run by files/components/tests/gpu_smoke.sh).
 
 1. device plugin: lists the real GPUs through NVML, registers with a kubelet peer (the same gRPC
    FakeKubelet as the unit tests), streams every unit, answers GetPreferredAllocation and Allocate

@@ -9,177 +9,14 @@ list/watch the extender rebuilds its model from.
 
 from __future__ import annotations
 
-import http.client
-import itertools
 import json
-import queue
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from vgpu_components.allocator import best_fit
-from vgpu_components.extender import Extender, ExtenderServer, Gone
+from fakes import GPU0, GPU1, FakeClusterApi, Scheduler, node_obj, pod_obj
+from vgpu_components.extender import Extender
 from vgpu_components.scheduling import ClusterModel
-
-GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
-GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
-
-
-def node_obj(name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100) -> dict[str, Any]:
-    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation."""
-    annotations = {}
-    if gpus is not None:
-        doc = {
-            "unit_mib": unit,
-            "gpus": [
-                {
-                    "uuid": u,
-                    "index": i,
-                    "key": "k",
-                    "total_mib": t,
-                    "units": t // unit,
-                    "used_units": used,
-                    "healthy": True,
-                }
-                for i, (u, t, used) in enumerate(gpus)
-            ],
-        }
-        annotations["vgpu.io/gpus"] = json.dumps(doc)
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
-
-
-def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) -> dict[str, Any]:
-    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod."""
-    resources: dict[str, Any] = {}
-    if mib is not None:
-        resources = {
-            "limits": {"vgpu.io/gpu-memory": str(mib // 100)},
-            "requests": {"vgpu.io/gpu-memory": str(mib // 100)},
-        }
-    pod: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "annotations": {}},
-        "spec": {
-            "containers": [{"name": "main", "image": "cuda:11.4", "resources": resources}],
-            "schedulerName": "default-scheduler",
-        },
-        "status": {"phase": "Pending"},
-    }
-    pod.update(extra)
-    return pod
-
-
-class FakeClusterApi:
-    """Records what the extender writes and serves a scripted list + watch."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
-        self.events: dict[str, queue.Queue[tuple[str, dict[str, Any]] | None]] = {
-            "nodes": queue.Queue(),
-            "pods": queue.Queue(),
-        }
-        self.lists: dict[str, int] = {"nodes": 0, "pods": 0}
-        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self.annotations: list[tuple[str, str, dict[str, str]]] = []
-        self.bindings: list[tuple[str, str, str, str]] = []
-        self.fail_bind = False
-
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
-        self.lists[kind] += 1
-        return list(self.objects[kind]), str(self.lists[kind])
-
-    def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
-        while True:
-            item = self.events[kind].get()
-            if item is None:
-                raise Gone("too old resource version")
-            yield item
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.pods[(namespace, name)]
-
-    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        self.annotations.append((namespace, name, annotations))
-
-    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
-        if self.fail_bind:
-            raise RuntimeError('pods "x" is forbidden')
-        self.bindings.append((namespace, name, uid, node))
-        # The API server puts a Binding's annotations on the pod.
-        self.annotations.append((namespace, name, annotations))
-
-
-class Scheduler:
-    """Plays kube-scheduler: POSTs to the extender and applies binds back through the watch."""
-
-    def __init__(self, port: int, api: FakeClusterApi, extender: Extender, packing: str = "tightest") -> None:
-        self.port = port
-        self.api = api
-        self.extender = extender
-        self.packing = packing  # the scheduler configuration: see roles/vgpu_stack
-
-    def post(self, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        data = raw if raw is not None else json.dumps(body).encode()
-        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        payload = response.read()
-        conn.close()
-        return response.status, json.loads(payload)
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-
-    def schedule(self, pod: dict[str, Any], nodes: list[str]) -> tuple[str, dict[str, str]]:
-        """Like kube-scheduler: filter-tightest -> bind ("tightest" packing) or filter ->
-        prioritize -> bind ("weighted"); among equals the first node. Returns (node, annotations)."""
-        self.api.pods[("default", pod["metadata"]["name"])] = pod
-        self.extender.model.set_pod(pod)  # the watch sees the new pending pod
-        args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
-        verb = "filter-tightest" if self.packing == "tightest" else "filter"
-        status, result = self.post(f"/gpushare-scheduler/{verb}", args)
-        assert status == 200, result
-        assert result["Error"] == ""
-        feasible = result["NodeNames"]
-        assert feasible, f"no node fits: {result['FailedNodes']} {result['FailedAndUnresolvableNodes']}"
-        best = feasible[0]
-        if self.packing == "weighted":
-            status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
-            assert status == 200
-            best = max(scores, key=lambda s: s["Score"])["Host"]
-        bind = {
-            "PodName": pod["metadata"]["name"],
-            "PodNamespace": "default",
-            "PodUID": pod["metadata"]["uid"],
-            "Node": best,
-        }
-        status, result = self.post("/gpushare-scheduler/bind", bind)
-        assert status == 200 and result == {"Error": ""}, result
-        annotations = self.api.annotations[-1][2]
-        bound = json.loads(json.dumps(pod))
-        bound["spec"]["nodeName"] = best
-        bound["metadata"]["annotations"].update(annotations)
-        self.extender.model.set_pod(bound)  # the watch sees the bound pod
-        return best, annotations
-
-
-@pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
-    api = FakeClusterApi()
-    model = ClusterModel("vgpu.io")
-    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
-    model.set_node(node_obj("cpu-b", None))
-    extender = Extender(model, api)
-    server = ExtenderServer("127.0.0.1", 0, extender)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield Scheduler(server.server_address[1], api, extender, getattr(request, "param", "tightest"))
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.parametrize("cluster", ["tightest", "weighted"], indirect=True)
@@ -369,8 +206,8 @@ def test_model_is_rebuilt_from_list_and_follows_the_watch() -> None:
     api.objects["pods"] = [bound]
     extender = Extender(ClusterModel("vgpu.io"), api)
     stop = threading.Event()
-    for kind in ("nodes", "pods"):
-        threading.Thread(target=extender.sync_forever, args=(kind, stop), daemon=True).start()
+    for informer in extender.informers.values():
+        threading.Thread(target=informer.run, args=(stop,), daemon=True).start()
     deadline = time.monotonic() + 5
     while not extender.ready()[0] and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -410,7 +247,8 @@ def test_reservations_expire_when_the_pod_never_shows_up_bound(cluster: Schedule
 def test_readyz_waits_for_the_api_and_metrics_count_requests(cluster: Scheduler) -> None:
     status, body = cluster.get("/readyz")
     assert status == 503
-    cluster.extender.synced = {"nodes": True, "pods": True}
+    for informer in cluster.extender.informers.values():
+        informer.synced = True
     assert cluster.get("/readyz")[0] == 200
     cluster.post("/filter", {"Pod": pod_obj("p", 100), "Nodes": None, "NodeNames": ["gpu-a"]})
     status, body = cluster.get("/metrics")
@@ -450,52 +288,20 @@ def test_unhealthy_gpus_take_no_pods(cluster: Scheduler) -> None:
     assert result["FailedAndUnresolvableNodes"]["gpu-a"].startswith("no healthy GPU has 1000 MiB in total")
 
 
-def test_extender_and_device_plugin_pick_the_same_gpu() -> None:
-    """The extender's bisect best fit and the plugin's best_fit are one rule on any free pattern."""
-    for frees in itertools.product([0, 5, 20, 21, 50, 122], repeat=3):
-        gpus = [(f"GPU-{i}", 12288, 122 - free) for i, free in enumerate(frees)]
-        model = ClusterModel("vgpu.io")
-        model.set_node(node_obj("n", gpus))
-        for need in (1, 5, 20, 21, 50, 100, 122):
-            fit = model.fit("n", need)
-            expected = best_fit(((free, i, f"GPU-{i}") for i, free in enumerate(frees)), need)
-            assert (fit.gpu.uuid if fit.gpu else None) == expected, (frees, need)
-
-
-def test_a_rejected_pod_is_nudged_when_memory_frees(cluster: Scheduler) -> None:
-    cluster.schedule(pod_obj("a", 12000), ["gpu-a"])
-    cluster.schedule(pod_obj("b", 12000), ["gpu-a"])
-    waiting = pod_obj("waiting", 6000)
-    _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
-    assert result["NodeNames"] == []
-    extender = cluster.extender
-    assert extender.nudge_once() == []  # nothing came free yet
-    extender.model.remove_pod("uid-a")  # pod a finished
-    assert extender.model.freed.is_set()
-    annotations_before = len(cluster.api.annotations)
-    assert extender.nudge_once() == ["uid-waiting"]
-    namespace, name, annotations = cluster.api.annotations[annotations_before]
-    assert (namespace, name) == ("default", "waiting") and "vgpu.io/retry-time" in annotations
-    assert extender.nudge_once() == []  # at most one nudge per pod every 5 s
-    _status, result = cluster.post("/filter", {"Pod": waiting, "Nodes": None, "NodeNames": ["gpu-a"]})
-    assert result["NodeNames"] == ["gpu-a"] and "uid-waiting" not in extender.rejected
-
-
 def test_node_heartbeats_leave_the_model_alone() -> None:
     """kwok and kubelet rewrite node status every few seconds; only a changed GPU annotation may
-    wake the nudger or drop prioritize's cached scores."""
+    drop prioritize's cached scores."""
     model = ClusterModel("vgpu.io")
     node = node_obj("gpu-a", [(GPU0, 12288, 0)])
     model.set_node(node)
     state = model.nodes["gpu-a"]
     assert state.score(10) == 1
-    model.freed.clear()
     heartbeat = json.loads(json.dumps(node))
     heartbeat["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     model.set_node(heartbeat)
-    assert model.nodes["gpu-a"] is state and state.scores == {10: 1} and not model.freed.is_set()
+    assert model.nodes["gpu-a"] is state and state.scores == {10: 1}
     model.set_node(node_obj("gpu-a", [(GPU0, 12288, 61)]))
-    assert model.nodes["gpu-a"].gpus[0].free == 61 and model.freed.is_set()
+    assert model.nodes["gpu-a"].gpus[0].free == 61
 
 
 def test_a_bound_pods_status_updates_keep_its_count() -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ROOT / "files" / "components"
+COMPONENTS = Path(__file__).resolve().parents[1]
+ROOT = COMPONENTS.parents[1]
 VERSION = next(
     line.split('"')[1]
     for line in (COMPONENTS / "pyproject.toml").read_text().splitlines()

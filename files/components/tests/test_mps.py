@@ -1,5 +1,5 @@
 """The MPS supervisor with a stand-in nvidia-cuda-mps-control (no GPU or driver on the CI machine;
-tests/components/gpu_smoke.sh runs the real daemon on the GPU host).
+files/components/tests/gpu_smoke.sh runs the real daemon on the GPU host).
 
 The stand-in behaves like the real tool where the supervisor depends on it: `-f` runs the
 control daemon in the foreground until told to quit; without arguments it sends the command on

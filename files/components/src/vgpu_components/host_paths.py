@@ -1,0 +1,155 @@
+"""The device plugin's host paths: per allocation a region folder and a quota file under state_dir.
+
+    <state_dir>/containers/<alloc-id>/vgpu.region    mounted read-write at /var/run/vgpu
+    <state_dir>/quotas/<alloc-id>.conf               mounted read-only at /etc/vgpu/quota.conf
+
+The rule: the plugin owns both folders and everything it creates in them; a container can write
+its region file and nothing else it did not create itself.
+
+- containers/ is 0711 (host users cannot list or reach into it by guessing names, the monitor and
+  the mounts still can). A region folder is 0755, owned by the plugin: a workload that is not the
+  plugin's user cannot create anything in it, so the plugin creates the empty region file, 0666,
+  which libvgpu sizes and initialises on first use.
+- A new allocation never deletes in place what a container left: it renames the old folder to
+  containers/.retired-<alloc-id>-<n> (a rename inside one folder needs no permission on the folder
+  moved, so a subfolder a container locked cannot stop it), then deletes what it can.
+- One Allocate call prepares all its containers or none: on a failure it retires what it made.
+- Folders and quota files of allocations that kubelet's PodResources no longer lists, for longer
+  than a grace period, are retired (collect): their number follows the allocated containers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger("vgpu.device_plugin")
+
+REGION_FILE = "vgpu.region"
+RETIRED_PREFIX = ".retired-"
+CONTAINERS_MODE = 0o711
+FOLDER_MODE = 0o755
+REGION_MODE = 0o666
+QUOTA_MODE = 0o644
+
+
+class Prepared(Protocol):
+    """What prepare needs of an allocation (allocator.Allocation)."""
+
+    alloc_id: str
+    quota_text: str
+    region_host_dir: Path
+    quota_host_file: Path
+
+
+class HostPaths:
+    def __init__(self, state_dir: str | os.PathLike[str], grace_s: float) -> None:
+        self.containers = Path(state_dir) / "containers"
+        self.quotas = Path(state_dir) / "quotas"
+        self.grace_s = grace_s
+        self._unlisted_since: dict[str, float] = {}  # alloc-id -> when collect first missed it
+        self._serial = itertools.count()
+
+    # --- Allocate ---------------------------------------------------------------------------
+    def prepare(self, allocations: Sequence[Prepared]) -> None:
+        """Fresh region folders and quota files for every allocation, or none (OSError)."""
+        done: list[Prepared] = []
+        try:
+            for allocation in allocations:
+                self._prepare_one(allocation)
+                done.append(allocation)
+        except OSError:
+            for allocation in done:
+                self.retire(allocation.alloc_id)
+            raise
+
+    def _prepare_one(self, allocation: Prepared) -> None:
+        self._ensure_parents()
+        self.retire(allocation.alloc_id)
+        self._unlisted_since.pop(allocation.alloc_id, None)
+        folder = allocation.region_host_dir
+        folder.mkdir(mode=FOLDER_MODE)
+        folder.chmod(FOLDER_MODE)  # whatever the umask
+        fd = os.open(folder / REGION_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, REGION_MODE)
+        try:
+            os.fchmod(fd, REGION_MODE)  # every uid in the container shares it, whatever the umask
+        finally:
+            os.close(fd)
+        quota = allocation.quota_host_file
+        tmp = quota.with_name(f".{quota.name}.tmp")
+        tmp.write_text(allocation.quota_text, encoding="utf-8")
+        tmp.chmod(QUOTA_MODE)
+        tmp.replace(quota)
+
+    def _ensure_parents(self) -> None:
+        self.containers.mkdir(parents=True, exist_ok=True)
+        self.containers.chmod(CONTAINERS_MODE)
+        self.quotas.mkdir(parents=True, exist_ok=True)
+
+    # --- retiring and collecting --------------------------------------------------------------
+    def retire(self, alloc_id: str) -> None:
+        """Remove an allocation's folder and quota file; what a container left that cannot be
+        deleted now stays in a .retired- folder for the next collect."""
+        folder = self.containers / alloc_id
+        if folder.exists() or folder.is_symlink():
+            retired = self.containers / f"{RETIRED_PREFIX}{alloc_id}-{time.time_ns()}-{next(self._serial)}"
+            folder.rename(retired)
+            _delete(retired)
+        (self.quotas / f"{alloc_id}.conf").unlink(missing_ok=True)
+
+    def collect(self, allocated: Iterable[str], now: float | None = None) -> list[str]:
+        """Retire allocations PodResources has not listed for grace_s; returns their alloc-ids.
+
+        `allocated` must come from a successful PodResources List: never call this on an error."""
+        now = time.monotonic() if now is None else now
+        listed = set(allocated)
+        on_disk = {p.name for p in _entries(self.containers) if not p.name.startswith(RETIRED_PREFIX)}
+        on_disk |= {p.name.removesuffix(".conf") for p in _entries(self.quotas) if p.name.endswith(".conf")}
+        for alloc_id in list(self._unlisted_since):
+            if alloc_id in listed or alloc_id not in on_disk:
+                del self._unlisted_since[alloc_id]
+        collected = []
+        for alloc_id in sorted(on_disk - listed):
+            since = self._unlisted_since.setdefault(alloc_id, now)
+            if now - since >= self.grace_s:
+                self.retire(alloc_id)
+                del self._unlisted_since[alloc_id]
+                collected.append(alloc_id)
+        for retired in _entries(self.containers):
+            if retired.name.startswith(RETIRED_PREFIX):
+                _delete(retired)
+        if collected:
+            log.info("collected the host folders of %d ended container(s)", len(collected))
+        return collected
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def _delete(path: Path) -> None:
+    """Delete a retired folder. What a container locked (a 0500 subfolder) is unlocked first where
+    the plugin may (it owns it, or has CAP_FOWNER); what still resists waits for the next collect."""
+
+    def unlock(_function: Callable[..., Any], failed: str, _exc_info: Any) -> None:
+        for target in (failed, os.path.dirname(failed)):
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(target).st_mode):
+                    os.chmod(target, stat.S_IRWXU)
+
+    for _attempt in range(3):  # each pass unlocks one more level of nested locked folders
+        shutil.rmtree(path, onerror=unlock)
+        if not os.path.lexists(path):
+            return
+    log.warning("cannot delete yet what a container left in %s; retrying at the next collect", path)

@@ -1,0 +1,27 @@
+"""Shared set-up for the component tests.
+
+The package is imported from ../src (it is not installed in the tool chain venv),
+and the gRPC stubs are generated from the .proto files when they are missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    importlib.import_module("vgpu_components.protos").generate()
+
+
+# The fixtures every component test shares live with the test peers (also used by tests/security).
+short_tmp = importlib.import_module("fakes").short_tmp
+cluster = importlib.import_module("fakes").cluster
+apiserver = importlib.import_module("fakes").apiserver

@@ -1,0 +1,594 @@
+"""Test doubles and peers shared by the component tests (imported as `fakes`; conftest sets the path)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import queue
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+from vgpu_components import config, monitor, protos
+from vgpu_components.allocator import Gpu
+from vgpu_components.device_plugin import DevicePlugin
+from vgpu_components.extender import Extender
+from vgpu_components.extender_http import ExtenderServer
+from vgpu_components.kube import Gone
+from vgpu_components.nvml import Memory, XidEvent
+from vgpu_components.podresources import PodResourcesClient
+from vgpu_components.scheduling import ClusterModel
+
+GIB = 1024
+
+
+class FakeGpus:
+    """A stand-in for NVML: the CI machine has no GPU (the H200 smoke script runs the real one)."""
+
+    def __init__(self, gpus: list[Gpu]) -> None:
+        self._gpus = gpus
+        self.used_mib: dict[str, int] = {g.uuid: 0 for g in gpus}
+        self.modes: dict[str, int] = {g.uuid: 0 for g in gpus}
+        self.xids: list[XidEvent] = []
+        self.xid_ready = threading.Event()
+
+    def gpus(self) -> list[Gpu]:
+        return list(self._gpus)
+
+    def memory(self, uuid: str) -> Memory:
+        gpu = next(g for g in self._gpus if g.uuid == uuid)
+        return Memory(total_mib=gpu.total_mib, used_mib=self.used_mib[uuid])
+
+    def inject_xid(self, uuid: str, xid: int) -> None:
+        self.xids.append(XidEvent(uuid, xid))
+        self.xid_ready.set()
+
+    def wait_xid(self, timeout_ms: int) -> list[XidEvent]:
+        self.xid_ready.wait(min(timeout_ms, 50) / 1000)
+        self.xid_ready.clear()
+        out, self.xids = self.xids, []
+        return out
+
+    def compute_mode(self, uuid: str) -> int:
+        return self.modes[uuid]
+
+    def set_compute_mode(self, uuid: str, mode: int) -> None:
+        self.modes[uuid] = mode
+
+    def close(self) -> None:
+        pass
+
+
+def two_gpus() -> list[Gpu]:
+    return [
+        Gpu(uuid="GPU-11111111-2222-3333-4444-555555555555", index=0, total_mib=12 * GIB, name="Fake 12G"),
+        Gpu(uuid="GPU-66666666-7777-8888-9999-000000000000", index=1, total_mib=12 * GIB, name="Fake 12G"),
+    ]
+
+
+class FakeKubelet:
+    """A real gRPC peer playing kubelet's side of the device plugin API.
+
+    It serves v1beta1.Registration on <dir>/kubelet.sock; on Register it dials the plugin's
+    socket, reads its options and follows the ListAndWatch stream like kubelet's device manager.
+    """
+
+    def __init__(self, plugin_dir: Path) -> None:
+        self.plugin_dir = plugin_dir
+        self.msgs, self.services = protos.deviceplugin()
+        self.registrations: list[Any] = []
+        self.registered = threading.Event()
+        self.updates: list[list[tuple[str, str]]] = []
+        self.update_event = threading.Event()
+        self.options: Any = None
+        self.server: grpc.Server | None = None
+        self.channel: grpc.Channel | None = None
+        self.stub: Any = None
+
+    def start(self) -> FakeKubelet:
+        kubelet = self
+
+        class Registration:
+            def Register(self, request: Any, context: Any) -> Any:
+                kubelet.registrations.append(request)
+                threading.Thread(target=kubelet._follow, args=(request.endpoint,), daemon=True).start()
+                return kubelet.msgs.Empty()
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.services.add_RegistrationServicer_to_server(Registration(), server)
+        server.add_insecure_port(f"unix://{self.plugin_dir / 'kubelet.sock'}")
+        server.start()
+        self.server = server
+        return self
+
+    def _follow(self, endpoint: str) -> None:
+        channel = grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
+        self.channel = channel
+        self.stub = self.services.DevicePluginStub(channel)
+        self.options = self.stub.GetDevicePluginOptions(self.msgs.Empty(), timeout=5)
+        self.registered.set()
+        try:
+            for response in self.stub.ListAndWatch(self.msgs.Empty()):
+                self.updates.append([(d.ID, d.health) for d in response.devices])
+                self.update_event.set()
+        except grpc.RpcError:
+            pass  # the stream ends when the plugin or this fake goes away
+
+    def wait_update(self, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
+        """Block until at least `count` ListAndWatch messages arrived; return the latest."""
+        deadline = threading.Event()
+        timer = threading.Timer(timeout, deadline.set)
+        timer.start()
+        try:
+            while len(self.updates) < count and not deadline.is_set():
+                self.update_event.wait(0.05)
+                self.update_event.clear()
+        finally:
+            timer.cancel()
+        assert len(self.updates) >= count, f"only {len(self.updates)} ListAndWatch updates, wanted {count}"
+        return self.updates[-1]
+
+    def stop(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        if self.server is not None:
+            self.server.stop(grace=0).wait(2)
+        (self.plugin_dir / "kubelet.sock").unlink(missing_ok=True)
+
+
+class FakePodResources:
+    """A real gRPC server speaking kubelet's PodResources API v1 on a unix socket.
+
+    `holders` is the list of (namespace, pod, container, resource, device IDs) it reports.
+    """
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+        self.msgs, self.services = protos.podresources()
+        self.holders: list[tuple[str, str, str, str, list[str]]] = []
+        self.calls = 0
+        self.server: grpc.Server | None = None
+
+    def start(self) -> FakePodResources:
+        fake = self
+
+        class Lister:
+            def List(self, request: Any, context: Any) -> Any:
+                fake.calls += 1
+                pods: dict[tuple[str, str], Any] = {}
+                for namespace, pod, container, resource, devices in fake.holders:
+                    entry = pods.setdefault((namespace, pod), fake.msgs.PodResources(name=pod, namespace=namespace))
+                    entry.containers.append(
+                        fake.msgs.ContainerResources(
+                            name=container,
+                            devices=[fake.msgs.ContainerDevices(resource_name=resource, device_ids=devices)],
+                        )
+                    )
+                return fake.msgs.ListPodResourcesResponse(pod_resources=list(pods.values()))
+
+            def GetAllocatableResources(self, request: Any, context: Any) -> Any:
+                return fake.msgs.AllocatableResourcesResponse()
+
+            def Get(self, request: Any, context: Any) -> Any:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "not used")
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.services.add_PodResourcesListerServicer_to_server(Lister(), server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self.server = server
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(grace=0).wait(2)
+
+
+class RecordingNodeApi:
+    """Records node annotations and events instead of calling the API server.
+
+    The unit tests have no kube-apiserver; tests/k8s runs the components against a real one.
+    """
+
+    def __init__(self) -> None:
+        self.annotations: list[tuple[str, dict[str, str]]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.changed = threading.Event()
+
+    def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
+        self.annotations.append((node, annotations))
+        self.changed.set()
+
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
+        self.events.append((node, reason, message))
+        self.changed.set()
+
+
+def node_obj(name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100) -> dict[str, Any]:
+    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation."""
+    annotations = {}
+    if gpus is not None:
+        doc = {
+            "unit_mib": unit,
+            "gpus": [
+                {
+                    "uuid": u,
+                    "index": i,
+                    "key": "k",
+                    "total_mib": t,
+                    "units": t // unit,
+                    "used_units": used,
+                    "healthy": True,
+                }
+                for i, (u, t, used) in enumerate(gpus)
+            ],
+        }
+        annotations["vgpu.io/gpus"] = json.dumps(doc)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
+
+
+def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod."""
+    resources: dict[str, Any] = {}
+    if mib is not None:
+        resources = {
+            "limits": {"vgpu.io/gpu-memory": str(mib // 100)},
+            "requests": {"vgpu.io/gpu-memory": str(mib // 100)},
+        }
+    pod: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "annotations": {}},
+        "spec": {
+            "containers": [{"name": "main", "image": "cuda:11.4", "resources": resources}],
+            "schedulerName": "default-scheduler",
+        },
+        "status": {"phase": "Pending"},
+    }
+    pod.update(extra)
+    return pod
+
+
+GPUS = two_gpus()
+
+
+class Exporter:
+    def __init__(self, root: Path) -> None:
+        self.cfg = config.load(None, environ={})
+        self.cfg["state_dir"] = str(root / "state")
+        self.pod_resources = FakePodResources(root / "pr.sock").start()
+        self.backend = FakeGpus(GPUS)
+        self.collector = monitor.MonitorCollector(
+            self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
+        )
+        self.server = monitor.serve(self.collector, 0, "127.0.0.1")
+        self.port = self.server.server_address[1]
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((sample.labels, sample.value))
+        return out
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.pod_resources.stop()
+
+
+def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
+    matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
+    assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
+    return float(matches[0])
+
+
+def make_config(root: Path, **plugin: Any) -> dict[str, Any]:
+    cfg = config.load(None, environ={})
+    cfg["state_dir"] = str(root / "state")
+    cfg["device_plugin"]["kubelet_dir"] = str(root / "dp")
+    cfg["device_plugin"]["pod_resources_socket"] = str(root / "pr.sock")
+    cfg["device_plugin"].update(plugin)
+    return cfg
+
+
+class PluginNode:
+    """A device plugin and its kubelet, started in a temp folder."""
+
+    def __init__(self, root: Path, gpus: list[Gpu] | None = None, **plugin: Any) -> None:
+        self.root = root
+        self.cfg = make_config(root, **plugin)
+        (root / "dp").mkdir(parents=True, exist_ok=True)
+        self.backend = FakeGpus(gpus or two_gpus())
+        self.api = RecordingNodeApi()
+        self.pod_resources = FakePodResources(root / "pr.sock").start()
+        self.kubelet = FakeKubelet(root / "dp").start()
+        self.plugin = DevicePlugin(
+            self.cfg,
+            self.backend.gpus(),
+            "node-a",
+            backend=self.backend,
+            node_api=self.api,
+            pod_resources=PodResourcesClient(str(root / "pr.sock")),
+        )
+        self.plugin.start()
+        assert self.kubelet.registered.wait(5), "the plugin never registered with kubelet"
+
+    def stop(self) -> None:
+        self.plugin.stop()
+        self.kubelet.stop()
+        self.pod_resources.stop()
+
+
+def allocate(node: PluginNode, device_ids: list[str]) -> Any:
+    msgs = node.kubelet.msgs
+    request = msgs.AllocateRequest(container_requests=[msgs.ContainerAllocateRequest(devices_ids=device_ids)])
+    return node.kubelet.stub.Allocate(request, timeout=5)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short folder path: unix socket paths are limited to 107 bytes."""
+    with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
+        yield Path(tmp)
+
+
+GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
+GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
+
+
+class FakeClusterApi:
+    """Plays the API server for the extender: records what it writes and serves a scripted list +
+    watch (the unit tests have no kube-apiserver; tests/k8s runs the extender against a real one)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, list[dict[str, Any]]] = {"nodes": [], "pods": []}
+        self.events: dict[str, queue.Queue[tuple[str, dict[str, Any]] | None]] = {
+            "nodes": queue.Queue(),
+            "pods": queue.Queue(),
+        }
+        self.lists: dict[str, int] = {"nodes": 0, "pods": 0}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.annotations: list[tuple[str, str, dict[str, str]]] = []  # from bindings
+        self.bindings: list[tuple[str, str, str, str]] = []
+        self.bound: dict[str, str] = {}  # pod uid -> node
+        self.fail_bind = False
+
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists[kind] += 1
+        return list(self.objects[kind]), str(self.lists[kind])
+
+    def watch(self, kind: str, resource_version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        while True:
+            item = self.events[kind].get()
+            if item is None:
+                raise Gone("too old resource version")
+            yield item
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.pods[(namespace, name)]
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        if self.fail_bind:
+            raise RuntimeError('pods "x" is forbidden')
+        if uid in self.bound:  # as kube-apiserver answers a second binding of one pod
+            raise ApiException(status=409, reason=f'pod {name} is already assigned to node "{self.bound[uid]}"')
+        self.bound[uid] = node
+        self.bindings.append((namespace, name, uid, node))
+        # The API server puts a Binding's annotations on the pod.
+        self.annotations.append((namespace, name, annotations))
+
+
+class Scheduler:
+    """Plays kube-scheduler: POSTs to the extender and applies binds back through the watch."""
+
+    def __init__(self, port: int, api: FakeClusterApi, extender: Extender, packing: str = "tightest") -> None:
+        self.port = port
+        self.api = api
+        self.extender = extender
+        self.packing = packing  # the scheduler configuration: see roles/vgpu_stack
+
+    def post(self, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        data = raw if raw is not None else json.dumps(body).encode()
+        conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        payload = response.read()
+        conn.close()
+        return response.status, json.loads(payload)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def schedule(self, pod: dict[str, Any], nodes: list[str]) -> tuple[str, dict[str, str]]:
+        """Like kube-scheduler: filter-tightest -> bind ("tightest" packing) or filter ->
+        prioritize -> bind ("weighted"); among equals the first node. Returns (node, annotations)."""
+        self.api.pods[("default", pod["metadata"]["name"])] = pod
+        self.extender.model.set_pod(pod)  # the watch sees the new pending pod
+        args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+        verb = "filter-tightest" if self.packing == "tightest" else "filter"
+        status, result = self.post(f"/gpushare-scheduler/{verb}", args)
+        assert status == 200, result
+        assert result["Error"] == ""
+        feasible = result["NodeNames"]
+        assert feasible, f"no node fits: {result['FailedNodes']} {result['FailedAndUnresolvableNodes']}"
+        best = feasible[0]
+        if self.packing == "weighted":
+            status, scores = self.post("/gpushare-scheduler/prioritize", {**args, "NodeNames": feasible})
+            assert status == 200
+            best = max(scores, key=lambda s: s["Score"])["Host"]
+        bind = {
+            "PodName": pod["metadata"]["name"],
+            "PodNamespace": "default",
+            "PodUID": pod["metadata"]["uid"],
+            "Node": best,
+        }
+        status, result = self.post("/gpushare-scheduler/bind", bind)
+        assert status == 200 and result == {"Error": ""}, result
+        annotations = self.api.annotations[-1][2]
+        bound = json.loads(json.dumps(pod))
+        bound["spec"]["nodeName"] = best
+        bound["metadata"]["annotations"].update(annotations)
+        self.extender.model.set_pod(bound)  # the watch sees the bound pod
+        return best, annotations
+
+
+@contextlib.contextmanager
+def extender_cluster(packing: str = "tightest", **server: Any) -> Iterator[Scheduler]:
+    """The extender serving on 127.0.0.1 (a free port) with FakeClusterApi, node gpu-a (2 x 12 GiB)
+    and node cpu-b (no GPU); `server` goes to ExtenderServer."""
+    api = FakeClusterApi()
+    model = ClusterModel("vgpu.io")
+    model.set_node(node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 0)]))
+    model.set_node(node_obj("cpu-b", None))
+    extender = Extender(model, api)
+    http = ExtenderServer("127.0.0.1", 0, extender, **server)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Scheduler(http.server_address[1], api, extender, packing)
+    finally:
+        http.shutdown()
+        http.server_close()
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
+    with extender_cluster(getattr(request, "param", "tightest")) as scheduler:
+        yield scheduler
+
+
+NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "resourceVersion": "7"}}
+
+
+class RecordingApiServer(ThreadingHTTPServer):
+    """Plays kube-apiserver for the API adapters: records each request, answers like it."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, str, Any]] = []
+        self.clients: set[tuple[str, int]] = set()  # client addresses: one per TCP connection
+        self.watch_lines: list[dict[str, Any]] = []
+        self.watch_delay_s = 0.0  # how long a watch stays open before it ends
+        self.nodes: list[dict[str, Any]] = [NODE]
+        super().__init__(("127.0.0.1", 0), _ApiHandler)
+
+
+class _ApiHandler(BaseHTTPRequestHandler):
+    server: RecordingApiServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as kube-apiserver
+
+    def _reply(self, status: int, body: Any, lines: list[dict[str, Any]] | None = None) -> None:
+        data = (
+            b"".join(json.dumps(x).encode() + b"\n" for x in lines) if lines is not None else json.dumps(body).encode()
+        )
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.server.requests.append((self.command, self.path, self.headers.get("Content-Type", ""), body))
+        self.server.clients.add(self.client_address)
+        return body
+
+    def do_GET(self) -> None:
+        self._record()
+        if "watch=true" in self.path:
+            time.sleep(self.server.watch_delay_s)
+            self._reply(200, None, lines=self.server.watch_lines)
+        elif self.path.startswith("/api/v1/nodes"):
+            nodes = self.server.nodes
+            self._reply(
+                200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": nodes}
+            )
+        elif self.path.startswith("/api/v1/pods"):
+            self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": []})
+        else:
+            self._reply(
+                200,
+                {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": []},
+                },
+            )
+
+    def do_PATCH(self) -> None:
+        self._record()
+        self._reply(200, {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"}})
+
+    def do_POST(self) -> None:
+        body = self._record()
+        if self.path.endswith("/binding"):
+            self._reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+        else:
+            self._reply(201, body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet test output."""
+
+
+@pytest.fixture
+def apiserver() -> Iterator[tuple[RecordingApiServer, Any]]:
+    server = RecordingApiServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    configuration = k8s.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    yield server, k8s.ApiClient(configuration)
+    server.shutdown()
+    server.server_close()
+
+
+def make_pki(folder: Path) -> dict[str, Path]:
+    """A throw-away PKI made with openssl: a CA, the extender's serving certificate for 127.0.0.1,
+    a client certificate from that CA (kube-scheduler's), and a client certificate from another CA.
+    Returns the paths by name: ca.crt, server.crt/.key, client.crt/.key, stranger.crt/.key."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    def key(name: str) -> None:
+        run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{name}.key")
+
+    def ca(name: str) -> None:
+        key(name)
+        run("req", "-x509", "-new", "-key", f"{name}.key", "-subj", f"/CN={name}", "-days", "2", "-out", f"{name}.crt")
+
+    def sign(name: str, issuer: str, subject: str, extensions: str) -> None:
+        key(name)
+        run("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr")
+        (folder / f"{name}.ext").write_text(extensions)
+        run(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", f"{issuer}.crt", "-CAkey", f"{issuer}.key",
+            "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
+        )  # fmt: skip
+
+    ca("ca")
+    ca("other-ca")
+    server = "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n"
+    sign("server", "ca", "/CN=gpushare-scheduler-extender", server)
+    sign("client", "ca", "/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n")
+    sign("stranger", "other-ca", "/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n")
+    return {p.name: p for p in folder.iterdir()}

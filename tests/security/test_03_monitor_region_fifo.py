@@ -1,0 +1,127 @@
+"""Finding 3: a FIFO named `vgpu.region` in one container's region folder hung every /metrics
+scrape, leaked a thread per scrape, and /healthz stayed 200, so the node's metrics went missing
+silently.
+
+cgpu-monitor must read only regular files (no FIFO, device, folder or symlink), answer every
+scrape, and, when a scrape cannot complete for any reason, say so on /healthz and /metrics
+without piling up threads. Real HTTP, a real PodResources server; NVML is the fake of the
+component tests (no GPU here).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakes import GPUS, Exporter
+from vgpu_components import ids, region
+
+KEY0 = ids.gpu_key(GPUS[0].uuid)
+HONEST = [f"{KEY0}-{n}" for n in range(10)]
+HOSTILE = [f"{KEY0}-{n}" for n in range(10, 20)]
+
+
+@pytest.fixture
+def exporter(short_tmp: Path) -> Iterator[Exporter]:
+    e = Exporter(short_tmp)
+    e.collector.scrape_timeout_s = 1.0
+    e.pod_resources.holders = [
+        ("ns", "honest", "main", "vgpu.io/gpu-memory", HONEST),
+        ("ns", "hostile", "main", "vgpu.io/gpu-memory", HOSTILE),
+    ]
+    yield e
+    e.stop()
+
+
+def region_file(exporter: Exporter, device_ids: list[str]) -> Path:
+    path = region.region_path(exporter.cfg["state_dir"], ids.alloc_id(device_ids))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def get(exporter: Exporter, path: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}{path}", timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def settled_thread_count(target: int) -> int:
+    """The thread count once finished request threads have exited (they end just after replying)."""
+    deadline = time.monotonic() + 3
+    while threading.active_count() > target and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return threading.active_count()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "folder", "symlink to /dev/zero", "symlink to a file"])
+def test_a_non_regular_region_costs_that_container_its_sample_and_nothing_else(exporter: Exporter, kind: str) -> None:
+    path = region_file(exporter, HOSTILE)
+    elsewhere = path.parent.parent / "another-file"
+    elsewhere.write_bytes(b"\0" * region.FILE_SIZE)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(path))
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "symlink to /dev/zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.symlink_to(elsewhere)
+    get(exporter, "/metrics")  # the first scrape opens the PodResources channel (gRPC threads)
+    started = time.monotonic()
+    threads = threading.active_count()
+    for _scrape in range(4):
+        status, text = get(exporter, "/metrics")
+        assert status == 200
+        assert 'pod="honest"' in text  # the other container is still reported
+    assert time.monotonic() - started < 5, "scrapes were slowed down by the hostile region"
+    assert 'vgpu_monitor_errors_total{source="region"} 5.0' in text
+    assert settled_thread_count(threads) <= threads
+    assert get(exporter, "/healthz")[0] == 200
+
+
+def test_a_scrape_that_cannot_complete_turns_healthz_unhealthy_without_leaking_threads(
+    exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any read that never returns (here one forced to block) must show, not hide."""
+    stuck = threading.Event()
+    release = threading.Event()
+    real_read = region.read
+
+    def blocking_read(path: str | os.PathLike[str], attempts: int = 100) -> region.RegionSample | None:
+        stuck.set()
+        release.wait(30)
+        return real_read(path, attempts)
+
+    monkeypatch.setattr(region, "read", blocking_read)
+    region_file(exporter, HOSTILE)
+    first = threading.Thread(target=get, args=(exporter, "/metrics", 30), daemon=True)
+    first.start()
+    assert stuck.wait(5)
+    threads = threading.active_count()
+    try:
+        for _scrape in range(10):
+            started = time.monotonic()
+            status, text = get(exporter, "/metrics")
+            assert status == 503 and "a scrape has been running for" in text, (status, text)
+            assert time.monotonic() - started < 3
+        status, text = get(exporter, "/healthz")
+        assert status == 503 and "a scrape has been running for" in text
+        assert settled_thread_count(threads) <= threads, "each stuck scrape left a thread behind"
+    finally:
+        release.set()
+        first.join(10)
+    status, _text = get(exporter, "/metrics")
+    assert status == 200
+    assert get(exporter, "/healthz")[0] == 200

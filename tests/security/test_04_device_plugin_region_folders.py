@@ -1,0 +1,211 @@
+"""Finding 4: the device plugin's region folders.
+
+- A container left a 0500 subfolder in its region folder; the next Allocate of the same units
+  then failed in rmtree with EACCES (INVALID_ARGUMENT), so later pods on that slice were refused.
+- Region folders were 0777, unbounded and never collected.
+- A refused multi-container Allocate left folders behind.
+
+The plugin runs here in-process against a real gRPC kubelet peer, and, where the finding needs a
+plugin without root's permission override, its Allocate handler runs in a child process with an
+unprivileged uid (the CI machine runs as root). NVML is the component tests' fake (no GPU here).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from fakes import PluginNode, allocate, make_config, two_gpus
+from vgpu_components import ids, protos
+from vgpu_components.device_plugin import DevicePlugin, DevicePluginService
+
+KEY0 = ids.gpu_key(two_gpus()[0].uuid)
+KEY1 = ids.gpu_key(two_gpus()[1].uuid)
+PLUGIN_UID = 65534  # nobody: a plugin without CAP_DAC_OVERRIDE
+CONTAINER_UID = 1000  # the workload's user
+
+
+def units(key: str, first: int, count: int) -> list[str]:
+    return [f"{key}-{n}" for n in range(first, first + count)]
+
+
+def as_user(uid: int, work: Callable[[], str]) -> str:
+    """work() in a forked child with uid's credentials and no capabilities; returns its answer
+    (or the exception it raised, as text)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no threads, no gRPC, only the file system work
+        answer = ""
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            answer = work()
+        except BaseException as exc:
+            answer = f"{type(exc).__name__}: {exc}"
+        finally:
+            os.write(write_end, answer.encode()[:60000])
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+
+class AbortContext:
+    """The part of a gRPC servicer context Allocate uses: abort() ends the call."""
+
+    def abort(self, code: Any, details: str) -> None:
+        raise RuntimeError(f"{code.name}: {details}")
+
+
+def allocate_handler(cfg: dict[str, Any], *containers: list[str]) -> str:
+    """The plugin's own Allocate handler on one request; "" when it succeeded, else the refusal."""
+    msgs = protos.deviceplugin()[0]
+    service = DevicePluginService(DevicePlugin(cfg, two_gpus(), "node-a"))
+    request = msgs.AllocateRequest(
+        container_requests=[msgs.ContainerAllocateRequest(devices_ids=c) for c in containers]
+    )
+    service.Allocate(request, AbortContext())
+    return ""
+
+
+@pytest.fixture
+def unprivileged_state(short_tmp: Path) -> dict[str, Any]:
+    """A config whose state folder belongs to the unprivileged plugin user."""
+    # A first Allocate as root elsewhere loads every module the handler needs: the child cannot
+    # import more once it has dropped root (the interpreter's folder is not readable to it).
+    allocate_handler(make_config(short_tmp / "warm-up"), units(KEY0, 0, 1))
+    cfg = make_config(short_tmp)
+    state = Path(cfg["state_dir"])
+    state.mkdir()
+    os.chown(state, PLUGIN_UID, PLUGIN_UID)
+    short_tmp.chmod(0o755)
+    return cfg
+
+
+def test_a_locked_subfolder_left_by_a_container_does_not_refuse_the_next_allocate(
+    unprivileged_state: dict[str, Any],
+) -> None:
+    cfg = unprivileged_state
+    slice_ = units(KEY0, 0, 30)
+    assert as_user(PLUGIN_UID, lambda: allocate_handler(cfg, slice_)) == ""
+    folder = Path(cfg["state_dir"]) / "containers" / ids.alloc_id(slice_)
+    # The container (its own uid) leaves a folder it locked, with a file in it.
+    junk = folder / "junk"
+    junk.mkdir()
+    (junk / "file").write_text("left behind")
+    os.chown(junk / "file", CONTAINER_UID, CONTAINER_UID)
+    os.chown(junk, CONTAINER_UID, CONTAINER_UID)
+    junk.chmod(0o500)
+    # The next pod on the same units.
+    assert as_user(PLUGIN_UID, lambda: allocate_handler(cfg, slice_)) == ""
+    assert folder.is_dir() and not junk.exists(), "the new container got the old container's leftovers"
+
+
+def test_region_folders_are_not_world_writable_and_a_non_root_workload_still_uses_its_region(
+    node: PluginNode,
+) -> None:
+    slice_ = units(KEY0, 0, 30)
+    allocate(node, slice_)
+    node.root.chmod(0o755)  # the test's own temporary folder; on a node the mount skips the path
+    state = Path(node.cfg["state_dir"])
+    folder = state / "containers" / ids.alloc_id(slice_)
+    for path in (state / "containers", folder):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert not mode & stat.S_IWOTH, f"{path} is writable by every user (mode {mode:04o})"
+
+    def as_the_workload() -> str:
+        with open(folder / "vgpu.region", "r+b") as region:  # libvgpu maps the existing file
+            region.write(b"\0")
+        try:
+            (folder / "planted").mkdir()
+        except PermissionError:
+            return "ok"
+        return "the workload could create a folder in its region folder"
+
+    assert as_user(CONTAINER_UID, as_the_workload) == "ok"
+
+
+@pytest.fixture
+def node(short_tmp: Path) -> Iterator[PluginNode]:
+    n = PluginNode(short_tmp, pod_resources_poll_s=0.1, region_gc_grace_s=0.5)
+    yield n
+    n.stop()
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_folders_no_longer_allocated_are_collected_so_their_number_stays_bounded(node: PluginNode) -> None:
+    state = Path(node.cfg["state_dir"])
+    kept = units(KEY0, 0, 30)
+    node.pod_resources.holders = [("ns", "running", "main", "vgpu.io/gpu-memory", kept)]
+    allocate(node, kept)
+    gone = [units(KEY1, 2 * i, 2) for i in range(40)]  # 40 containers that came and went
+    for slice_ in gone:
+        allocate(node, slice_)
+    # A folder from before this plugin started (a restart) is collected too.
+    stale = state / "containers" / ids.alloc_id(units(KEY1, 100, 1))
+    stale.mkdir()
+
+    def only_the_running_one() -> bool:
+        return sorted(os.listdir(state / "containers")) == [ids.alloc_id(kept)] and sorted(
+            os.listdir(state / "quotas")
+        ) == [f"{ids.alloc_id(kept)}.conf"]
+
+    wait_until("the folders of ended containers to be collected", only_the_running_one)
+
+
+def test_nothing_is_collected_while_pod_resources_cannot_say_what_is_allocated(node: PluginNode) -> None:
+    state = Path(node.cfg["state_dir"])
+    slice_ = units(KEY0, 0, 30)
+    allocate(node, slice_)
+    node.pod_resources.stop()  # kubelet's PodResources API unreachable
+    time.sleep(1.5)  # three times the grace period
+    assert (state / "containers" / ids.alloc_id(slice_)).is_dir()
+    assert (state / "quotas" / f"{ids.alloc_id(slice_)}.conf").is_file()
+
+
+def listed(folder: Path) -> list[str]:
+    """The region folders in `folder` (retired ones, which only wait for deletion, left out)."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) if folder.exists() else []
+
+
+@pytest.mark.parametrize("second", ["invalid units", "unwritable quota file"])
+def test_a_refused_multi_container_allocate_leaves_nothing_behind(node: PluginNode, second: str) -> None:
+    state = Path(node.cfg["state_dir"])
+    first = units(KEY0, 0, 10)
+    other = units(KEY0, 10, 10)
+    if second == "invalid units":
+        other = [f"{KEY0}-10", f"{KEY1}-10"]  # units of two GPUs for one container
+    else:
+        (state / "quotas" / f"{ids.alloc_id(other)}.conf").mkdir(parents=True)
+    before = listed(state / "containers")
+    msgs = node.kubelet.msgs
+    request = msgs.AllocateRequest(
+        container_requests=[
+            msgs.ContainerAllocateRequest(devices_ids=first),
+            msgs.ContainerAllocateRequest(devices_ids=other),
+        ]
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        node.kubelet.stub.Allocate(request, timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    after = listed(state / "containers")
+    assert after == before, f"a refused Allocate left region folders: {after}"
+    assert not (state / "quotas" / f"{ids.alloc_id(first)}.conf").exists()

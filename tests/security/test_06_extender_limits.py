@@ -1,0 +1,223 @@
+"""Finding 6: the extender's resource limits and input checks.
+
+- One 59.5 MiB /filter body (under the old 64 MiB cap) took 1.96 GiB RSS and 26 s.
+- 400 half-open connections held 402 threads indefinitely: no socket timeout, no thread cap,
+  a listen backlog of 5.
+- `Content-Length: -1` held a thread indefinitely.
+- `Nodes.items: [5]` answered 500 instead of 400.
+- A negative integer unit count passed filter; Unicode digits were accepted as numbers.
+- 20,000 forged filters left 20,001 `rejected` entries that were never freed.
+
+The extender serves over real sockets on 127.0.0.1; the API server is the FakeClusterApi peer.
+Limits are lowered here where waiting for the shipped ones would only slow the test.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fakes import Scheduler, extender_cluster, pod_obj
+from vgpu_components import extender_http
+
+FILTER_ARGS = {"Pod": pod_obj("p", 1000), "Nodes": None, "NodeNames": ["gpu-a", "cpu-b"]}
+
+
+@pytest.fixture
+def limited(monkeypatch: pytest.MonkeyPatch) -> Iterator[Scheduler]:
+    """The extender with a 1 s request timeout, 4 workers and 4 queued requests at most."""
+    monkeypatch.setattr(extender_http, "REQUEST_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(extender_http, "WORKERS", 4, raising=False)
+    monkeypatch.setattr(extender_http, "QUEUED", 4, raising=False)
+    with extender_cluster() as scheduler:
+        yield scheduler
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 3.0) -> tuple[int, bytes]:
+    """Send raw bytes, return (status, whole answer) once the server answers or closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        try:
+            while b"\r\n\r\n" not in answer:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        except TimeoutError:
+            pytest.fail(f"no answer within {timeout} s to {data[:120]!r}")
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.") else 0
+    return status, answer
+
+
+def request(body: bytes, *headers: str) -> bytes:
+    head = ["POST /filter HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def test_a_body_over_the_cap_is_refused_before_it_is_read(cluster: Scheduler) -> None:
+    started = time.monotonic()
+    status, answer = raw_exchange(cluster.port, request(b"[" * 100, "Content-Length: 62390272"))
+    assert status == 413, answer
+    assert b"5242880" in answer  # the message names the cap
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (["Content-Length: -1"], 400),
+        (["Content-Length: abc"], 400),
+        (["Content-Length: \N{FULLWIDTH DIGIT FOUR}"], 400),
+        (["Content-Length: 4", "Content-Length: 5"], 400),
+        (["Transfer-Encoding: chunked"], 501),
+        ([], 411),
+        (["Content-Length 4"], 400),
+        ([f"X-Padding: {'a' * 70000}", "Content-Length: 4"], 431),
+    ],
+)
+def test_malformed_framing_is_answered_at_once(cluster: Scheduler, headers: list[str], expected: int) -> None:
+    started = time.monotonic()
+    status, answer = raw_exchange(cluster.port, request(b"null", *headers))
+    assert status == expected, answer
+    assert time.monotonic() - started < 2
+
+
+def test_a_garbage_request_line_is_answered_at_once(cluster: Scheduler) -> None:
+    assert raw_exchange(cluster.port, b"GARBAGE\r\n\r\n")[0] == 400
+    assert raw_exchange(cluster.port, b"POST /filter HTTP/9.9\r\nContent-Length: 0\r\n\r\n")[0] in (400, 505)
+
+
+def units_pod(value: Any) -> dict[str, Any]:
+    pod = pod_obj("p", None)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"vgpu.io/gpu-memory": value}}
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"Pod": pod_obj("p", 1000), "Nodes": {"items": [5]}, "NodeNames": None}, "Nodes.items"),
+        ({"Pod": units_pod(-5), "NodeNames": ["gpu-a"]}, "whole number"),
+        ({"Pod": units_pod("-5"), "NodeNames": ["gpu-a"]}, "whole number"),
+        (
+            {"Pod": units_pod("\N{FULLWIDTH DIGIT THREE}\N{FULLWIDTH DIGIT ZERO}"), "NodeNames": ["gpu-a"]},
+            "whole number",
+        ),
+        ({"Pod": units_pod("\N{ARABIC-INDIC DIGIT THREE}"), "NodeNames": ["gpu-a"]}, "whole number"),
+        ({"Pod": units_pod(2.5), "NodeNames": ["gpu-a"]}, "whole number"),
+        ({"Pod": units_pod(10**30), "NodeNames": ["gpu-a"]}, "whole number"),
+        ({"Pod": {"spec": {"containers": [5]}}, "NodeNames": ["gpu-a"]}, "container"),
+    ],
+)
+def test_malformed_bodies_get_400_with_the_reason(cluster: Scheduler, body: Any, message: str) -> None:
+    status, result = cluster.post("/filter", body)
+    assert status == 400, result
+    assert message in result["Error"]
+
+
+def test_deeply_nested_json_gets_400(cluster: Scheduler) -> None:
+    status, result = cluster.post("/filter", None, raw=b"[" * 200000 + b"]" * 200000)
+    assert status == 400, result
+
+
+def thread_count_settles(at_most: int) -> int:
+    deadline = time.monotonic() + 3
+    while threading.active_count() > at_most and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return threading.active_count()
+
+
+def test_half_open_and_idle_connections_hold_no_threads_and_half_open_ones_are_closed(limited: Scheduler) -> None:
+    before = threading.active_count()
+    half_open, idle = [], []
+    try:
+        for _i in range(200):
+            sock = socket.create_connection(("127.0.0.1", limited.port), timeout=5)
+            sock.sendall(b"POST /filter HTTP/1.1\r\nContent-Le")
+            half_open.append(sock)
+            idle.append(socket.create_connection(("127.0.0.1", limited.port), timeout=5))
+        time.sleep(0.3)
+        assert thread_count_settles(before + 4) <= before + 4, "open connections hold threads"
+        started = time.monotonic()
+        status, result = limited.post("/filter", FILTER_ARGS)
+        assert status == 200 and result["NodeNames"] == ["gpu-a"]
+        assert time.monotonic() - started < 1
+        time.sleep(1.5)  # past the request timeout
+        for sock in half_open:
+            sock.settimeout(2)
+            try:
+                data = sock.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            except TimeoutError:
+                pytest.fail("a half-open connection is still open after the request timeout")
+            assert data == b"" or data.startswith(b"HTTP/1.1 408"), data
+    finally:
+        for sock in half_open + idle:
+            sock.close()
+
+
+def test_the_listen_backlog_is_not_five(cluster: Scheduler) -> None:
+    listing = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{cluster.port}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert int(listing[2]) >= 128, f"listen backlog: {listing}"
+
+
+def test_workers_are_bounded_and_excess_requests_are_refused_quickly(limited: Scheduler) -> None:
+    gate = threading.Event()
+    real_bind = limited.api.bind
+
+    def slow_bind(*args: Any) -> None:
+        gate.wait(10)
+        real_bind(*args)
+
+    limited.api.bind = slow_bind
+    pods = [pod_obj(f"p{i}", 100) for i in range(30)]
+    for pod in pods:
+        limited.api.pods[("default", pod["metadata"]["name"])] = pod
+        limited.extender.model.set_pod(pod)
+    before = threading.active_count()
+
+    def bind(pod: dict[str, Any]) -> int:
+        meta = pod["metadata"]
+        args = {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": "gpu-a"}
+        return limited.post("/bind", args)[0]
+
+    with ThreadPoolExecutor(30) as clients:
+        answers = [clients.submit(bind, pod) for pod in pods]
+        time.sleep(1.0)
+        done = [a.result() for a in answers if a.done()]
+        assert len(done) >= 30 - 8 and set(done) == {503}, done  # 4 working + 4 queued at most
+        assert threading.active_count() - before <= 30 + 4 + 1  # the 30 clients, 4 workers
+        gate.set()
+        results = [a.result(timeout=10) for a in answers]
+    assert results.count(200) == 8 and results.count(503) == 22
+
+
+def test_twenty_thousand_forged_filters_leave_no_state_behind(cluster: Scheduler) -> None:
+    extender = cluster.extender
+
+    def sizes() -> dict[str, int]:
+        out = {}
+        for owner, obj in (("extender", extender), ("model", extender.model)):
+            for name, value in vars(obj).items():
+                if isinstance(value, (dict, list, set)):
+                    out[f"{owner}.{name}"] = len(value)
+        return out
+
+    before = sizes()
+    for i in range(20000):
+        pod = pod_obj(f"forged-{i}", 20000, uid=f"forged-{i}")  # fits nowhere: rejected
+        result = extender.filter({"Pod": pod, "Nodes": None, "NodeNames": ["gpu-a"]})
+        assert result["NodeNames"] == []
+    after = sizes()
+    grown = {k: (before.get(k, 0), v) for k, v in after.items() if v > before.get(k, 0) + 10}
+    assert not grown, f"state that grows with forged requests: {grown}"
