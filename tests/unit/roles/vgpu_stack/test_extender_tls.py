@@ -5,6 +5,7 @@ wheel) for two control-plane nodes on this machine, each with its own folder; th
 module plays kube-scheduler and the extender with the files (a TLS handshake on 127.0.0.1).
 """
 
+import http.server
 import json
 import re
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts
 from cryptography import x509
 from role_render import run_playbook
 
@@ -135,3 +137,38 @@ def test_kube_scheduler_and_the_extender_authenticate_each_other_on_127_0_0_1(is
     work, _first = issued
     assert handshake(work / "cp2", with_client_certificate=True) == "vgpu-kube-scheduler"
     assert handshake(work / "cp2", with_client_certificate=False).startswith("refused")
+
+
+def test_the_cluster_check_reaches_the_extender_with_kube_schedulers_certificate(issued):
+    """vgpu_cluster_facts (verify_cluster.yml) checks an extender that requires mutual TLS."""
+    work, _first = issued
+    folder = work / "cp1"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "server.crt", folder / "server.key")
+    context.load_verify_locations(folder / "ca.crt")
+    context.verify_mode = ssl.CERT_REQUIRED
+
+    class Healthz(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *_args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Healthz)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{server.server_address[1]}/healthz"
+    try:
+        files = {
+            "client_cert": str(folder / "client.crt"),
+            "client_key": str(folder / "client.key"),
+            "ca_cert": str(folder / "ca.crt"),
+        }
+        assert vgpu_cluster_facts.check_extender(url, **files)["reachable"] is True
+        assert vgpu_cluster_facts.check_extender(url, ca_cert=str(folder / "ca.crt"))["reachable"] is False
+    finally:
+        server.shutdown()

@@ -97,7 +97,7 @@ def test_daemonsets_select_the_nodes_of_their_role(rendered):
         "node-role.kubernetes.io/control-plane",
         "node-role.kubernetes.io/master",
     }
-    probe = extender["containers"][0]["livenessProbe"]["httpGet"]
+    probe = extender["containers"][0]["livenessProbe"]["tcpSocket"]
     assert (probe["host"], probe["port"]) == ("127.0.0.1", 32700)
 
 
@@ -380,7 +380,7 @@ def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
             if "hostPath" in volume and volume["name"] in mounts:
                 assert mounts[volume["name"]] == volume["hostPath"]["path"], "config paths are host paths"
     extender = daemonsets["gpushare-scheduler-extender"]["spec"]["containers"][0]
-    assert extender["livenessProbe"]["httpGet"]["port"] == config["extender"]["port"] == 32701
+    assert extender["livenessProbe"]["tcpSocket"]["port"] == config["extender"]["port"] == 32701
     (scheduler,) = out["kube-scheduler-config.yaml"]
     assert scheduler["extenders"][0]["urlPrefix"] == "https://127.0.0.1:32701"
 
@@ -402,7 +402,9 @@ def test_the_extender_mounts_its_certificates_and_probes_over_https(rendered):
     (container,) = pod["spec"]["containers"]
     assert {"name": "tls", "mountPath": "/etc/vgpu/tls", "readOnly": True} in container["volumeMounts"]
     assert {"name": "tls", "hostPath": {"path": "/etc/vgpu/tls", "type": "Directory"}} in pod["spec"]["volumes"]
-    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # The kubelet has no client certificate of the CA, which the extender requires: a TCP probe.
+    assert container["livenessProbe"]["tcpSocket"] == {"host": "127.0.0.1", "port": 32766}
+    assert container["readinessProbe"]["tcpSocket"] == {"host": "127.0.0.1", "port": 32766}
 
 
 def test_plain_http_when_tls_is_off(tmp_path):
@@ -415,3 +417,10 @@ def test_plain_http_when_tls_is_off(tmp_path):
     )
     config = yaml.safe_load(next(d for d in out["components.yaml"] if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     assert config["extender"] == {"address": "127.0.0.1", "port": 32766}
+    pod = next(
+        d
+        for d in out["components.yaml"]
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpushare-scheduler-extender"
+    )
+    probe = pod["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]
+    assert (probe["path"], probe["port"]) == ("/healthz", 32766)
