@@ -33,10 +33,15 @@ PLAYBOOK = """\
   gather_facts: true
   roles:
     - role: vgpu.isolation.vgpu_stack
-  # The harness's extender serves plain HTTP (tests/k8s/scripts/ctl.sh), so the configurations the
-  # real kube-scheduler runs with here are rendered without TLS; the role's certificates are tested
-  # in tests/unit/roles/vgpu_stack/test_extender_tls.py.
+  # The harness's extender serves plain HTTP unless told otherwise (tests/k8s/scripts/lib.sh): the
+  # plain configurations run against it as it is, the mutual-TLS one (the role's default) against
+  # the harness extender restarted with the role's certificates.
   post_tasks:
+    - name: Render the kube-scheduler configuration the role ships, with mutual TLS
+      ansible.builtin.template:
+        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        dest: "{out}/kube-scheduler-config-tls.yaml"
+        mode: "0644"
     - name: Render the kube-scheduler configuration the role ships
       ansible.builtin.template:
         src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
@@ -249,6 +254,36 @@ def check_own_node_only(core: Any, sa_core: Any, own: str, other: str, stack: Pa
     assert forbidden(sa_core.list_namespaced_secret, NS), "the device plugin's account can read secrets"
     assert forbidden(sa_core.delete_node, own), "the device plugin's account can delete nodes"
     assert forbidden(sa_core.patch_namespaced_pod, "x", "default", {}), "it can patch pods"
+
+
+def test_kube_scheduler_calls_the_extender_over_mutual_tls_with_the_roles_certificates(
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, extender_back_up: None
+) -> None:
+    """Issue 12 finding 7, end to end: the real kube-scheduler with the role's tlsConfig and the
+    real extender with the role's certificates (which requires kube-scheduler's client certificate)."""
+    tls = stack / "tls"
+    plain = (cluster.STATE_DIR / "vgpu-config.yaml").read_text()
+    config = stack / "extender-tls.yaml"
+    config.write_text(
+        plain.replace(
+            "extender:\n",
+            "extender:\n"
+            f"  tls_cert_file: {tls}/server.crt\n  tls_key_file: {tls}/server.key\n  client_ca_file: {tls}/ca.crt\n",
+        )
+    )
+    assert "tls_cert_file" in config.read_text(), "the harness config has no extender section"
+    cluster.ctl("stop-scheduler")
+    cluster.ctl("stop-extender")
+    try:
+        cluster.ctl(
+            "start-extender", env={"VGPU_E2E_EXTENDER_CONFIG": str(config), "VGPU_E2E_EXTENDER_TLS_DIR": str(tls)}
+        )
+        cluster.ctl("start-scheduler", str(stack / "kube-scheduler-config-tls.yaml"))
+        two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
+    finally:
+        cluster.ctl("stop-scheduler")
+        cluster.ctl("stop-extender")  # extender_back_up restarts it plain
+        cluster.ctl("start-scheduler")
 
 
 @pytest.mark.parametrize("config", ["kube-scheduler-config.yaml", "kube-scheduler-config-weighted.yaml"])
