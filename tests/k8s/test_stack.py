@@ -171,6 +171,9 @@ def test_extender_schedules_with_only_its_service_account(
     assert forbidden(sa_core.list_namespaced_secret, NS), "the extender's account can read secrets"
     assert forbidden(sa_core.delete_collection_namespaced_pod, namespace), "the extender's account can delete pods"
     assert forbidden(sa_core.patch_node, "any", {"metadata": {"labels": {"x": "y"}}}), "it can patch nodes"
+    assert forbidden(sa_core.patch_namespaced_pod, "any", namespace, {"metadata": {"labels": {"x": "y"}}}), (
+        "it can patch pods (issue 12 finding 8: the GPU travels in the Binding)"
+    )
 
     cluster.ctl("stop-extender")
     cluster.ctl("start-extender", env={"VGPU_E2E_EXTENDER_KUBECONFIG": str(stack / f"{EXTENDER_SA}.kubeconfig")})

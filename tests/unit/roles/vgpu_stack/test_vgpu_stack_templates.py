@@ -160,11 +160,12 @@ def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
     assert {"name": "gpus", "expression": "'acme.dev/gpus'"} in policy["spec"]["variables"]
 
 
-def test_extender_reads_nodes_and_pods_annotates_pods_and_binds(rendered):
+def test_extender_reads_nodes_and_pods_and_binds_but_patches_nothing(rendered):
+    """Issue 12 finding 8: the GPU travels in the Binding's annotations, so no `patch pods`."""
     read = {"get", "list", "watch"}
     assert rules_of(rendered, "gpushare-scheduler-extender") == (
         {("*", "", "nodes", verb) for verb in read}
-        | {("*", "", "pods", verb) for verb in read | {"patch"}}
+        | {("*", "", "pods", verb) for verb in read}
         | {("*", "", "pods/binding", "create")}
     )
 
