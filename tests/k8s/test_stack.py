@@ -199,7 +199,7 @@ def plugin_pod_client(core: Any, node: str, work: Path) -> Any:
             "containers": [{"name": "c", "image": "localhost/none"}],
         },
     }
-    for _ in range(30):  # the previous pod of this name may still be going
+    for _attempt in range(30):  # the previous pod of this name may still be going
         try:
             pod = core.create_namespaced_pod(NS, body)
             break
