@@ -14,11 +14,11 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
-# The collections we depend on (community.general; galaxy.yml) and those molecule's docker driver
-# needs (community.docker, ansible.posix) come from this pinned PyPI release of the Ansible
-# community package: Galaxy is not reachable from our machines.
+# The collections we depend on (galaxy.yml: community.general, community.crypto, ansible.posix)
+# and those molecule's docker driver needs (community.docker, ansible.posix) come from this pinned
+# PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
 ANSIBLE_COMMUNITY := ansible==12.3.0
-DEP_COLLECTIONS := community/docker ansible/posix community/general
+DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto
 DEP_COLL_STAMPS := $(foreach c,$(DEP_COLLECTIONS),$(COLLECTIONS)/ansible_collections/$(c)/MANIFEST.json)
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
@@ -116,12 +116,12 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 
 .PHONY: unit
-unit: venv ## pytest: plugin and component unit and integration tests
+unit: venv $(COMMUNITY_COLL)/MANIFEST.json ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv ## tests/security: a regression test for each finding of the adversarial review
+security: venv $(COMMUNITY_COLL)/MANIFEST.json ## tests/security: a regression test for each finding of the adversarial review
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 

@@ -94,11 +94,20 @@ api_get() {
 start_extender() {
     [[ -f "$COMPONENTS_SRC/vgpu_components/extender.py" || -d "$COMPONENTS_SRC/vgpu_components/extender" ]] \
         || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
+    # VGPU_E2E_EXTENDER_CONFIG: another config file (e.g. with mTLS); VGPU_E2E_EXTENDER_TLS_DIR: the
+    # folder of its CA and of a client certificate it accepts (roles/vgpu_stack's layout).
     start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
         "$VENV/bin/python" -m vgpu_components.extender \
-        --config "$STATE_DIR/vgpu-config.yaml" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
+        --config "${VGPU_E2E_EXTENDER_CONFIG:-$STATE_DIR/vgpu-config.yaml}" \
+        --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
     # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
-    wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/readyz"
+    if [[ -n "${VGPU_E2E_EXTENDER_TLS_DIR:-}" ]]; then
+        local tls="$VGPU_E2E_EXTENDER_TLS_DIR"
+        wait_until extender 60 curl -sf --max-time 2 --cacert "$tls/ca.crt" --cert "$tls/client.crt" \
+            --key "$tls/client.key" "https://127.0.0.1:$EXTENDER_PORT/readyz"
+    else
+        wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/readyz"
+    fi
 }
 
 # start_scheduler [config]: kube-scheduler with our extender (default) or another config file.
