@@ -116,12 +116,12 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 
 .PHONY: unit
-unit: venv $(COMMUNITY_COLL)/MANIFEST.json ## pytest: plugin and component unit and integration tests
+unit: venv $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv $(COMMUNITY_COLL)/MANIFEST.json ## tests/security: a regression test for each finding of the adversarial review
+security: venv $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 
