@@ -11,6 +11,9 @@
 # kubelet and containerd need one by one (docs/testing.md, "The e2e node"):
 #   every capability but CAP_SYS_RESOURCE  runc creates namespaces, mounts, device nodes, cgroups
 #   seccomp and AppArmor unconfined        containerd's own profiles apply to the pods inside
+#   /proc/sys writable (systempaths)       kubelet sets vm.overcommit_memory, kernel.panic and
+#                                          kernel.panic_on_oops; these are the host's (not
+#                                          namespaced), so `up` records them and `down` puts them back
 #   all devices in the devices cgroup      runc may give pods the devices they are allowed (v1)
 #   /sys/fs/cgroup read-write, host ns     kubelet and systemd create the pods' cgroups
 #   /run, /run/lock, /tmp as tmpfs         systemd in a container
@@ -24,6 +27,8 @@ NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
 NETWORK=${VGPU_E2E_NETWORK:-vgpu-e2e}
 IMAGE=localhost/vgpu-node:debian12
 STATE=${VGPU_NODE_STATE_DIR:-$root/build/node}
+# The kernel settings kubelet sets (pkg/kubelet/cm: setupKernelTunables).
+KERNEL_TUNABLES="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
 
 log() { echo ">> $*"; }
 
@@ -32,11 +37,16 @@ up() {
         log "$NODE is already up"
         return 0
     fi
+    mkdir -p "$STATE"
+    [[ -s $STATE/host-sysctls ]] || for key in $KERNEL_TUNABLES; do
+        echo "$key $(cat "/proc/sys/$key")"
+    done >"$STATE/host-sysctls"
     docker network inspect "$NETWORK" >/dev/null 2>&1 \
         || docker network create --internal --subnet 172.31.250.0/24 "$NETWORK" >/dev/null
     docker run --detach --name "$NODE" --hostname "$NODE" --network "$NETWORK" \
         --cap-add ALL --cap-drop SYS_RESOURCE \
         --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+        --security-opt systempaths=unconfined \
         --device-cgroup-rule 'a *:* rwm' \
         --cgroupns host --volume /sys/fs/cgroup:/sys/fs/cgroup:rw \
         --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
@@ -77,6 +87,10 @@ down() {
     docker volume rm --force "$NODE-containerd" "$NODE-kubelet" >/dev/null 2>&1 || true
     docker network rm "$NETWORK" >/dev/null 2>&1 || true
     rm -f "$STATE/admin.conf"
+    if [[ -s $STATE/host-sysctls ]]; then
+        while read -r key value; do echo "$value" >"/proc/sys/$key"; done <"$STATE/host-sysctls"
+        rm -f "$STATE/host-sysctls"
+    fi
     log "$NODE removed"
 }
 
