@@ -15,7 +15,9 @@
 #                                          kernel.panic_on_oops; these are the host's (not
 #                                          namespaced), so `up` records them and `down` puts them back
 #   all devices in the devices cgroup      runc may give pods the devices they are allowed (v1)
-#   /sys/fs/cgroup read-write, host ns     kubelet and systemd create the pods' cgroups
+#   a private cgroup namespace whose       kubelet and systemd create the pods' cgroups, and
+#   hierarchies node-init.sh mounts        agree where they are (the container's cgroup is
+#   read-write                             their root, as a host's is)
 #   /run, /run/lock, /tmp as tmpfs         systemd in a container
 #   /lib/modules read-only, /dev/kmsg      kubelet's kernel checks and OOM watcher
 #   volumes for /var/lib/containerd and    overlayfs cannot stack on the container's own overlay
@@ -48,11 +50,11 @@ up() {
         --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
         --security-opt systempaths=unconfined \
         --device-cgroup-rule 'a *:* rwm' \
-        --cgroupns host --volume /sys/fs/cgroup:/sys/fs/cgroup:rw \
+        --cgroupns private --volume "$here/node-init.sh:/usr/local/sbin/vgpu-e2e-node-init:ro" \
         --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
         --volume /lib/modules:/lib/modules:ro --device /dev/kmsg \
         --volume "$NODE-containerd:/var/lib/containerd" --volume "$NODE-kubelet:/var/lib/kubelet" \
-        "$IMAGE" /lib/systemd/systemd >/dev/null
+        "$IMAGE" /usr/local/sbin/vgpu-e2e-node-init >/dev/null
     for _ in $(seq 1 60); do
         state=$(docker exec "$NODE" systemctl is-system-running 2>/dev/null || true)
         case "$state" in
