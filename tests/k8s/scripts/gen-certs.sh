@@ -30,6 +30,10 @@ sign apiserver "/CN=kube-apiserver" \
 sign admin "/O=system:masters/CN=vgpu-e2e-admin" "$client"
 sign controller-manager "/CN=system:kube-controller-manager" "$client"
 sign scheduler "/CN=system:kube-scheduler" "$client"
+# A real kubelet's client certificate (tests/gpu/kubelet), in the group the Node authorizer knows.
+if [[ -n "${VGPU_K8S_NODE_NAME:-}" ]]; then
+    sign kubelet "/O=system:nodes/CN=system:node:$VGPU_K8S_NODE_NAME" "$client"
+fi
 
 newkey sa
 openssl pkey -in sa.key -pubout -out sa.pub
