@@ -6,6 +6,8 @@
 # containerd, runc or iptables, python3 with Jinja2, PyYAML, packaging and requests, gcc and make.
 # Unlike it: Debian 12 (Python 3.11, so pack.sh packs the Python libraries for 3.11), cgroup v1 on
 # this machine, and no GPU: libvgpu's fake driver with a static CDI spec (run.sh's VGPU_KUBELET_FAKE).
+# run.sh uses its Python stand-ins for curl and openssl here (VGPU_KUBELET_PYTHON_TOOLS), so that
+# they are tried before a GPU host without those commands needs them.
 # It gets what a device call gets: a copy of the working tree (tracked and untracked-not-ignored
 # files) with the carry folders, and runs the same calls (unpack.sh, then run.sh). Logs go to
 # build/gpu-kubelet-emulation/out. kubelet sets vm.overcommit_memory, kernel.panic and
@@ -72,7 +74,7 @@ for i in $(seq 1 "$calls"); do
         docker exec "$NAME" tests/gpu/kubelet/unpack.sh ".gpu-kubelet-$i" || { rc=1; break; }
     else
         log "call $i: tests/gpu/kubelet/unpack.sh .gpu-kubelet-$i && tests/gpu/kubelet/run.sh"
-        docker exec -e OUT=/out -e VGPU_KUBELET_FAKE=1 "$NAME" \
+        docker exec -e OUT=/out -e VGPU_KUBELET_FAKE=1 -e VGPU_KUBELET_PYTHON_TOOLS=1 "$NAME" \
             sh -c "tests/gpu/kubelet/unpack.sh .gpu-kubelet-$i && timeout 600 tests/gpu/kubelet/run.sh" || rc=1
     fi
 done
