@@ -28,7 +28,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -119,9 +118,7 @@ class BindWatch(threading.Thread):
 
 def extender_metrics() -> dict[str, float]:
     """The extender's counters that explain its rate: refused binds, time and count per verb."""
-    url = f"http://127.0.0.1:{cluster.extender_port()}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:  # loopback, fixed scheme
-        text = response.read().decode()
+    text = cluster.extender_get("/metrics").decode()
     wanted = {'vgpu_extender_binds_total{outcome="error"}': "failed_binds"}
     for verb in VERBS:
         wanted[f'vgpu_extender_request_seconds_sum{{verb="{verb}"}}'] = f"{verb}_s"

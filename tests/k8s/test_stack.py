@@ -183,10 +183,18 @@ def test_the_shipped_scheduler_configuration_works(
 ) -> None:
     """kube-scheduler started with the role's own KubeSchedulerConfiguration (either packing)
     places GPU pods."""
+    # The harness's extender speaks mTLS; a configuration without tlsConfig gets a plain one.
+    plain = "urlPrefix: http://" in (stack / config).read_text()
     cluster.ctl("stop-scheduler")
+    if plain:
+        cluster.ctl("stop-extender")
+        cluster.ctl("start-extender", "plain")
     try:
         cluster.ctl("start-scheduler", str(stack / config))
         two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
     finally:
         cluster.ctl("stop-scheduler")
+        if plain:
+            cluster.ctl("stop-extender")
+            cluster.ctl("start-extender")
         cluster.ctl("start-scheduler")

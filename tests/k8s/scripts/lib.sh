@@ -91,14 +91,33 @@ api_get() {
         "https://127.0.0.1:$APISERVER_PORT$1"
 }
 
+# A request to the extender as kube-scheduler makes it: HTTPS with kube-scheduler's client
+# certificate for the extender (mTLS), or plain HTTP when the extender was started plain.
+extender_curl() {
+    if [[ -f "$STATE_DIR/extender-plain" ]]; then
+        curl -sf --max-time 5 "http://127.0.0.1:$EXTENDER_PORT$1"
+    else
+        curl -sf --max-time 5 --cacert "$PKI/extender-ca.crt" --cert "$PKI/scheduler-extender-client.crt" \
+            --key "$PKI/scheduler-extender-client.key" "https://127.0.0.1:$EXTENDER_PORT$1"
+    fi
+}
+
+# start_extender [plain]: the extender with mTLS (as roles/vgpu_stack runs it), or plain HTTP on
+# 127.0.0.1 for a scheduler configuration without tlsConfig.
 start_extender() {
     [[ -f "$COMPONENTS_SRC/vgpu_components/extender.py" || -d "$COMPONENTS_SRC/vgpu_components/extender" ]] \
         || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
+    local config="$STATE_DIR/vgpu-config.yaml"
+    rm -f "$STATE_DIR/extender-plain"
+    if [[ "${1:-}" == plain ]]; then
+        config="$STATE_DIR/vgpu-config-plain.yaml"
+        touch "$STATE_DIR/extender-plain"
+    fi
     start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
         "$VENV/bin/python" -m vgpu_components.extender \
-        --config "$STATE_DIR/vgpu-config.yaml" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
+        --config "$config" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
     # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
-    wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/readyz"
+    wait_until extender 60 extender_curl /readyz
 }
 
 # start_scheduler [config]: kube-scheduler with our extender (default) or another config file.
