@@ -21,6 +21,5 @@ def pytest_configure(config: pytest.Config) -> None:
     importlib.import_module("vgpu_components.protos").generate()
 
 
-short_tmp = importlib.import_module("fakes").short_tmp
-cluster = importlib.import_module("fakes").cluster
-apiserver = importlib.import_module("fakes").apiserver
+_fixtures = importlib.import_module("component_fixtures")
+short_tmp, cluster, apiserver = _fixtures.short_tmp, _fixtures.cluster, _fixtures.apiserver

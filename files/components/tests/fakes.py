@@ -1,4 +1,5 @@
-"""Test doubles and peers shared by the component tests (imported as `fakes`; conftest sets the path)."""
+"""Test doubles and peers shared by the component tests, tests/security, tests/k8s and the GPU smoke
+test (imported as `fakes`; the conftests set the path). No pytest here: the GPU host runs it without."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import http.client
 import json
 import queue
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
-from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_components import config, monitor, protos
@@ -342,13 +340,6 @@ def allocate(node: PluginNode, device_ids: list[str]) -> Any:
     return node.kubelet.stub.Allocate(request, timeout=5)
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short folder path: unix socket paths are limited to 107 bytes."""
-    with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
-        yield Path(tmp)
-
-
 GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
 
@@ -471,12 +462,6 @@ def extender_cluster(packing: str = "tightest", **server: Any) -> Iterator[Sched
         http.server_close()
 
 
-@pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
-    with extender_cluster(getattr(request, "param", "tightest")) as scheduler:
-        yield scheduler
-
-
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "resourceVersion": "7"}}
 
 
@@ -551,17 +536,6 @@ class _ApiHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet test output."""
-
-
-@pytest.fixture
-def apiserver() -> Iterator[tuple[RecordingApiServer, Any]]:
-    server = RecordingApiServer()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    configuration = k8s.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    yield server, k8s.ApiClient(configuration)
-    server.shutdown()
-    server.server_close()
 
 
 def make_pki(folder: Path) -> dict[str, Path]:
