@@ -118,7 +118,7 @@ security: venv ## tests/security: a regression test for each finding of the adve
 
 .PHONY: libvgpu-test
 libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under sanitizers
-	$(MAKE) -C files/libvgpu check
+	$(MAKE) -C files/libvgpu check PYTHON=$(abspath $(PY))
 
 .PHONY: images
 images: venv ## the locally built container images (molecule node image, component image)

@@ -16,3 +16,5 @@ if "ansible_collections.vgpu.isolation" not in sys.modules and ROOT.parent.paren
     if not _LINK.is_symlink():
         _LINK.symlink_to(ROOT, target_is_directory=True)
     sys.path.insert(0, str(_TREE))
+# Helpers the unit tests of several folders share (role_render.py).
+sys.path.insert(0, str(ROOT / "tests" / "unit"))

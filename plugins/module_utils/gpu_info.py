@@ -28,34 +28,8 @@ SMI_GPU_FIELDS = (
     "persistence_mode",
 )
 
-_MEMORY_RE = re.compile(r"^\s*(\d+)\s*([KMGT]i(?:B)?)?\s*$", re.IGNORECASE)
-# MiB per binary unit; KiB is below the granularity of a quota.
-_MIB_PER_UNIT = {"": 1, "k": None, "m": 1, "g": 1024, "t": 1 << 20}
-
-
-def parse_memory_mib(value: Any) -> int:
-    """Turn a memory size of the inventory contract into MiB.
-
-    Accepts an integer number of MiB or a string with a binary suffix (``3000MiB``, ``3GiB``).
-    Decimal suffixes (``3000MB``, ``3G``) are ambiguous and rejected, as are zero and negatives.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"memory size {value!r} is a boolean; expected MiB as an integer or a string like '3000MiB'")
-    if isinstance(value, int):
-        mib = value
-    else:
-        text = str(value)
-        match = _MEMORY_RE.match(text)
-        if not match:
-            raise ValueError(f"memory size {text!r} is not understood; expected integer MiB or a MiB/GiB/TiB suffix")
-        number, suffix = int(match.group(1)), (match.group(2) or "")[:1].lower()
-        factor = _MIB_PER_UNIT[suffix]
-        if factor is None:
-            raise ValueError(f"memory size {text!r} is smaller than MiB granularity; use MiB, GiB or TiB")
-        mib = number * factor
-    if mib <= 0:
-        raise ValueError(f"memory size {value!r} must be positive")
-    return mib
+# nvidia-smi's table prints "  1200MiB /  3000MiB" for each GPU's memory use.
+_SMI_TABLE_MEMORY = re.compile(r"(\d+)\s*MiB\s*/\s*(\d+)\s*MiB")
 
 
 def version_tuple(version: str) -> Tuple[int, ...]:
@@ -132,15 +106,20 @@ def parse_smi_gpus(text: str) -> List[Dict[str, Any]]:
 
 
 def parse_smi_memory(text: str) -> Tuple[int, int]:
-    """``used, total`` MiB from ``nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits``.
+    """``used, total`` MiB of the first GPU nvidia-smi printed, in either of its two forms.
 
-    Only the first line counts: the caller asks for one GPU.
+    ``--query-gpu=memory.used,memory.total --format=csv,noheader,nounits`` prints ``1200, 3000`` (what
+    vgpu_verify asks for); plain ``nvidia-smi`` prints a table with ``1200MiB /  3000MiB`` (what the
+    verification pod's log holds). Only the first GPU counts: the callers look at one GPU.
     """
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) == 2 and cells[0].isdigit() and cells[1].isdigit():
             return int(cells[0]), int(cells[1])
-    raise ValueError(f"nvidia-smi did not print 'used, total' in MiB: {text.strip()!r}")
+    match = _SMI_TABLE_MEMORY.search(text)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    raise ValueError(f"nvidia-smi did not print 'used, total' or 'usedMiB / totalMiB': {text.strip()[:200]!r}")
 
 
 def parse_lspci(text: str) -> List[Dict[str, str]]:

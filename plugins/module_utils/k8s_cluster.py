@@ -3,15 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Pure helpers that judge the vgpu components' state from objects read off the API server."""
 
-import re
 from typing import Any, Dict, Set
 
 COMPONENTS = ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps", "gpushare-scheduler-extender")
 NAME_LABEL = "app.kubernetes.io/name"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
-
-# nvidia-smi's table prints "  1200MiB /  3000MiB" for each GPU's memory use.
-_SMI_MEMORY = re.compile(r"(\d+)\s*MiB\s*/\s*(\d+)\s*MiB")
 
 
 def pod_running(pod):
@@ -100,11 +96,3 @@ def summarize(nodes, pods, gpu_node_names, prefix, unit_mib):
             if view["allocatable_units"] <= 0:
                 problems.append("GPU node %s advertises no %s/gpu-memory" % (node_name, prefix))
     return components, memory, problems
-
-
-def parse_smi_memory(text):
-    """(used_mib, total_mib) of the first GPU line of nvidia-smi output, or None when absent."""
-    match = _SMI_MEMORY.search(text or "")
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2))

@@ -28,6 +28,8 @@ _KIND_ORDER = [
     "ClusterRoleBinding",
     "Role",
     "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
     "ConfigMap",
     "Secret",
     "Service",

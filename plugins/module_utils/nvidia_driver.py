@@ -12,28 +12,16 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import branch_of, version_tuple
+from ansible_collections.vgpu.isolation.plugins.module_utils.platforms import (
+    ALIASES,
+    DEBIAN_LIKE,
+    packaged_branches,
+    platform_of,
+    supported_names,
+)
 
 POLICIES = ("exact", "minimum")
 METHODS = ("auto", "distro", "nvidia_repo", "runfile", "offline")
-
-DEBIAN_LIKE = ("debian", "ubuntu")
-REDHAT_LIKE = ("rhel", "centos", "rocky", "almalinux", "ol")
-
-# NVIDIA's CUDA repository folder per distribution and major release (the ones that carry R470).
-CUDA_REPO_DIRS = {
-    ("debian", "10"): "debian10",
-    ("debian", "11"): "debian11",
-    ("debian", "12"): "debian12",
-    ("ubuntu", "18"): "ubuntu1804",
-    ("ubuntu", "20"): "ubuntu2004",
-    ("ubuntu", "22"): "ubuntu2204",
-    ("rhel", "7"): "rhel7",
-    ("rhel", "8"): "rhel8",
-}
-
-
-# Archive components that carry the driver, added to the node's apt sources for method distro.
-APT_COMPONENTS = {"debian": ["contrib", "non-free"], "ubuntu": ["restricted"]}
 
 
 class PlanError(ValueError):
@@ -43,10 +31,19 @@ class PlanError(ValueError):
 def os_family(distro_id: str) -> str:
     if distro_id in DEBIAN_LIKE:
         return "debian"
-    if distro_id in REDHAT_LIKE:
+    if ALIASES.get(distro_id, distro_id) == "rhel":
         return "redhat"
-    known = ", ".join(DEBIAN_LIKE + REDHAT_LIKE)
-    raise PlanError(f"distribution {distro_id!r} is not supported; expected one of {known}")
+    raise PlanError(f"distribution {distro_id!r} is not supported; supported: {supported_names()}")
+
+
+def apt_components(distro_id: str, major: str) -> List[str]:
+    """Archive components that carry the driver, added to the node's apt sources for method distro."""
+    if distro_id == "ubuntu":
+        return ["restricted"]
+    if distro_id == "debian":
+        # Debian 12 moved the GSP firmware that R535 and later need to non-free-firmware.
+        return ["contrib", "non-free"] + (["non-free-firmware"] if int(major) >= 12 else [])
+    return []
 
 
 def distro_packages(distro_id: str, major: str, branch: str, ubuntu_server: bool = True) -> List[str]:
@@ -76,20 +73,29 @@ def nvidia_repo_packages(distro_id: str, major: str, branch: str) -> List[str]:
     """Packages from NVIDIA's CUDA repository (method ``nvidia_repo``)."""
     if os_family(distro_id) == "debian":
         return [f"cuda-drivers-{branch}"]
-    if major == "7":
-        # EL7 has no module streams; the yum "branch" flavour keeps the branch.
-        return [f"nvidia-driver-branch-{branch}", f"nvidia-driver-branch-{branch}-cuda"]
-    # EL8 and later: the DKMS module stream locks the branch.
+    # The DKMS module stream locks the branch.
     return [f"@nvidia-driver:{branch}-dkms"]
 
 
 def cuda_repo_url(distro_id: str, major: str, arch: str = "x86_64") -> str:
-    key = ("rhel" if os_family(distro_id) == "redhat" else distro_id, major)
-    folder = CUDA_REPO_DIRS.get(key)
-    if folder is None:
-        known = ", ".join(f"{d} {m}" for d, m in sorted(CUDA_REPO_DIRS))
-        raise PlanError(f"NVIDIA's CUDA repository has no folder for {distro_id} {major}; known: {known}")
-    return f"https://developer.download.nvidia.com/compute/cuda/repos/{folder}/{arch}/"
+    platform = platform_of(distro_id, major)
+    if platform is None:
+        raise PlanError(f"{distro_id} {major} is not supported; supported: {supported_names()}")
+    return f"https://developer.download.nvidia.com/compute/cuda/repos/{platform['repo_folder']}/{arch}/"
+
+
+def check_packaged(distro_id: str, major: str, branch: str, method: str) -> None:
+    """PlanError unless the method installs the branch on this release (the support matrix)."""
+    platform = platform_of(distro_id, major)
+    if platform is None:
+        raise PlanError(f"{distro_id} {major} is not supported; supported: {supported_names()}")
+    available = packaged_branches(platform, method)
+    if available is not None and str(branch) not in available:
+        where = "the distribution" if method in ("distro", "offline") else "NVIDIA's CUDA repository"
+        raise PlanError(
+            f"driver branch {branch} is not packaged by {where} for {platform['name']} "
+            f"(it offers: {', '.join(available) or 'none'})"
+        )
 
 
 def headers_package(distro_id: str, kernel: str) -> str:
@@ -131,8 +137,6 @@ def hold_command(distro_id: str, major: str, packages: List[str]) -> List[str]:
     names = [p for p in packages if not p.startswith("@")]
     if os_family(distro_id) == "debian":
         return ["apt-mark", "hold", *names]
-    if major == "7":
-        return ["yum", "versionlock", "add", *names]
     # A module stream already locks the branch; versionlock keeps the exact version inside it.
     return ["dnf", "versionlock", "add", "nvidia-driver*", "kmod-nvidia*", *names]
 
@@ -225,6 +229,7 @@ def _install_plan(
 ) -> Dict[str, Any]:
     family = os_family(distro_id)
     chosen = resolve_method(method, distro_id)
+    check_packaged(distro_id, major, branch, chosen)
     if chosen in ("distro", "offline"):
         packages = distro_packages(distro_id, major, branch, ubuntu_server)
     elif chosen == "nvidia_repo":
@@ -233,7 +238,7 @@ def _install_plan(
         packages = []
     return {
         "family": family,
-        "manager": "apt" if family == "debian" else ("yum" if major == "7" else "dnf"),
+        "manager": "apt" if family == "debian" else "dnf",
         "method": chosen,
         "packages": packages,
         "install_specs": install_specs(distro_id, packages, version) if packages else [],
@@ -243,7 +248,7 @@ def _install_plan(
         "headers_package": headers_package(distro_id, kernel),
         "dkms_package": "dkms",
         "cuda_repo_url": cuda_repo_url(distro_id, major, arch) if chosen == "nvidia_repo" else None,
-        "apt_components": APT_COMPONENTS.get(distro_id, []),
+        "apt_components": apt_components(distro_id, major),
         "initramfs_command": ["update-initramfs", "-u"] if family == "debian" else ["dracut", "-f"],
         "runfile_args": ["--silent", "--dkms", "--disable-nouveau", "--no-x-check", "--no-opengl-files"],
     }

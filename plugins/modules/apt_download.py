@@ -23,7 +23,9 @@ description:
     is complete for a bare node.
 options:
   packages:
-    description: Package names to download with their dependencies.
+    description:
+      - Package names to download with their dependencies (Debian policy names, optionally C(:arch)).
+      - A name that is not one is refused, so that no name can reach apt as an option.
     type: list
     elements: str
     required: true
@@ -77,8 +79,12 @@ downloaded:
 """
 
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
+
+# Debian policy 5.6.1: a package name, optionally with an architecture (the candidate version is fetched).
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
 
 
 def closure_of(module, packages, recurse):
@@ -95,7 +101,8 @@ def closure_of(module, packages, recurse):
     ]
     if recurse:
         cmd.append("--recurse")
-    rc, out, err = module.run_command(cmd + list(packages))
+    # "--" ends apt's options: a name can never be read as one.
+    rc, out, err = module.run_command([*cmd, "--", *packages])
     if rc != 0:
         module.fail_json(msg="apt-cache could not resolve %s: %s" % (", ".join(packages), err.strip()), rc=rc)
     names = set()
@@ -133,6 +140,12 @@ def main():
         module.fail_json(msg="dest: %s is not a folder; create it first" % dest)
     if not module.params["packages"]:
         module.fail_json(msg="packages: the list is empty; name at least one package")
+    for name in module.params["packages"]:
+        if not PACKAGE_NAME.match(name):
+            module.fail_json(
+                msg="packages: %r is not a Debian package name (lower-case letters, digits and + - . ,"
+                " starting with a letter or digit, optionally :arch)" % name
+            )
 
     closure = closure_of(module, module.params["packages"], module.params["recurse"])
     skip = present_packages(dest)
@@ -141,7 +154,7 @@ def main():
     wanted = [name for name in closure if name not in skip]
 
     if wanted and not module.check_mode:
-        rc, _out, err = module.run_command(["apt-get", "download", *wanted], cwd=dest)
+        rc, _out, err = module.run_command(["apt-get", "download", "--", *wanted], cwd=dest)
         if rc != 0:
             module.fail_json(msg="apt-get download failed: %s" % err.strip(), rc=rc, wanted=wanted)
     module.exit_json(changed=bool(wanted), closure=closure, downloaded=wanted)

@@ -17,38 +17,10 @@ description:
   - Reads NVML through the C(pynvml) bindings (package C(nvidia-ml-py)) when they are importable on the
     node, and otherwise the output of C(nvidia-smi) and C(lspci). It needs nothing outside the Python
     standard library.
-  - When O(driver_version) is given, also returns the plan the C(vgpu.isolation.nvidia_driver) role
-    follows on this node (packages, pins, holds, and whether the installed driver is adequate).
+  - What to do about the driver is not a fact: the filter C(vgpu.isolation.nvidia_driver_plan) makes the
+    plan from these facts, on the controller.
   - The facts are returned as C(ansible_facts.gpu).
 options:
-  driver_branch:
-    description:
-      - The NVIDIA driver branch the plan is for, for example C(470). Defaults to the branch of
-        O(driver_version).
-    type: str
-  driver_version:
-    description:
-      - The exact driver version the plan is for, for example C(470.256.02). Without it no plan is made.
-    type: str
-  driver_policy:
-    description:
-      - V(exact) means the installed driver must be O(driver_version); V(minimum) accepts any installed
-        driver of the same branch or newer.
-    type: str
-    choices: [exact, minimum]
-    default: exact
-  driver_method:
-    description:
-      - How the driver would be installed. V(auto) picks the distribution's packages on Debian and
-        Ubuntu and NVIDIA's CUDA repository on RHEL and derivatives.
-    type: str
-    choices: [auto, distro, nvidia_repo, runfile, offline]
-    default: auto
-  driver_ubuntu_server:
-    description:
-      - On Ubuntu, plan the C(-server) flavour of the driver packages (C(nvidia-driver-470-server)).
-    type: bool
-    default: true
   kernel:
     description:
       - The kernel the driver module must be built for. Defaults to the running kernel.
@@ -88,14 +60,8 @@ EXAMPLES = r"""
     msg: "{{ ansible_facts['gpu']['gpus'] | map(attribute='name') | list }}"
 
 - name: Ask whether R470 must be installed, or an installed newer driver will do
-  vgpu.isolation.gpu_facts:
-    driver_version: "470.256.02"
-    driver_policy: minimum
-  register: gpu
-
-- name: Report the decision
   ansible.builtin.debug:
-    msg: "{{ ansible_facts['gpu']['driver_plan']['reason'] }}"
+    msg: "{{ (ansible_facts['gpu'] | vgpu.isolation.nvidia_driver_plan('470.256.02', policy='minimum'))['reason'] }}"
 """
 
 RETURN = r"""
@@ -186,16 +152,6 @@ ansible_facts:
           description: C(ID) and major C(VERSION_ID) of /etc/os-release.
           type: dict
           sample: {"id": "debian", "major": "12"}
-        driver_plan:
-          description: What the nvidia_driver role does on this node; only when O(driver_version) is set.
-          returned: when driver_version is set
-          type: dict
-          sample:
-            action: none
-            reason: driver 580.95.05 satisfies at least branch 470 (policy minimum)
-            drift: false
-            method: distro
-            packages: [nvidia-tesla-470-driver]
 """
 
 import glob
@@ -205,7 +161,6 @@ from typing import Any, Dict, List, Optional, Tuple
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     SMI_GPU_FIELDS,
-    branch_of,
     is_main_nvidia_module,
     modprobe_blacklists,
     parse_dkms_version,
@@ -216,7 +171,6 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     parse_smi_gpus,
     parse_smi_header,
 )
-from ansible_collections.vgpu.isolation.plugins.module_utils.nvidia_driver import PlanError, plan
 
 try:
     import pynvml  # optional: nvidia-ml-py
@@ -391,45 +345,12 @@ def gather(module: AnsibleModule) -> Dict[str, Any]:
         "kernel": kernel,
         "distribution": os_release(),
     }
-    if params["driver_version"]:
-        facts["driver_plan"] = driver_plan(module, facts)
     return facts
-
-
-def driver_plan(module: AnsibleModule, facts: Dict[str, Any]) -> Dict[str, Any]:
-    params = module.params
-    version = params["driver_version"]
-    try:
-        branch = params["driver_branch"] or branch_of(version)
-        return plan(
-            distro_id=facts["distribution"]["id"],
-            major=facts["distribution"]["major"],
-            kernel=facts["kernel"],
-            branch=branch,
-            version=version,
-            policy=params["driver_policy"],
-            method=params["driver_method"],
-            installed=facts["driver_installed_version"],
-            arch=os.uname().machine,
-            ubuntu_server=params["driver_ubuntu_server"],
-        )
-    except (PlanError, ValueError) as error:
-        module.fail_json(msg=str(error))
-        return {}  # not reached: fail_json exits
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "driver_branch": {"type": "str"},
-            "driver_version": {"type": "str"},
-            "driver_policy": {"type": "str", "choices": ["exact", "minimum"], "default": "exact"},
-            "driver_method": {
-                "type": "str",
-                "choices": ["auto", "distro", "nvidia_repo", "runfile", "offline"],
-                "default": "auto",
-            },
-            "driver_ubuntu_server": {"type": "bool", "default": True},
             "kernel": {"type": "str"},
             "use_nvml": {"type": "bool", "default": True},
         },

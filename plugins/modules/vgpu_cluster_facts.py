@@ -3,12 +3,14 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+import contextlib
 import time
 import uuid
 from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.urls import open_url
+from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import parse_smi_memory
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
@@ -17,7 +19,6 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import (
 )
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_cluster import (
     NAME_LABEL,
-    parse_smi_memory,
     summarize,
 )
 
@@ -57,7 +58,12 @@ def check_extender(url, opener=open_url):
 def sample_pod_manifest(params, name):
     """The sample pod: one container with the quota as a limit of <prefix>/gpu-memory."""
     units = params["sample_quota_mib"] // params["unit_mib"]
-    command = params["sample_command"].format(use_mib=params["sample_use_mib"], quota_mib=params["sample_quota_mib"])
+    # Plain replacement, not str.format: the command is shell, where "${HOME}" or "{a,b}" are common.
+    command = (
+        params["sample_command"]
+        .replace("{use_mib}", str(params["sample_use_mib"]))
+        .replace("{quota_mib}", str(params["sample_quota_mib"]))
+    )
     spec = {
         "restartPolicy": "Never",
         "containers": [
@@ -101,9 +107,9 @@ def run_sample(api, params, clock=time.monotonic, pause=time.sleep):
             pause(2)
         if outcome["node"] and outcome["phase"] in ("Succeeded", "Failed", "Running"):
             outcome["log"] = api.pod_log(name, namespace)
-        memory = parse_smi_memory(outcome["log"])
-        if memory:
-            outcome["used_mib"], outcome["total_mib"] = memory
+        # No memory line in the log leaves both unknown: sample_problems reports the missing total.
+        with contextlib.suppress(ValueError):
+            outcome["used_mib"], outcome["total_mib"] = parse_smi_memory(str(outcome["log"]))
     finally:
         api.delete("v1", "Pod", name, namespace)
     return outcome

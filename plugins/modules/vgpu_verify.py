@@ -174,13 +174,14 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import parse_memory_mib, parse_smi_memory
+from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import parse_smi_memory
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_verify import (
     app_command,
     expected_outcome,
     judge,
     quota_env,
 )
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
 
 POLL_SECONDS = 0.5
 
@@ -252,10 +253,10 @@ def main() -> None:
     )
     params = module.params
     try:
-        quota_mib = parse_memory_mib(params["quota"])
-        use_mib = parse_memory_mib(params["use"])
+        quota_mib = parse_mib(params["quota"], "quota")
+        use_mib = parse_mib(params["use"], "use")
     except ValueError as error:
-        module.fail_json(msg=f"quota or use: {error}")
+        module.fail_json(msg=str(error))
     for name in ("gpu_index", "hold_seconds", "timeout"):
         if params[name] < 0:
             module.fail_json(msg=f"{name} must not be negative, got {params[name]}")

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,18 +163,81 @@ def test_extender_schedules_with_only_its_service_account(
     cluster.ctl("stop-extender")  # extender_back_up restarts it with the admin identity
 
 
-def test_device_plugin_account_may_annotate_nodes_and_nothing_more(
+def plugin_pod_client(core: Any, node: str, work: Path) -> Any:
+    """A client with the token a device-plugin pod on ``node`` gets: bound to the pod, so it names the node."""
+    name = f"plugin-token-{node}"
+    try:
+        core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": PLUGIN_SA,
+            "automountServiceAccountToken": False,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "localhost/none"}],
+        },
+    }
+    for _ in range(30):  # the previous pod of this name may still be going
+        try:
+            pod = core.create_namespaced_pod(NS, body)
+            break
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            time.sleep(1)
+    bound = {"kind": "Pod", "apiVersion": "v1", "name": name, "uid": pod.metadata.uid}
+    request = {"spec": {"expirationSeconds": 3600, "boundObjectRef": bound}}
+    token = core.create_namespaced_service_account_token(PLUGIN_SA, NS, request).status.token
+    return client.CoreV1Api(cluster.api_client(cluster.token_kubeconfig(work / f"{name}.kubeconfig", token)))
+
+
+def denied(call: Any, *args: Any, **kwargs: Any) -> str:
+    """The API server's refusal message (403), or '' when the call went through."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as exc:
+        assert exc.status == 403, exc
+        return str(exc.body)
+    return ""
+
+
+def test_device_plugin_account_may_annotate_its_own_node_and_nothing_more(
     stack: Path, core: Any, gpu_nodes: cluster.NodeFactory
 ) -> None:
-    sa_core = client.CoreV1Api(sa_client(core, PLUGIN_SA, stack))
-    selector = gpu_nodes(1)
-    node = core.list_node(label_selector=",".join(f"{k}={v}" for k, v in selector.items())).items[0].metadata.name
-    sa_core.patch_node(
-        node, {"metadata": {"annotations": {f"{cluster.PREFIX}/gpus": cluster.gpus_annotation(node, [80000])}}}
+    """Issue 12 finding 8: RBAC lets the account patch any node; the admission policy narrows that to
+    the gpus annotation of the node its pod runs on, as kubelet's NodeRestriction does for kubelets."""
+    selector = gpu_nodes(2)
+    own, other = sorted(
+        n.metadata.name for n in core.list_node(label_selector=",".join(f"{k}={v}" for k, v in selector.items())).items
     )
-    assert "80000" in core.read_node(node).metadata.annotations[f"{cluster.PREFIX}/gpus"]
+    sa_core = plugin_pod_client(core, own, stack)
+    try:
+        check_own_node_only(core, sa_core, own, other, stack)
+    finally:
+        core.delete_namespaced_pod(f"plugin-token-{own}", NS, grace_period_seconds=0)
+
+
+def check_own_node_only(core: Any, sa_core: Any, own: str, other: str, stack: Path) -> None:
+    key = f"{cluster.PREFIX}/gpus"
+    sa_core.patch_node(own, {"metadata": {"annotations": {key: cluster.gpus_annotation(own, [80000])}}})
+    assert "80000" in core.read_node(own).metadata.annotations[key]
+
+    message = denied(
+        sa_core.patch_node, other, {"metadata": {"annotations": {key: cluster.gpus_annotation(other, [1])}}}
+    )
+    assert "may change only the node its pod runs on" in message, message
+    assert "may change only the" in denied(sa_core.patch_node, own, {"metadata": {"labels": {"x": "y"}}})
+    assert denied(sa_core.patch_node, own, {"metadata": {"annotations": {"other": "x"}}})
+    assert denied(sa_core.patch_node, own, {"spec": {"unschedulable": True}})
+
+    unbound = client.CoreV1Api(sa_client(core, PLUGIN_SA, stack))  # a token of no pod names no node
+    assert denied(unbound.patch_node, own, {"metadata": {"annotations": {key: "{}"}}})
     assert forbidden(sa_core.list_namespaced_secret, NS), "the device plugin's account can read secrets"
-    assert forbidden(sa_core.delete_node, node), "the device plugin's account can delete nodes"
+    assert forbidden(sa_core.delete_node, own), "the device plugin's account can delete nodes"
     assert forbidden(sa_core.patch_namespaced_pod, "x", "default", {}), "it can patch pods"
 
 

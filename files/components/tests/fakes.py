@@ -266,11 +266,11 @@ GPUS = two_gpus()
 
 
 class Exporter:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, gpus: list[Gpu] | None = None) -> None:
         self.cfg = config.load(None, environ={})
         self.cfg["state_dir"] = str(root / "state")
         self.pod_resources = FakePodResources(root / "pr.sock").start()
-        self.backend = FakeGpus(GPUS)
+        self.backend = FakeGpus(gpus or GPUS)
         self.collector = monitor.MonitorCollector(
             self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
         )

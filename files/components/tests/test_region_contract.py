@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import GPUS, Exporter, value
+from fakes import Exporter, Gpu, value
 from vgpu_components import allocator, ids, region
 from vgpu_components.host_paths import HostPaths
 
@@ -28,6 +28,9 @@ QUOTA_UNITS = 20  # 2000 MiB at the default 100 MiB unit
 # The client's steps: 300 + 200 MiB, free the 200, 150 more, then 2000 MiB (over the quota).
 STEPS = ["init", "alloc:300", "alloc:200", "free:1", "alloc:150", "alloc:2000", "hold:60"]
 USED, CONTEXT, PEAK, LIVE, REFUSED = 450 * MIB, 512 * MIB, 1012 * MIB, 2, 1  # 512: the default charge
+# GPU 0 of libvgpu's fake driver (files/libvgpu/tests/README.md): the container's
+# NVIDIA_VISIBLE_DEVICES names it, as the device plugin's Allocate does.
+GPUS = [Gpu(uuid="GPU-10111213-1415-1617-1819-1a1b1c1d1e1f", index=0, total_mib=8192, name="Fake GPU")]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,7 @@ def libvgpu() -> Path:
 def holding_container(libvgpu: Path, short_tmp: Path) -> Iterator[tuple[Exporter, allocator.Allocation]]:
     """A container set up as the device plugin would (quota file, region folder) whose process
     holds its memory; the monitor follows it through a PodResources server."""
-    exporter = Exporter(short_tmp)
+    exporter = Exporter(short_tmp, GPUS)
     table = allocator.DeviceTable(GPUS, unit_mib=100)
     device_ids = table.gpus()[0].device_ids()[:QUOTA_UNITS]
     alloc = allocator.build_allocation(table, device_ids, exporter.cfg)

@@ -16,6 +16,8 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
 
@@ -23,6 +25,7 @@ typedef uint64_t cuuint64_t;
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_DEVICE 101
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_SUPPORTED 801
@@ -76,6 +79,51 @@ typedef struct {
         unsigned char reserved[4];
     } allocFlags;
 } CUmemAllocationProp;
+
+/* Graph memory nodes (cuda.h, CUDA 11.4+). CUmemPoolProps is 88 bytes in every version: its
+ * tail was reserved[64] until CUDA 12.1, then maxSize, usage and reserved[54]. */
+#define CU_GRAPH_NODE_TYPE_GRAPH 4
+#define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
+#define CU_GRAPH_NODE_TYPE_MEM_FREE 11
+#define CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT 0
+#define CU_GRAPH_MEM_ATTR_USED_MEM_HIGH 1
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT 2
+#define CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH 3
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
+#define CU_STREAM_CAPTURE_MODE_GLOBAL 0
+
+typedef struct {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    unsigned char reserved[64];
+} CUmemPoolProps;
+
+typedef struct {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+
+typedef struct {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr; /* out: the allocation's address */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes, as in cuda.h");
+_Static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "CUDA_MEM_ALLOC_NODE_PARAMS is 120 bytes, as in cuda.h");
 
 /* cuGetProcAddress flags */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0

@@ -1,16 +1,17 @@
-/* Configuration: the read-only quota file (VGPU_CONFIG_FILE, default /etc/vgpu/quota.conf) is
- * the source of truth when present; environment variables are the fallback. Any malformed value
- * is an error that names the value: the caller fails closed. */
+/* Configuration. The device plugin's read-only quota file (/etc/vgpu/quota.conf), when present,
+ * is the whole configuration and the region folder is the contract's (/var/run/vgpu): nothing in
+ * the environment changes them. Without it (running by hand) the environment configures, with
+ * VGPU_CONFIG_FILE naming a quota file over it. Any malformed value is an error that names the
+ * value: the caller fails closed. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vgpu.h"
 
-#define DEFAULT_CONFIG_FILE "/etc/vgpu/quota.conf"
-#define DEFAULT_REGION_DIR "/var/run/vgpu"
 /* Charged per CUDA context (quota file key context_reserve, else VGPU_CONTEXT_RESERVE): what a
  * CUDA 13 context took on an H200 with driver 580 (527 MiB driver API, 619 MiB PyTorch). */
 #define DEFAULT_CTX_RESERVE "512MiB"
@@ -193,46 +194,42 @@ uint32_t vgpu_config_flags(const struct vgpu_config *cfg)
                       | cfg->cgroup_map_mode << 3 | cfg->compute_audit << 4);
 }
 
-int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
+/* An environment variable the device plugin's file overrides: said once, when it differs. */
+static void ignored(const char *name, const char *contract_value)
 {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->limit_enforce = 1;
-    cfg->virtual_memory = 1;
+    const char *v = getenv(name);
+    if (v && *v && strcmp(v, contract_value) != 0)
+        vgpu_log(VGPU_WARN, "%s=\"%s\" ignored: the device plugin's quota file %s is present", name, v, VGPU_QUOTA_FILE);
+}
 
+/* Running by hand, without the device plugin's file: the environment is the configuration;
+ * VGPU_CONFIG_FILE names a quota file whose keys win over it. */
+static int load_by_hand(struct vgpu_config *cfg, char *err, size_t errlen)
+{
     for (size_t i = 0; i < NSWITCHES; i++) {
         const char *v = getenv(switches[i].env);
         if (v && *v && parse_switch(switches[i].env, v, (int *)((char *)cfg + switches[i].offset), err, errlen) != 0)
             return -1;
     }
-
     const char *reserve = getenv("VGPU_CONTEXT_RESERVE");
-    if (!reserve || !*reserve)
-        reserve = DEFAULT_CTX_RESERVE;
-    if (parse_reserve(reserve, &cfg->ctx_reserve) != 0) {
+    if (reserve && *reserve && parse_reserve(reserve, &cfg->ctx_reserve) != 0) {
         snprintf(err, errlen, "VGPU_CONTEXT_RESERVE=\"%s\" is not a size: expected e.g. 300MiB or 0", reserve);
         return -1;
     }
-
-    const char *dir = getenv("VGPU_REGION_DIR");
-    cfg->region_dir_explicit = dir && *dir;
-    snprintf(cfg->region_dir, sizeof cfg->region_dir, "%s", cfg->region_dir_explicit ? dir : DEFAULT_REGION_DIR);
+    vgpu_config_region_dir(cfg->region_dir, sizeof cfg->region_dir, &cfg->region_dir_explicit);
 
     const char *path = getenv("VGPU_CONFIG_FILE");
-    int explicit_file = path && *path;
-    if (!explicit_file)
-        path = DEFAULT_CONFIG_FILE;
-    FILE *f = fopen(path, "re");
-    if (f) {
+    if (path && *path) {
+        FILE *f = fopen(path, "re");
+        if (!f) {
+            snprintf(err, errlen, "cannot read quota file VGPU_CONFIG_FILE=\"%s\": %s", path, strerror(errno));
+            return -1;
+        }
         int rc = load_file(cfg, f, path, err, errlen);
         fclose(f);
         snprintf(cfg->source, sizeof cfg->source, "quota file %s", path);
         return rc;
     }
-    if (explicit_file || errno != ENOENT) {
-        snprintf(err, errlen, "cannot read quota file VGPU_CONFIG_FILE=\"%s\": %s", path, strerror(errno));
-        return -1;
-    }
-
     const char *env = getenv("VGPU_MEMORY_LIMIT");
     if (env && *env) {
         char e2[400];
@@ -245,4 +242,39 @@ int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
         snprintf(cfg->source, sizeof cfg->source, "no quota configured");
     }
     return 0;
+}
+
+int vgpu_config_region_dir(char *out, size_t len, int *explicit_dir)
+{
+    const char *dir = getenv("VGPU_REGION_DIR");
+    int contract = access(VGPU_QUOTA_FILE, F_OK) == 0 || errno != ENOENT;
+    *explicit_dir = contract || (dir && *dir);
+    snprintf(out, len, "%s", !contract && dir && *dir ? dir : VGPU_CONTRACT_REGION_DIR);
+    return contract;
+}
+
+int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->limit_enforce = 1;
+    cfg->virtual_memory = 1;
+    parse_reserve(DEFAULT_CTX_RESERVE, &cfg->ctx_reserve);
+
+    /* The device plugin's read-only file, when present, is the whole configuration, with the
+     * contract's region folder: a process of the container cannot move or override either. */
+    FILE *f = fopen(VGPU_QUOTA_FILE, "re");
+    if (!f && errno == ENOENT)
+        return load_by_hand(cfg, err, errlen);
+    if (!f) {
+        snprintf(err, errlen, "cannot read the device plugin's quota file %s: %s", VGPU_QUOTA_FILE, strerror(errno));
+        return -1;
+    }
+    int rc = load_file(cfg, f, VGPU_QUOTA_FILE, err, errlen);
+    fclose(f);
+    cfg->region_dir_explicit = 1;
+    snprintf(cfg->region_dir, sizeof cfg->region_dir, "%s", VGPU_CONTRACT_REGION_DIR);
+    snprintf(cfg->source, sizeof cfg->source, "quota file %s", VGPU_QUOTA_FILE);
+    ignored("VGPU_CONFIG_FILE", VGPU_QUOTA_FILE);
+    ignored("VGPU_REGION_DIR", VGPU_CONTRACT_REGION_DIR);
+    return rc;
 }

@@ -23,15 +23,23 @@ static void usage(void)
     exit(2);
 }
 
-static struct vgpu_region *map_raw(const char *path, int *fd_out)
+/* The region file, never through a symlink nor blocking on a FIFO: run as root on the host,
+ * manage must not be turned against another file by what a container left in its folder. */
+static struct vgpu_region *map_raw(const char *path, int grow, int *fd_out)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    char err[800];
+    int fd = vgpu_region_open(path, 0, err, sizeof err);
     if (fd < 0) {
-        fprintf(stderr, "manage: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "manage: %s\n", err);
         exit(1);
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size < (off_t)VGPU_REGION_SIZE) {
+        if (!grow) {
+            fprintf(stderr, "manage: %s is %lld bytes, not a region (%u bytes); manage --reset rebuilds it\n", path,
+                    (long long)st.st_size, (unsigned)VGPU_REGION_SIZE);
+            exit(1);
+        }
         if (ftruncate(fd, VGPU_REGION_SIZE) != 0) {
             fprintf(stderr, "manage: %s is too small and cannot be grown: %s\n", path, strerror(errno));
             exit(1);
@@ -46,26 +54,6 @@ static struct vgpu_region *map_raw(const char *path, int *fd_out)
     return m;
 }
 
-/* Take the lock but never hang forever on a lock held by a stopped (live) process. */
-static void lock_or_rebuild(struct vgpu_region *r)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 10;
-    int rc = pthread_mutex_timedlock(&r->hdr.lock.mutex, &ts);
-    if (rc == 0 || rc == EOWNERDEAD) {
-        if (rc == EOWNERDEAD)
-            pthread_mutex_consistent(&r->hdr.lock.mutex);
-        r->hdr.lock_owner_pid = (uint32_t)getpid();
-        return;
-    }
-    fprintf(stderr, "manage: region lock held by pid %u for 10 s (%s): rebuilding the lock\n",
-            r->hdr.lock_owner_pid, strerror(rc));
-    vgpu_region_init_lock(r);
-    pthread_mutex_lock(&r->hdr.lock.mutex);
-    r->hdr.lock_owner_pid = (uint32_t)getpid();
-}
-
 static void repair(struct vgpu_region *r, int fd)
 {
     flock(fd, LOCK_EX);
@@ -78,31 +66,20 @@ static void repair(struct vgpu_region *r, int fd)
         flock(fd, LOCK_UN);
         return;
     }
-    lock_or_rebuild(r);
-    int bad = 0;
-    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
-        struct vgpu_region_slot *s = &r->slots[i];
-        /* a slot that is not clearly live or clearly free is garbage */
-        if ((s->state == 1 && s->pid == 0) || s->state > 1 || (s->state == 0 && s->pid != 0)) {
-            memset(s, 0, sizeof *s);
-            bad++;
-        }
-    }
-    int dead = vgpu_region_sweep_locked(r);
-    vgpu_region_recompute_locked(r);
-    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
-        struct vgpu_region_device *dv = &r->hdr.devices[d];
-        uint64_t in_use = dv->used_bytes + dv->ctx_bytes;
-        if (dv->peak_bytes < in_use)
-            dv->peak_bytes = in_use;
-        if (dv->peak_buffers < dv->live_buffers)
-            dv->peak_buffers = dv->live_buffers;
-    }
+    /* never hang forever on a lock held by a stopped (live) process */
+    vgpu_region_lock_timed(r, 10);
+    int bad = 0, dead = 0;
+    vgpu_region_repair_locked(r, &bad, &dead);
     r->hdr.reset_count++;
-    r->hdr.lock_owner_pid = 0;
-    pthread_mutex_unlock(&r->hdr.lock.mutex);
+    vgpu_region_unlock(r);
     flock(fd, LOCK_UN);
     printf("region repaired: %d dead processes reclaimed, %d corrupt slots cleared, totals recomputed\n", dead, bad);
+}
+
+static void say_holding(void)
+{
+    printf("holding\n");
+    fflush(stdout);
 }
 
 static void uuid_text(const struct vgpu_region_device *d, char *out, size_t len)
@@ -123,6 +100,10 @@ static void print_text(const struct vgpu_region *r, const char *path)
     const struct vgpu_region_header *h = &r->hdr;
     printf("region %s (version %u, flags %#x, context charge %.0f MiB)\n", path, h->version, h->flags,
            MIB(h->ctx_reserve_bytes));
+    if (h->restored_count)
+        printf("warning: %u times a process found the region below what it holds and restored it (a process of the "
+               "container wrote the region)\n",
+               h->restored_count);
     unsigned n = h->device_count ? h->device_count : 1;
     for (unsigned d = 0; d < n && d < VGPU_MAX_DEVICES; d++) {
         const struct vgpu_region_device *dv = &h->devices[d];
@@ -182,9 +163,10 @@ static void print_json(const struct vgpu_region *r, const char *path)
     printf("{\"region\": ");
     json_string(path, 4096);
     printf(", \"version\": %u, \"flags\": {\"limit\": %u, \"gpu_virtual_memory\": %u, \"gpu_cgroup_enable\": %u, "
-           "\"cgroup_map_mode\": %u, \"gpu_compute_audit\": %u}, \"ctx_reserve_bytes\": %llu, \"cgroup\": ",
+           "\"cgroup_map_mode\": %u, \"gpu_compute_audit\": %u}, \"ctx_reserve_bytes\": %llu, \"reset_count\": %u, "
+           "\"restored_count\": %u, \"cgroup\": ",
            h->version, h->flags & 1, h->flags >> 1 & 1, h->flags >> 2 & 1, h->flags >> 3 & 1, h->flags >> 4 & 1,
-           (unsigned long long)h->ctx_reserve_bytes);
+           (unsigned long long)h->ctx_reserve_bytes, h->reset_count, h->restored_count);
     json_string(h->cgroup, sizeof h->cgroup);
     printf(", \"devices\": [");
     for (unsigned d = 0; d < h->device_count && d < VGPU_MAX_DEVICES; d++) {
@@ -253,21 +235,17 @@ int main(int argc, char **argv)
     if (!stats && !reset && hold < 0)
         usage();
     if (!path) {
-        const char *dir = getenv("VGPU_REGION_DIR");
-        snprintf(def, sizeof def, "%s/%s", dir && *dir ? dir : "/var/run/vgpu", VGPU_REGION_FILE);
+        char dir[512];
+        int explicit_dir;
+        vgpu_config_region_dir(dir, sizeof dir, &explicit_dir);
+        snprintf(def, sizeof def, "%s/%s", dir, VGPU_REGION_FILE);
         path = def;
     }
     int fd;
-    struct vgpu_region *r = map_raw(path, &fd);
+    struct vgpu_region *r = map_raw(path, reset, &fd);
     if (hold >= 0) {
         /* test aid: die (kill -9) while holding the lock in the middle of an update */
-        vgpu_region_lock(r);
-        __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
-        printf("holding\n");
-        fflush(stdout);
-        sleep((unsigned)hold);
-        __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
-        vgpu_region_unlock(r);
+        vgpu_region_stall_in_update(r, (unsigned)hold, say_holding);
         return 0;
     }
     if (reset) {

@@ -11,19 +11,18 @@
 #include "region.h"
 #include "vgpu.h"
 
-#define NVML_HOOKS(X)                                                                                                 \
-    X(nvmlInit) X(nvmlInit_v2) X(nvmlInitWithFlags) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)         \
-    X(nvmlDeviceGetComputeRunningProcesses) X(nvmlDeviceGetComputeRunningProcesses_v2)                              \
-    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlErrorString)
-#define NVML_HELPERS(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)
+#include "hooks_nvml.h" /* generated from hooks.def */
 
 #define ENUM_ENTRY(n) N_##n,
-enum { NVML_HOOKS(ENUM_ENTRY) NVML_HELPERS(ENUM_ENTRY) N_COUNT };
+enum { VGPU_NVML_HOOKS(ENUM_ENTRY) VGPU_NVML_CALLS(ENUM_ENTRY) N_COUNT };
+#define ONE(n) +1
+enum { HOOK_COUNT = 0 VGPU_NVML_HOOKS(ONE) };
 #define NAME_ENTRY(n) #n,
-static const char *const real_names[N_COUNT] = {NVML_HOOKS(NAME_ENTRY) NVML_HELPERS(NAME_ENTRY)};
+static const char *const real_names[N_COUNT] = {VGPU_NVML_HOOKS(NAME_ENTRY) VGPU_NVML_CALLS(NAME_ENTRY)};
 static void *real_ptr[N_COUNT];
-#define HOOK_COUNT (N_nvmlErrorString + 1)
-#define REAL(name, ret, args) ((ret(*) args)real_ptr[N_##name])
+#define REAL(name) ((vgpu_fn_##name *)real_ptr[N_##name])
+#define DECLARE_HOOK(n) VGPU_EXPORT vgpu_fn_##n n;
+VGPU_NVML_HOOKS(DECLARE_HOOK)
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -91,26 +90,26 @@ static nvmlReturn_t ensure_ready(void)
 VGPU_EXPORT nvmlReturn_t nvmlInit(void)
 {
     nvmlReturn_t e = ensure_ready();
-    return e ? e : REAL(nvmlInit, nvmlReturn_t, (void))();
+    return e ? e : REAL(nvmlInit)();
 }
 
 VGPU_EXPORT nvmlReturn_t nvmlInit_v2(void)
 {
     nvmlReturn_t e = ensure_ready();
-    return e ? e : REAL(nvmlInit_v2, nvmlReturn_t, (void))();
+    return e ? e : REAL(nvmlInit_v2)();
 }
 
 VGPU_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     nvmlReturn_t e = ensure_ready();
-    return e ? e : REAL(nvmlInitWithFlags, nvmlReturn_t, (unsigned))(flags);
+    return e ? e : REAL(nvmlInitWithFlags)(flags);
 }
 
 VGPU_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
 {
     pthread_once(&load_once, load_real);
     if (real_ptr[N_nvmlErrorString])
-        return REAL(nvmlErrorString, const char *, (nvmlReturn_t))(result);
+        return REAL(nvmlErrorString)(result);
     return result == NVML_SUCCESS ? "Success" : "NVML error (the real NVML library was not found)";
 }
 
@@ -144,7 +143,7 @@ static int cuda_ordinal(nvmlDevice_t device, const struct vgpu_region_header *h)
 {
     char uuid[96] = "";
     if (real_ptr[N_nvmlDeviceGetUUID]
-        && REAL(nvmlDeviceGetUUID, nvmlReturn_t, (nvmlDevice_t, char *, unsigned))(device, uuid, sizeof uuid)
+        && REAL(nvmlDeviceGetUUID)(device, uuid, sizeof uuid)
                == NVML_SUCCESS) {
         for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
             char t[64];
@@ -157,7 +156,7 @@ static int cuda_ordinal(nvmlDevice_t device, const struct vgpu_region_header *h)
     }
     unsigned idx = 0;
     if (!real_ptr[N_nvmlDeviceGetIndex]
-        || REAL(nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t, unsigned *))(device, &idx) != NVML_SUCCESS)
+        || REAL(nvmlDeviceGetIndex)(device, &idx) != NVML_SUCCESS)
         return -1;
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     if (!cvd || !*cvd)
@@ -205,7 +204,7 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory
     nvmlReturn_t e = ensure_ready();
     if (e)
         return e;
-    nvmlReturn_t rc = REAL(nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t, nvmlMemory_t *))(device, mem);
+    nvmlReturn_t rc = REAL(nvmlDeviceGetMemoryInfo)(device, mem);
     uint64_t total, used, ctx;
     if (rc == NVML_SUCCESS && mem && virtual_view(device, mem->total, &total, &used, &ctx) == 0) {
         /* version 1 has no "reserved": contexts count as used */
@@ -222,7 +221,7 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
     if (e)
         return e;
     nvmlReturn_t rc =
-        REAL(nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t, (nvmlDevice_t, nvmlMemory_v2_t *))(device, mem);
+        REAL(nvmlDeviceGetMemoryInfo_v2)(device, mem);
     uint64_t total, used, ctx;
     if (rc == NVML_SUCCESS && mem && virtual_view(device, mem->total, &total, &used, &ctx) == 0) {
         mem->total = total;
@@ -267,7 +266,7 @@ static void virtual_processes(nvmlDevice_t device, unsigned count, void *infos, 
         nvmlReturn_t e = ensure_ready();                                                                              \
         if (e)                                                                                                        \
             return e;                                                                                                 \
-        nvmlReturn_t rc = REAL(NAME, nvmlReturn_t, (nvmlDevice_t, unsigned *, void *))(device, count, infos);         \
+        nvmlReturn_t rc = REAL(NAME)(device, count, infos);         \
         if (rc == NVML_SUCCESS && count)                                                                              \
             virtual_processes(device, *count, infos, STRIDE);                                                         \
         return rc;                                                                                                    \
@@ -278,7 +277,7 @@ RUNNING(nvmlDeviceGetComputeRunningProcesses_v2, 24)
 RUNNING(nvmlDeviceGetComputeRunningProcesses_v3, 24)
 
 #define HOOK_ADDR(n) (void *)n,
-static void *const hook_ptr[HOOK_COUNT] = {NVML_HOOKS(HOOK_ADDR)};
+static void *const hook_ptr[HOOK_COUNT] = {VGPU_NVML_HOOKS(HOOK_ADDR)};
 
 VGPU_HIDDEN void *vgpu_nvml_hook_for(void *real)
 {

@@ -18,9 +18,16 @@
 /* getpid() is a system call; the hot path asks often. Forgotten in a fork child. */
 static pid_t cached_pid;
 static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+/* What this process holds by its own count, per device (used_bytes, ctx_bytes, buffers). The
+ * region is writable by every process of the container: what it says is checked against this. */
+static struct vgpu_slot_device mine[VGPU_MAX_DEVICES];
+static int told_restored;
+
 static void forget_pid(void)
 {
     cached_pid = 0;
+    memset(mine, 0, sizeof mine); /* a fork child holds none of its parent's memory */
 }
 static void register_forget(void)
 {
@@ -46,9 +53,13 @@ static uint64_t sat_sub(uint64_t a, uint64_t b)
     return a > b ? a - b : 0;
 }
 
+/* Writers hold the lock, so seq is even here unless a writer died mid-update (or the region was
+ * scribbled on): then it is odd already, and steps by 2 to stay odd while this update runs. */
 static void write_begin(struct vgpu_region *r)
 {
-    __atomic_fetch_add(&r->hdr.seq, 1, __ATOMIC_SEQ_CST);
+    uint64_t s = __atomic_load_n(&r->hdr.seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->hdr.seq, s + 1 + (s & 1), __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 static void write_end(struct vgpu_region *r)
@@ -94,20 +105,45 @@ int vgpu_region_header_valid(const struct vgpu_region *r)
         && h->state == 1 && h->device_count <= VGPU_MAX_DEVICES;
 }
 
-struct vgpu_region *vgpu_region_map_file(const char *path, int create, char *err, size_t errlen)
+int vgpu_region_open(const char *path, int create, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = open(path, flags);
     if (fd < 0 && errno == ENOENT && create) {
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        fd = open(path, flags | O_CREAT | O_EXCL, 0666);
         if (fd >= 0)
             (void)fchmod(fd, 0666); /* every uid in the container shares it, whatever the umask */
         else if (errno == EEXIST)
-            fd = open(path, O_RDWR | O_CLOEXEC);
+            fd = open(path, flags);
     }
     if (fd < 0) {
-        snprintf(err, errlen, "cannot open region %s: %s", path, strerror(errno));
-        return NULL;
+        if (errno == ELOOP)
+            snprintf(err, errlen, "%s is a symbolic link: refused (a region is a plain file)", path);
+        else
+            snprintf(err, errlen, "cannot open region %s: %s", path, strerror(errno));
+        return -1;
     }
+    struct stat st;
+    const char *bad = NULL;
+    if (fstat(fd, &st) != 0)
+        bad = strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        bad = "is not a regular file: refused";
+    else if (st.st_nlink != 1)
+        bad = "has more than one hard link: refused";
+    if (bad) {
+        snprintf(err, errlen, "%s %s", path, bad);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+struct vgpu_region *vgpu_region_map_file(const char *path, int create, char *err, size_t errlen)
+{
+    int fd = vgpu_region_open(path, create, err, errlen);
+    if (fd < 0)
+        return NULL;
     /* flock serialises creation and re-initialisation only; accounting uses the mutex. */
     if (flock(fd, LOCK_EX) != 0) {
         snprintf(err, errlen, "cannot lock region %s: %s", path, strerror(errno));
@@ -155,9 +191,28 @@ struct vgpu_region *vgpu_region_map(const char *dir, int explicit_dir, int creat
     return r;
 }
 
+/* Slots at and above slot_high are free: readers and admission scan below it only. */
+static unsigned slot_high(const struct vgpu_region *r)
+{
+    return r->hdr.slot_high < VGPU_MAX_SLOTS ? r->hdr.slot_high : VGPU_MAX_SLOTS;
+}
+
+static void trim_slot_high_locked(struct vgpu_region *r)
+{
+    unsigned n = slot_high(r);
+    while (n > 0 && r->slots[n - 1].state == 0 && r->slots[n - 1].pid == 0)
+        n--;
+    r->hdr.slot_high = n;
+}
+
 void vgpu_region_recompute_locked(struct vgpu_region *r)
 {
     write_begin(r);
+    unsigned high = 0;
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++)
+        if (r->slots[i].state != 0 || r->slots[i].pid != 0)
+            high = i + 1;
+    r->hdr.slot_high = high;
     for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
         uint64_t used = 0, ctx = 0, bufs = 0;
         for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
@@ -175,9 +230,33 @@ void vgpu_region_recompute_locked(struct vgpu_region *r)
     }
     if (r->hdr.device_count > VGPU_MAX_DEVICES)
         r->hdr.device_count = VGPU_MAX_DEVICES;
-    /* leave seq even whatever a dead writer left */
-    if (r->hdr.seq & 1)
-        r->hdr.seq++;
+    write_end(r);
+}
+
+void vgpu_region_repair_locked(struct vgpu_region *r, int *bad, int *dead)
+{
+    *bad = 0;
+    for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        /* a slot that is not clearly live or clearly free is garbage */
+        if ((s->state == 1 && s->pid == 0) || s->state > 1 || (s->state == 0 && s->pid != 0)) {
+            write_begin(r);
+            memset(s, 0, sizeof *s);
+            write_end(r);
+            (*bad)++;
+        }
+    }
+    *dead = vgpu_region_sweep_locked(r);
+    vgpu_region_recompute_locked(r);
+    write_begin(r);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        struct vgpu_region_device *dv = &r->hdr.devices[d];
+        uint64_t in_use = dv->used_bytes + dv->ctx_bytes;
+        if (dv->peak_bytes < in_use)
+            dv->peak_bytes = in_use;
+        if (dv->peak_buffers < dv->live_buffers)
+            dv->peak_buffers = dv->live_buffers;
+    }
     write_end(r);
 }
 
@@ -204,33 +283,6 @@ void vgpu_region_unlock(struct vgpu_region *r)
 {
     r->hdr.lock_owner_pid = 0;
     pthread_mutex_unlock(&r->hdr.lock.mutex);
-}
-
-uint64_t vgpu_proc_start_time(int pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* after ") " come fields 3..; starttime is field 22 */
-    p += 2;
-    int field = 3;
-    if (*p == 'Z' || *p == 'X')
-        return 0;
-    while (*p && field < 22) {
-        if (*p++ == ' ')
-            field++;
-    }
-    return strtoull(p, NULL, 10);
 }
 
 static void read_cgroup(int pid, char *out, size_t len)
@@ -268,6 +320,75 @@ int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup)
     return 1;
 }
 
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a + b < a ? UINT64_MAX : a + b;
+}
+
+/* Device dev's use summed over the live slots: (used, contexts, buffers). */
+static void slot_sums_locked(const struct vgpu_region *r, int dev, uint64_t *used, uint64_t *ctx, uint64_t *bufs)
+{
+    *used = *ctx = *bufs = 0;
+    for (unsigned i = 0, n = slot_high(r); i < n; i++) {
+        const struct vgpu_region_slot *s = &r->slots[i];
+        if (s->state != 1)
+            continue;
+        *used = sat_add(*used, s->devices[dev].used_bytes);
+        *ctx = sat_add(*ctx, s->devices[dev].ctx_bytes);
+        *bufs = sat_add(*bufs, s->devices[dev].buffers);
+    }
+}
+
+/* What admission compares with the quota: the largest of the device total, the sum of the slots
+ * and this process's own holdings. A process of the container that lowers the total (or its
+ * slots) gets no other process past the quota: the totals are taken from the slots again, and
+ * no process ever passes the quota by its own count. */
+static uint64_t in_use_locked(struct vgpu_region *r, int dev)
+{
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    uint64_t used, ctx, bufs;
+    slot_sums_locked(r, dev, &used, &ctx, &bufs);
+    if (sat_add(used, ctx) > sat_add(d->used_bytes, d->ctx_bytes)) {
+        write_begin(r);
+        d->used_bytes = used;
+        d->ctx_bytes = ctx;
+        d->live_buffers = bufs;
+        r->hdr.restored_count++;
+        write_end(r);
+    }
+    uint64_t in_use = sat_add(d->used_bytes, d->ctx_bytes), own = sat_add(mine[dev].used_bytes, mine[dev].ctx_bytes);
+    return in_use > own ? in_use : own;
+}
+
+/* Our slot must say what we hold. When someone else wrote it (a process of the container, a
+ * region re-initialised under us), it is restored and the totals recomputed from the slots. */
+static void restore_own_locked(struct vgpu_region *r, struct vgpu_region_slot *sl, int slot, int dev)
+{
+    struct vgpu_slot_device *s = &sl->devices[dev];
+    if ((unsigned)slot >= r->hdr.slot_high) {
+        write_begin(r);
+        r->hdr.slot_high = (uint32_t)slot + 1;
+        write_end(r);
+    }
+    if (s->used_bytes == mine[dev].used_bytes && s->ctx_bytes == mine[dev].ctx_bytes
+        && s->buffers == mine[dev].buffers)
+        return;
+    if (!told_restored++)
+        vgpu_log(VGPU_WARN,
+                 "the region said this process holds %llu bytes on device %d, it holds %llu: restored (another "
+                 "process wrote the region)",
+                 (unsigned long long)s->used_bytes, dev, (unsigned long long)mine[dev].used_bytes);
+    write_begin(r);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
+        sl->devices[d].used_bytes = mine[d].used_bytes;
+        sl->devices[d].ctx_bytes = mine[d].ctx_bytes;
+        sl->devices[d].buffers = mine[d].buffers;
+    }
+    r->hdr.restored_count++;
+    write_end(r);
+    vgpu_region_recompute_locked(r);
+}
+
 static void reclaim_slot_locked(struct vgpu_region *r, struct vgpu_region_slot *s)
 {
     for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
@@ -296,6 +417,11 @@ int vgpu_region_sweep_locked(struct vgpu_region *r)
         reclaim_slot_locked(r, s);
         write_end(r);
         reclaimed++;
+    }
+    if (reclaimed) {
+        write_begin(r);
+        trim_slot_high_locked(r);
+        write_end(r);
     }
     return reclaimed;
 }
@@ -336,6 +462,8 @@ static int attach_locked(struct vgpu_region *r)
         s->attach_ns = now_ns();
         read_comm(s->comm, sizeof s->comm);
         s->state = 1;
+        if (i + 1 > r->hdr.slot_high)
+            r->hdr.slot_high = i + 1;
         write_end(r);
         return (int)i;
     }
@@ -380,6 +508,7 @@ void vgpu_region_detach(struct vgpu_region *r, int slot)
     if ((int)s->pid == getpid() && s->state == 1) {
         write_begin(r);
         reclaim_slot_locked(r, s);
+        trim_slot_high_locked(r);
         write_end(r);
     }
     vgpu_region_unlock(r);
@@ -402,9 +531,12 @@ int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint
         return 0;
     vgpu_region_lock(r);
     struct vgpu_region_device *d = &r->hdr.devices[dev];
+    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
+    if (sl)
+        restore_own_locked(r, sl, *slot, dev);
     if (enforce && limit) {
         for (int pass = 0;; pass++) {
-            uint64_t inuse = d->used_bytes + d->ctx_bytes;
+            uint64_t inuse = in_use_locked(r, dev);
             if (bytes <= limit && inuse <= limit - bytes)
                 break;
             if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
@@ -416,8 +548,7 @@ int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint
             return -1;
         }
     }
-    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
-    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL;
+    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL, *m = &mine[dev];
     write_begin(r);
     if ((unsigned)dev + 1 > r->hdr.device_count)
         r->hdr.device_count = (uint32_t)dev + 1;
@@ -428,19 +559,21 @@ int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint
         d->bytes_allocated += bytes;
         if (d->live_buffers > d->peak_buffers)
             d->peak_buffers = d->live_buffers;
-        if (s) {
-            s->used_bytes += bytes;
-            s->buffers++;
-        }
+        m->used_bytes += bytes;
+        m->buffers++;
     } else {
         d->ctx_bytes += bytes;
-        if (s)
-            s->ctx_bytes += bytes;
+        m->ctx_bytes += bytes;
+    }
+    if (s) {
+        s->used_bytes = m->used_bytes;
+        s->ctx_bytes = m->ctx_bytes;
+        s->buffers = m->buffers;
+        if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
+            s->peak_bytes = s->used_bytes + s->ctx_bytes;
     }
     if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
         d->peak_bytes = d->used_bytes + d->ctx_bytes;
-    if (s && s->used_bytes + s->ctx_bytes > s->peak_bytes)
-        s->peak_bytes = s->used_bytes + s->ctx_bytes;
     write_end(r);
     vgpu_region_unlock(r);
     return 0;
@@ -453,13 +586,15 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
     vgpu_region_lock(r);
     struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_region_slot *sl = own_slot_locked(r, slot);
-    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL;
+    if (sl)
+        restore_own_locked(r, sl, *slot, dev);
+    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL, *m = &mine[dev];
     write_begin(r);
     if (kind == VGPU_DATA || kind == VGPU_ROLLBACK) {
-        /* only what this slot still holds: a reset may already have released it */
-        uint64_t b = s ? (bytes < s->used_bytes ? bytes : s->used_bytes) : bytes;
+        /* only what this process still holds by its own count */
+        uint64_t b = bytes < m->used_bytes ? bytes : m->used_bytes;
         d->used_bytes = sat_sub(d->used_bytes, b);
-        d->live_buffers = sat_sub(d->live_buffers, !s || s->buffers ? 1 : 0);
+        d->live_buffers = sat_sub(d->live_buffers, m->buffers ? 1 : 0);
         if (kind == VGPU_ROLLBACK) {
             /* an admission undone because the driver failed: it never happened */
             d->alloc_count = sat_sub(d->alloc_count, 1);
@@ -468,16 +603,113 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
             d->free_count++;
             d->bytes_freed += bytes;
         }
-        if (s) {
-            s->used_bytes -= b;
-            s->buffers = sat_sub(s->buffers, 1);
-        }
+        m->used_bytes -= b;
+        m->buffers = sat_sub(m->buffers, 1);
     } else {
-        uint64_t b = s ? (bytes < s->ctx_bytes ? bytes : s->ctx_bytes) : bytes;
+        uint64_t b = bytes < m->ctx_bytes ? bytes : m->ctx_bytes;
         d->ctx_bytes = sat_sub(d->ctx_bytes, b);
-        if (s)
-            s->ctx_bytes -= b;
+        m->ctx_bytes -= b;
     }
+    if (s) {
+        s->used_bytes = m->used_bytes;
+        s->ctx_bytes = m->ctx_bytes;
+        s->buffers = m->buffers;
+    }
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers, uint64_t limit,
+                       int enforce)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0;
+    vgpu_region_lock(r);
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
+    if (sl)
+        restore_own_locked(r, sl, *slot, dev);
+    if (enforce && limit && bytes > 0) {
+        for (int pass = 0;; pass++) {
+            uint64_t inuse = in_use_locked(r, dev);
+            if ((uint64_t)bytes <= limit && inuse <= limit - (uint64_t)bytes)
+                break;
+            if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
+                continue;
+            write_begin(r);
+            d->oom_count++;
+            write_end(r);
+            vgpu_region_unlock(r);
+            return -1;
+        }
+    }
+    struct vgpu_slot_device *m = &mine[dev];
+    /* never below zero: only what this process holds by its own count */
+    uint64_t up = bytes > 0 ? (uint64_t)bytes : 0, down = bytes < 0 ? (uint64_t)-bytes : 0;
+    uint64_t bufs_up = buffers > 0 ? (uint64_t)buffers : 0, bufs_down = buffers < 0 ? (uint64_t)-buffers : 0;
+    down = down < m->used_bytes ? down : m->used_bytes;
+    bufs_down = bufs_down < m->buffers ? bufs_down : m->buffers;
+    write_begin(r);
+    if ((unsigned)dev + 1 > r->hdr.device_count)
+        r->hdr.device_count = (uint32_t)dev + 1;
+    d->used_bytes = sat_sub(d->used_bytes, down) + up;
+    d->live_buffers = sat_sub(d->live_buffers, bufs_down) + bufs_up;
+    m->used_bytes = m->used_bytes - down + up;
+    m->buffers = m->buffers - bufs_down + bufs_up;
+    if (sl) {
+        struct vgpu_slot_device *s = &sl->devices[dev];
+        s->used_bytes = m->used_bytes;
+        s->buffers = m->buffers;
+        if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
+            s->peak_bytes = s->used_bytes + s->ctx_bytes;
+    }
+    if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
+        d->peak_bytes = d->used_bytes + d->ctx_bytes;
+    write_end(r);
+    vgpu_region_unlock(r);
+    return 0;
+}
+
+void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16])
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return;
+    vgpu_region_lock(r);
+    write_begin(r);
+    memcpy(r->hdr.devices[dev].uuid, uuid, 16);
+    r->hdr.devices[dev].uuid_valid = 1;
+    if (r->hdr.device_count < (uint32_t)dev + 1)
+        r->hdr.device_count = (uint32_t)dev + 1;
+    write_end(r);
+    vgpu_region_unlock(r);
+}
+
+int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += seconds;
+    int rc = pthread_mutex_timedlock(&r->hdr.lock.mutex, &ts);
+    if (rc == 0 || rc == EOWNERDEAD) {
+        if (rc == EOWNERDEAD)
+            pthread_mutex_consistent(&r->hdr.lock.mutex);
+        r->hdr.lock_owner_pid = (uint32_t)my_pid();
+        return 0;
+    }
+    vgpu_log(VGPU_WARN, "region lock held by pid %u for %u s (%s): rebuilding the lock", r->hdr.lock_owner_pid,
+             seconds, strerror(rc));
+    vgpu_region_init_lock(r);
+    pthread_mutex_lock(&r->hdr.lock.mutex);
+    r->hdr.lock_owner_pid = (uint32_t)my_pid();
+    return 1;
+}
+
+void vgpu_region_stall_in_update(struct vgpu_region *r, unsigned seconds, void (*started)(void))
+{
+    vgpu_region_lock(r);
+    write_begin(r);
+    started();
+    sleep(seconds);
     write_end(r);
     vgpu_region_unlock(r);
 }

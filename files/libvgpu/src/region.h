@@ -53,7 +53,9 @@ struct vgpu_region_header {
     uint64_t updated_ns;
     uint32_t lock_owner_pid;
     uint32_t reset_count;
-    uint8_t reserved1[40];
+    uint32_t slot_high;      /* slots at and above are free */
+    uint32_t restored_count; /* times a process found the region below what it holds, and restored it */
+    uint8_t reserved1[32];
     union {
         pthread_mutex_t mutex;
         uint8_t pad[64];
@@ -97,6 +99,9 @@ _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t fits its 64 bytes
 
 enum vgpu_charge_kind { VGPU_DATA = 0, VGPU_CTX = 1, VGPU_ROLLBACK = 2 };
 
+/* Open a region file for reading and writing: never through a symbolic link, never blocking
+ * (a FIFO), a regular file with one link only; creates it when create. fd, or -1 and err. */
+VGPU_HIDDEN int vgpu_region_open(const char *path, int create, char *err, size_t errlen);
 /* Map (creating if needed) <dir>/vgpu.region; private anonymous memory when dir is not usable
  * and not explicit. Returns NULL and fills err on failure. */
 VGPU_HIDDEN struct vgpu_region *vgpu_region_map(const char *dir, int explicit_dir, int create, char *err, size_t errlen);
@@ -106,6 +111,10 @@ VGPU_HIDDEN struct vgpu_region *vgpu_region_map_file(const char *path, int creat
 VGPU_HIDDEN void vgpu_region_lock(struct vgpu_region *r);
 VGPU_HIDDEN void vgpu_region_unlock(struct vgpu_region *r);
 
+/* Take the lock, waiting at most seconds for a live holder (a stopped process, say), then
+ * rebuild the lock (1 returned; the caller recomputes). Tools only: the hooks never time out. */
+VGPU_HIDDEN int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds);
+
 /* Register this process (slot), write limits and switches; reclaims dead slots. -1 if full. */
 VGPU_HIDDEN int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg);
 VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
@@ -114,19 +123,31 @@ VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
 VGPU_HIDDEN int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes,
                                    uint64_t limit, int enforce);
 VGPU_HIDDEN void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes);
+/* Move this process's used memory on dev by bytes and its live allocations by buffers (graph
+ * memory: charged per executable graph, not per buffer). A rise is admitted like a charge:
+ * 0 ok, -1 refused (would pass limit when enforce). A fall never goes below what it holds. */
+VGPU_HIDDEN int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers,
+                                   uint64_t limit, int enforce);
+
+/* Record the UUID of CUDA ordinal dev (NVML maps its devices to ordinals by it). */
+VGPU_HIDDEN void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16]);
+/* Test aid: hold the lock in the middle of an update (sequence odd) for seconds; started() is
+ * called once the update has begun. */
+VGPU_HIDDEN void vgpu_region_stall_in_update(struct vgpu_region *r, unsigned seconds, void (*started)(void));
 
 /* Reclaim slots of processes that are gone; caller holds the lock. Returns slots reclaimed. */
 VGPU_HIDDEN int vgpu_region_sweep_locked(struct vgpu_region *r);
 /* Recompute device totals from live slots; caller holds the lock. */
 VGPU_HIDDEN void vgpu_region_recompute_locked(struct vgpu_region *r);
+/* Clear garbage slots, reclaim dead ones, recompute the totals (manage --reset); caller holds the lock. */
+VGPU_HIDDEN void vgpu_region_repair_locked(struct vgpu_region *r, int *bad, int *dead);
 VGPU_HIDDEN void vgpu_region_init_header(struct vgpu_region *r);
 /* (Re)initialise the region's lock as a robust, process-shared mutex, unlocked. */
 VGPU_HIDDEN void vgpu_region_init_lock(struct vgpu_region *r);
 
 VGPU_HIDDEN int vgpu_region_header_valid(const struct vgpu_region *r);
 
-/* Process identity helpers. */
-VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
+/* Process identity: alive with that start time (vgpu_proc_start_time) and, when given, cgroup. */
 VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
 
 /* Consistent lock-free copy of the header; 0 ok, -1 gave up. */

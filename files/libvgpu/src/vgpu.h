@@ -10,6 +10,14 @@
 #define VGPU_MAX_DEVICES 16
 #define VGPU_MIB (1024ULL * 1024ULL)
 
+/* ---- the container contract's fixed paths (docs/architecture.md) ---- */
+/* VGPU_CONTRACT_ROOT moves them under a test folder in the tests' contract build only. */
+#ifndef VGPU_CONTRACT_ROOT
+#define VGPU_CONTRACT_ROOT ""
+#endif
+#define VGPU_QUOTA_FILE VGPU_CONTRACT_ROOT "/etc/vgpu/quota.conf" /* the device plugin's, read-only */
+#define VGPU_CONTRACT_REGION_DIR VGPU_CONTRACT_ROOT "/var/run/vgpu"
+
 /* ---- configuration (config.c) ---- */
 struct vgpu_config {
     uint64_t limit[VGPU_MAX_DEVICES]; /* bytes, 0 = no quota on that device */
@@ -20,13 +28,16 @@ struct vgpu_config {
     int compute_audit;                /* GPU_COMPUTE_AUDIT */
     uint64_t ctx_reserve;             /* bytes charged per CUDA context */
     char region_dir[512];
-    int region_dir_explicit;          /* VGPU_REGION_DIR was set */
+    int region_dir_explicit;          /* the folder must be usable: the contract's, or VGPU_REGION_DIR */
     char source[600];                 /* where the quota came from, for messages */
 };
 
 VGPU_HIDDEN int vgpu_parse_size(const char *text, uint64_t *bytes);
 VGPU_HIDDEN int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *err, size_t errlen);
 VGPU_HIDDEN int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen);
+/* The region folder: the contract's when the device plugin's quota file is present (returns 1),
+ * else VGPU_REGION_DIR or the contract's default; *explicit_dir when it must be usable. */
+VGPU_HIDDEN int vgpu_config_region_dir(char *out, size_t len, int *explicit_dir);
 VGPU_HIDDEN uint32_t vgpu_config_flags(const struct vgpu_config *cfg);
 
 /* ---- logging (log.c) ---- */
@@ -35,6 +46,11 @@ VGPU_HIDDEN void vgpu_log(int level, const char *fmt, ...) __attribute__((format
 #define VGPU_WARN 1
 #define VGPU_INFO 2
 #define VGPU_DEBUG 3
+
+/* ---- process identity (proc.c; also built into the fake driver) ---- */
+/* Start time of a process (field 22 of /proc/<pid>/stat, the same in every pid namespace);
+ * 0 when it is gone or a zombie. */
+VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
 
 /* ---- finding the real driver libraries (loader.c) ---- */
 VGPU_HIDDEN void *vgpu_open_real(const char *soname, const char *override_env, char *err, size_t errlen);

@@ -28,9 +28,10 @@ check_lib() { # lib, lists...
 exported_file() { exported "$1" >"$dir/.exports"; echo "$dir/.exports"; }
 
 here=$(dirname "$0")/..
-check_lib "$dir/libcuda.so.1" "$here"/exports/libcuda-*.txt "$here/src/hooks-cuda.txt"
-check_lib "$dir/libnvidia-ml.so.1" "$here"/exports/libnvidia-ml-*.txt "$here/src/hooks-nvml.txt"
-check_lib "$dir/libvgpu.so" "$here"/exports/libcuda-*.txt "$here/src/hooks-cuda.txt" "$here"/exports/libnvidia-ml-*.txt "$here/src/hooks-nvml.txt"
+# the hooked names as generated from src/hooks.def
+check_lib "$dir/libcuda.so.1" "$here"/exports/libcuda-*.txt "$dir/gen/hooks-cuda.txt"
+check_lib "$dir/libnvidia-ml.so.1" "$here"/exports/libnvidia-ml-*.txt "$dir/gen/hooks-nvml.txt"
+check_lib "$dir/libvgpu.so" "$here"/exports/libcuda-*.txt "$dir/gen/hooks-cuda.txt" "$here"/exports/libnvidia-ml-*.txt "$dir/gen/hooks-nvml.txt"
 if nm -D --defined-only "$dir/libvgpu.so" | grep -q ' T dlsym$'; then
     report PASS "libvgpu.so exports dlsym"
 else

@@ -2,7 +2,11 @@
  * finds them (the shim via LD_LIBRARY_PATH, or the fake with libvgpu.so preloaded).
  * Steps from argv, each printing one line that run-tests.sh checks:
  *   init | alloc:MIB[:api] | free:N | freeall | info | infonull | totalmem | nvml | ctx |
- *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H
+ *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H |
+ *   devices | use:ORDINAL | nvml-devices | nvml-procs |
+ *   graph:MIB:MODE (MODE keep, free, auto, v2, params, gpa) | launch-graph:N | exec-destroy:N |
+ *   graph-destroy:N | trim | graph-attr | capture:MIB:keep|free | capture-only:MIB | capture-free:N |
+ *   free-graph-ptr:N
  * api: v2 managed async async_ptsz pool pool_ptsz create create_host array array3d mipmap
  *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag) */
 #include <dlfcn.h>
@@ -34,6 +38,86 @@ struct alloc {
 static struct alloc allocs[4096];
 static int nallocs;
 static void *early_launch;
+
+/* Graphs made by the graph and capture steps, by number. */
+struct graph {
+    CUgraph graph;
+    CUgraphExec exec;
+    CUdeviceptr dptr;
+};
+static struct graph graphs[64];
+static int ngraphs;
+
+/* graph:MIB:MODE: one allocation node of MIB on the current device, its free node too with
+ * "free"; instantiated through cuGraphInstantiateWithFlags (AUTO_FREE_ON_LAUNCH with "auto"),
+ * cuGraphInstantiate_v2 ("v2"), WithParams ("params") or cuGetProcAddress("cuGraphInstantiate")
+ * ("gpa"). Prints the instantiation's result. */
+static void graph_step(size_t mib, const char *mode)
+{
+    struct graph *g = &graphs[ngraphs++ % 64];
+    memset(g, 0, sizeof *g);
+    CUgraphNode alloc = NULL, freen = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS a;
+    memset(&a, 0, sizeof a);
+    CUdevice dev = 0;
+    CU(cuCtxGetDevice, (CUdevice *))(&dev);
+    a.poolProps.allocType = 1;
+    a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.poolProps.location.id = dev;
+    a.bytesize = mib << 20;
+    CUresult rb = CU(cuGraphCreate, (CUgraph *, unsigned))(&g->graph, 0);
+    if (rb == CUDA_SUCCESS)
+        rb = CU(cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                         CUDA_MEM_ALLOC_NODE_PARAMS *))(&alloc, g->graph, NULL, 0, &a);
+    g->dptr = a.dptr;
+    if (rb == CUDA_SUCCESS && !strcmp(mode, "free"))
+        rb = CU(cuGraphAddMemFreeNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr))(
+            &freen, g->graph, &alloc, 1, a.dptr);
+    CUresult ri;
+    if (!strcmp(mode, "v2")) {
+        ri = CU(cuGraphInstantiate_v2, (CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t))(&g->exec, g->graph,
+                                                                                               NULL, NULL, 0);
+    } else if (!strcmp(mode, "params")) {
+        CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+        memset(&ip, 0, sizeof ip);
+        ri = CU(cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))(
+            &g->exec, g->graph, &ip);
+    } else if (!strcmp(mode, "gpa")) {
+        void *f = NULL;
+        ri = CU(cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, int *))("cuGraphInstantiate", &f, 12000,
+                                                                                      0, NULL);
+        if (ri == CUDA_SUCCESS)
+            ri = ((CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))f)(&g->exec, g->graph, 0);
+    } else {
+        ri = CU(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))(
+            &g->exec, g->graph, !strcmp(mode, "auto") ? CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH : 0);
+    }
+    printf("graph %zu %s build=%d rc=%d\n", mib, mode, rb, ri);
+}
+
+/* capture:MIB:keep|free (instantiated like PyTorch does, AUTO_FREE_ON_LAUNCH), capture-only:MIB
+ * (not instantiated), capture-free:N (a captured free of allocation N, not instantiated). */
+static void capture_step(const char *what, size_t mib, const char *mode, CUdeviceptr free_ptr)
+{
+    struct graph *g = &graphs[ngraphs++ % 64];
+    memset(g, 0, sizeof *g);
+    CUstream s = NULL;
+    CUresult ra = 0, rf = 0, ri = 0;
+    CUresult rs = CU(cuStreamCreate, (CUstream *, unsigned))(&s, 1);
+    CUresult rc = rs ? rs : CU(cuStreamBeginCapture_v2, (CUstream, int))(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (!strcmp(what, "capture-free")) {
+        rf = CU(cuMemFreeAsync, (CUdeviceptr, CUstream))(free_ptr, s);
+    } else {
+        ra = CU(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))(&g->dptr, mib << 20, s);
+        if (ra == CUDA_SUCCESS && mode && !strcmp(mode, "free"))
+            rf = CU(cuMemFreeAsync, (CUdeviceptr, CUstream))(g->dptr, s);
+    }
+    CUresult re = CU(cuStreamEndCapture, (CUstream, CUgraph *))(s, &g->graph);
+    if (!strcmp(what, "capture") && re == CUDA_SUCCESS)
+        ri = CU(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))(
+            &g->exec, g->graph, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    printf("%s %zu begin=%d alloc=%d free=%d end=%d inst=%d\n", what, mib, rc, ra, rf, re, ri);
+}
 
 static CUresult do_alloc(const char *api, size_t bytes, uint64_t *key)
 {
@@ -217,6 +301,140 @@ int main(int argc, char **argv)
             nvmlReturn_t rc = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &n, info);
             printf("procs rc=%d n=%u self=%d used=%llu\n", rc, n, n && info[0].pid == (unsigned)getpid(),
                    n ? info[0].used >> 20 : 0);
+        } else if (!strcmp(step, "devices")) {
+            /* what CUDA shows: ordinals, UUIDs, sizes */
+            int n = 0;
+            CUresult rc = CU(cuDeviceGetCount, (int *))(&n);
+            printf("devices rc=%d n=%d", rc, n);
+            for (int d = 0; d < n; d++) {
+                CUuuid u;
+                size_t t = 0;
+                char name[64] = "";
+                CU(cuDeviceGetUuid, (CUuuid *, CUdevice))(&u, d);
+                CU(cuDeviceTotalMem_v2, (size_t *, CUdevice))(&t, d);
+                CU(cuDeviceGetName, (char *, int, CUdevice))(name, sizeof name, d);
+                const unsigned char *b = (const unsigned char *)u.bytes;
+                printf(" %d:GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x:%zu:%s", d, b[0], b[1],
+                       b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15], t >> 20,
+                       name);
+            }
+            printf("\n");
+        } else if (!strcmp(step, "use")) {
+            /* make ORDINAL's primary context current: later steps run on that device */
+            CUcontext c = NULL;
+            CUresult rc = CU(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))(&c, atoi(arg1));
+            if (rc == CUDA_SUCCESS)
+                rc = CU(cuCtxSetCurrent, (CUcontext))(c);
+            printf("use %d rc=%d\n", atoi(arg1), rc);
+        } else if (!strcmp(step, "nvml-devices")) {
+            /* every call the Python components make through pynvml, on every device */
+            nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            if (!nvml) {
+                printf("dlopen libnvidia-ml.so.1: %s\n", dlerror());
+                return 3;
+            }
+            unsigned n = 0;
+            char drv[32] = "";
+            int cuda_v = 0;
+            nvmlReturn_t rc = NV(nvmlInitWithFlags, (unsigned))(0);
+            nvmlReturn_t rn = rc ? rc : NV(nvmlDeviceGetCount_v2, (unsigned *))(&n);
+            NV(nvmlSystemGetDriverVersion, (char *, unsigned))(drv, sizeof drv);
+            NV(nvmlSystemGetCudaDriverVersion, (int *))(&cuda_v);
+            printf("nvml-devices rc=%d count_rc=%d n=%u driver=%s cuda=%d\n", rc, rn, n, drv, cuda_v);
+            void *events = NULL;
+            nvmlReturn_t re = NV(nvmlEventSetCreate, (void **))(&events);
+            for (unsigned g = 0; g < n; g++) {
+                nvmlDevice_t d = NULL;
+                char uuid[96] = "", name[96] = "";
+                unsigned idx = 99, minor = 99, mode = 99, persist = 99;
+                nvmlMemory_t m = {0, 0, 0};
+                struct {
+                    char legacy[16];
+                    unsigned domain, bus, device, id, sub;
+                    char bus_id[32];
+                } pci;
+                memset(&pci, 0, sizeof pci);
+                int bad = NV(nvmlDeviceGetHandleByIndex_v2, (unsigned, nvmlDevice_t *))(g, &d) != 0;
+                bad += NV(nvmlDeviceGetUUID, (nvmlDevice_t, char *, unsigned))(d, uuid, sizeof uuid) != 0;
+                bad += NV(nvmlDeviceGetName, (nvmlDevice_t, char *, unsigned))(d, name, sizeof name) != 0;
+                bad += NV(nvmlDeviceGetIndex, (nvmlDevice_t, unsigned *))(d, &idx) != 0;
+                bad += NV(nvmlDeviceGetMinorNumber, (nvmlDevice_t, unsigned *))(d, &minor) != 0;
+                bad += NV(nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t *))(d, &m) != 0;
+                bad += NV(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t, void *))(d, &pci) != 0;
+                bad += NV(nvmlDeviceGetPersistenceMode, (nvmlDevice_t, unsigned *))(d, &persist) != 0;
+                bad += NV(nvmlDeviceSetComputeMode, (nvmlDevice_t, unsigned))(d, 3) != 0;
+                bad += NV(nvmlDeviceGetComputeMode, (nvmlDevice_t, unsigned *))(d, &mode) != 0 || mode != 3;
+                bad += NV(nvmlDeviceSetComputeMode, (nvmlDevice_t, unsigned))(d, 0) != 0;
+                bad += NV(nvmlDeviceRegisterEvents, (nvmlDevice_t, unsigned long long, void *))(d, 8, events) != 0;
+                nvmlDevice_t by_uuid = NULL;
+                bad += NV(nvmlDeviceGetHandleByUUID, (const char *, nvmlDevice_t *))(uuid, &by_uuid) != 0 || by_uuid != d;
+                unsigned cur = 9, pend = 9;
+                nvmlReturn_t mig = NV(nvmlDeviceGetMigMode, (nvmlDevice_t, unsigned *, unsigned *))(d, &cur, &pend);
+                printf("nvml-device %u index=%u uuid=%s name=%s minor=%u total=%llu used=%llu bus=%s persistence=%u "
+                       "mig_rc=%d failures=%d\n",
+                       g, idx, uuid, name, minor, m.total >> 20, m.used >> 20, pci.bus_id, persist, mig, bad);
+            }
+            struct {
+                void *device;
+                unsigned long long type, data;
+                unsigned gi, ci;
+            } ev;
+            nvmlReturn_t rw = NV(nvmlEventSetWait_v2, (void *, void *, unsigned))(events, &ev, 20);
+            nvmlReturn_t rf = NV(nvmlEventSetFree, (void *))(events);
+            const char *timeout_text = ((const char *(*)(nvmlReturn_t))fn(nvml, "nvmlErrorString"))(rw);
+            printf("nvml-events create=%d wait=%d (%s) free=%d shutdown=%d\n", re, rw, timeout_text, rf,
+                   NV(nvmlShutdown, (void))());
+        } else if (!strcmp(step, "nvml-procs")) {
+            /* pynvml's two calls: the count first (no buffer), then the rows */
+            nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            NV(nvmlInit_v2, (void))();
+            nvmlDevice_t d = NULL;
+            NV(nvmlDeviceGetHandleByIndex_v2, (unsigned, nvmlDevice_t *))(arg1 ? (unsigned)atoi(arg1) : 0, &d);
+            unsigned n = 0;
+            nvmlReturn_t r1 = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &n, NULL);
+            struct {
+                unsigned pid;
+                unsigned long long used;
+                unsigned gi, ci;
+            } info[16];
+            unsigned cap = 16;
+            nvmlReturn_t r2 = NV(nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, void *))(d, &cap, info);
+            printf("nvml-procs first=%d n=%u second=%d rows=%u", r1, n, r2, cap);
+            for (unsigned k = 0; r2 == 0 && k < cap; k++)
+                printf(" pid=%u:%llu", info[k].pid, info[k].used >> 20);
+            printf("\n");
+        } else if (!strcmp(step, "graph")) {
+            graph_step((size_t)atol(arg1), arg2 ? arg2 : "keep");
+        } else if (!strcmp(step, "capture") || !strcmp(step, "capture-only")) {
+            capture_step(step, (size_t)atol(arg1), arg2, 0);
+        } else if (!strcmp(step, "capture-free")) {
+            int n = atoi(arg1);
+            capture_step(step, 0, NULL, n < nallocs ? allocs[n].key : 0);
+        } else if (!strcmp(step, "launch-graph")) {
+            int n = atoi(arg1);
+            printf("launch-graph %d rc=%d\n", n, CU(cuGraphLaunch, (CUgraphExec, CUstream))(graphs[n].exec, NULL));
+        } else if (!strcmp(step, "exec-destroy")) {
+            int n = atoi(arg1);
+            printf("exec-destroy %d rc=%d\n", n, CU(cuGraphExecDestroy, (CUgraphExec))(graphs[n].exec));
+        } else if (!strcmp(step, "graph-destroy")) {
+            int n = atoi(arg1);
+            printf("graph-destroy %d rc=%d\n", n, CU(cuGraphDestroy, (CUgraph))(graphs[n].graph));
+        } else if (!strcmp(step, "free-graph-ptr")) {
+            int n = atoi(arg1);
+            printf("free-graph-ptr %d rc=%d\n", n, CU(cuMemFreeAsync, (CUdeviceptr, CUstream))(graphs[n].dptr, NULL));
+        } else if (!strcmp(step, "trim")) {
+            CUdevice dev = 0;
+            CU(cuCtxGetDevice, (CUdevice *))(&dev);
+            printf("trim rc=%d\n", CU(cuDeviceGraphMemTrim, (CUdevice))(dev));
+        } else if (!strcmp(step, "graph-attr")) {
+            CUdevice dev = 0;
+            unsigned long long used = 0, reserved = 0;
+            CU(cuCtxGetDevice, (CUdevice *))(&dev);
+            CUresult r1 = CU(cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
+                                                                                  &used);
+            CUresult r2 = CU(cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))(
+                dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved);
+            printf("graph-attr rc=%d,%d used=%llu reserved=%llu\n", r1, r2, used >> 20, reserved >> 20);
         } else if (!strcmp(step, "ctx")) {
             CUcontext c = NULL, prev = NULL;
             CU(cuCtxGetCurrent, (CUcontext *))(&prev);

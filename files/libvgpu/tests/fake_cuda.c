@@ -1,10 +1,11 @@
-/* A fake CUDA driver for the CI tests (there is no GPU there): host memory behind the
- * driver-shaped API that libvgpu hooks. One device (ordinal 0) of FAKE_TOTAL_MIB (default 8192)
- * MiB; it refuses allocations past that with CUDA_ERROR_OUT_OF_MEMORY, like a full GPU.
- * FAKE_LEDGER=<file> keeps, across all processes, the device bytes currently allocated and their
- * peak (two u64 updated atomically), so a test can check the quota held for real. */
+/* A fake CUDA driver for the CI tests and for GPU-less nodes (there is no GPU there): host memory
+ * behind the driver-shaped API that libvgpu hooks. FAKE_GPUS GPUs (default 1) of FAKE_TOTAL_MIB
+ * MiB each (default 8192), or as /etc/vgpu-fake-gpu.conf says (tests/README.md); a GPU refuses
+ * allocations past its memory with CUDA_ERROR_OUT_OF_MEMORY. Without a state file each process
+ * has the GPUs to itself; with one (state=, FAKE_STATE) every process of the node shares them,
+ * and fake NVML reports what each process holds. CUDA_VISIBLE_DEVICES (indexes or UUIDs) and
+ * NVIDIA_VISIBLE_DEVICES are honoured as the driver and the container runtime do. */
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,85 +14,179 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "abi.h"
-
-#define EXPORT __attribute__((visibility("default")))
+#include "fake_cuda.h"
+#include "fake_gpu.h"
 
 static int initialised;
-static CUcontext current;
-static int primary_refs;
-static uint64_t total_bytes;
-static uint64_t used_bytes; /* this process, device memory */
-static uint64_t *ledger;    /* [0] current, [1] peak, across processes */
+static const struct fake_config *cfg;
+static struct fake_state *state;
+static int ndev;                     /* CUDA ordinals of this process */
+static int phys_of[FAKE_MAX_GPUS];   /* ordinal -> physical fake GPU */
+static uint64_t used[FAKE_MAX_GPUS]; /* this process's device memory, by ordinal */
+static struct fake_proc *me;         /* our entry in the state, NULL = none */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct CUctx_st {
+    int live;
+    int dev;
+} primary_ctx[FAKE_MAX_GPUS], extra_ctx[64];
+static unsigned primary_refs[FAKE_MAX_GPUS];
+static __thread CUcontext current;
 
 struct block {
     uint64_t key, bytes;
     void *mem;
-    int device; /* counts as device memory */
+    int dev; /* the ordinal of device memory, -1 = host memory */
 };
 static struct block blocks[65536];
 static uint64_t next_handle = 0x1000;
 
-static void setup(void)
+/* CUDA_VISIBLE_DEVICES: indexes into the GPUs the process has, or UUIDs (a prefix is enough);
+ * the list ends at the first entry that names no GPU or one already listed, as with the driver. */
+static void map_ordinals(void)
 {
-    const char *t = getenv("FAKE_TOTAL_MIB");
-    total_bytes = (uint64_t)(t ? atol(t) : 8192) << 20;
-    const char *l = getenv("FAKE_LEDGER");
-    if (l && *l) {
-        int fd = open(l, O_RDWR | O_CREAT, 0666);
-        if (fd >= 0 && ftruncate(fd, 4096) == 0) {
-            void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (m != MAP_FAILED)
-                ledger = m;
-        }
-        if (fd >= 0)
-            close(fd);
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    ndev = 0;
+    if (!v) {
+        for (int i = 0; i < cfg->nvisible; i++)
+            phys_of[ndev++] = cfg->visible[i];
+        return;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", v);
+    int taken[FAKE_MAX_GPUS] = {0};
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item && ndev < FAKE_MAX_GPUS;
+         item = strtok_r(NULL, ",", &save)) {
+        int k = -1;
+        char *end;
+        long idx = strtol(item, &end, 10);
+        if (end != item && !*end)
+            k = idx >= 0 && idx < cfg->nvisible ? (int)idx : -1;
+        else
+            for (int i = 0; i < cfg->nvisible && k < 0; i++) {
+                char u[64];
+                fake_uuid_text(cfg->visible[i], u, sizeof u);
+                if (strncmp(u, item, strlen(item)) == 0 && strlen(item) >= 8)
+                    k = i;
+            }
+        if (k < 0 || taken[k])
+            break;
+        taken[k] = 1;
+        phys_of[ndev++] = cfg->visible[k];
     }
 }
 
-static void ledger_add(int64_t delta)
+static int valid_dev(CUdevice d)
 {
-    if (!ledger)
-        return;
-    uint64_t now = __atomic_add_fetch(&ledger[0], (uint64_t)delta, __ATOMIC_SEQ_CST);
-    uint64_t peak = __atomic_load_n(&ledger[1], __ATOMIC_SEQ_CST);
-    while (delta > 0 && now > peak && !__atomic_compare_exchange_n(&ledger[1], &peak, now, 0, __ATOMIC_SEQ_CST,
-                                                                  __ATOMIC_SEQ_CST))
-        ;
+    return d >= 0 && d < ndev;
 }
 
-/* Allocate host memory standing for device memory; key 0 = use the address as the key. */
-static CUresult fake_alloc(uint64_t bytes, int device, uint64_t *key_out, void **mem_out)
+static int current_dev(void)
+{
+    return current ? current->dev : -1;
+}
+
+int fake_ready(void)
+{
+    return initialised;
+}
+int fake_current_dev(void)
+{
+    return current_dev();
+}
+int fake_valid_dev(int dev)
+{
+    return valid_dev(dev);
+}
+
+/* Our entry in the node-wide state (state lock held). */
+static struct fake_proc *my_entry_locked(void)
+{
+    uint32_t pid = (uint32_t)getpid();
+    if (me && me->live && me->pid == pid)
+        return me;
+    uint64_t ns = fake_self_pidns(), start = fake_start_time(pid);
+    me = NULL;
+    for (int i = 0; i < FAKE_MAX_PROCS && !me; i++)
+        if (!state->procs[i].live) {
+            me = &state->procs[i];
+            *me = (struct fake_proc){.pid = pid, .live = 1, .pidns = ns, .start_time = start};
+        }
+    return me;
+}
+
+/* Take bytes of device memory on ordinal dev from the GPU: its whole memory is shared by every
+ * process of the node when there is a state file, else it is this process's alone. */
+static int device_take(int dev, uint64_t bytes)
+{
+    if (!state) {
+        if (used[dev] + bytes > cfg->total_bytes)
+            return -1;
+        used[dev] += bytes;
+        return 0;
+    }
+    int g = phys_of[dev];
+    fake_state_lock(state);
+    if (state->used[g] + bytes > cfg->total_bytes)
+        fake_state_reap_locked(state); /* memory of dead processes goes back, as with the driver */
+    if (state->used[g] + bytes > cfg->total_bytes) {
+        fake_state_unlock(state);
+        return -1;
+    }
+    state->used[g] += bytes;
+    state->now += bytes;
+    if (state->now > state->peak)
+        state->peak = state->now;
+    struct fake_proc *p = my_entry_locked();
+    if (p)
+        p->bytes[g] += bytes;
+    fake_state_unlock(state);
+    used[dev] += bytes;
+    return 0;
+}
+
+static void device_give(int dev, uint64_t bytes)
+{
+    used[dev] -= bytes;
+    if (!state)
+        return;
+    int g = phys_of[dev];
+    fake_state_lock(state);
+    state->used[g] -= bytes < state->used[g] ? bytes : state->used[g];
+    state->now -= bytes < state->now ? bytes : state->now;
+    struct fake_proc *p = my_entry_locked();
+    if (p)
+        p->bytes[g] -= bytes < p->bytes[g] ? bytes : p->bytes[g];
+    fake_state_unlock(state);
+}
+
+/* Allocate host memory standing for memory of device dev (-1: host memory, not counted);
+ * *key_out == 1 asks for a handle instead of the address as the key. */
+static CUresult fake_alloc(uint64_t bytes, int dev, uint64_t *key_out, void **mem_out)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (device && !current)
+    if (!valid_dev(dev) && dev != -1)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
-    if (device && used_bytes + bytes > total_bytes) {
+    if (dev >= 0 && device_take(dev, bytes) != 0) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) {
-        pthread_mutex_unlock(&lock);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     size_t i;
-    for (i = 0; i < sizeof blocks / sizeof blocks[0] && blocks[i].mem; i++)
+    for (i = 0; m != MAP_FAILED && i < sizeof blocks / sizeof blocks[0] && blocks[i].mem; i++)
         ;
-    if (i == sizeof blocks / sizeof blocks[0]) {
-        munmap(m, bytes);
+    if (m == MAP_FAILED || i == sizeof blocks / sizeof blocks[0]) {
+        if (m != MAP_FAILED)
+            munmap(m, bytes);
+        if (dev >= 0)
+            device_give(dev, bytes);
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t key = key_out && *key_out == 1 ? next_handle++ : (uint64_t)(uintptr_t)m;
-    blocks[i] = (struct block){key, bytes, m, device};
-    if (device) {
-        used_bytes += bytes;
-        ledger_add((int64_t)bytes);
-    }
+    blocks[i] = (struct block){key, bytes, m, dev};
     pthread_mutex_unlock(&lock);
     if (key_out)
         *key_out = key;
@@ -100,16 +195,14 @@ static CUresult fake_alloc(uint64_t bytes, int device, uint64_t *key_out, void *
     return CUDA_SUCCESS;
 }
 
-static CUresult fake_free(uint64_t key)
+CUresult fake_free(uint64_t key)
 {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
         if (blocks[i].mem && blocks[i].key == key) {
             munmap(blocks[i].mem, blocks[i].bytes);
-            if (blocks[i].device) {
-                used_bytes -= blocks[i].bytes;
-                ledger_add(-(int64_t)blocks[i].bytes);
-            }
+            if (blocks[i].dev >= 0)
+                device_give(blocks[i].dev, blocks[i].bytes);
             memset(&blocks[i], 0, sizeof blocks[i]);
             pthread_mutex_unlock(&lock);
             return CUDA_SUCCESS;
@@ -119,14 +212,50 @@ static CUresult fake_free(uint64_t key)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+int fake_device_reserve(int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    int rc = valid_dev(dev) ? device_take(dev, bytes) : -1;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void fake_device_release(int dev, uint64_t bytes)
+{
+    pthread_mutex_lock(&lock);
+    if (valid_dev(dev))
+        device_give(dev, bytes);
+    pthread_mutex_unlock(&lock);
+}
+
+/* After fork() the child holds no device memory of its parent (as with the driver). */
+static void forget_in_child(void)
+{
+    me = NULL;
+    memset(used, 0, sizeof used);
+    memset(blocks, 0, sizeof blocks);
+}
+
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+static void setup(void)
+{
+    cfg = fake_config();
+    if (!cfg->ok)
+        return;
+    state = fake_state();
+    map_ordinals();
+    for (int i = 0; i < FAKE_MAX_GPUS; i++)
+        primary_ctx[i].dev = i;
+    pthread_atfork(NULL, NULL, forget_in_child);
+    initialised = 1;
+}
+
 EXPORT CUresult cuInit(unsigned flags)
 {
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!initialised)
-        setup();
-    initialised = 1;
-    return CUDA_SUCCESS;
+    pthread_once(&setup_once, setup);
+    return initialised ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuDriverGetVersion(int *v)
@@ -150,7 +279,9 @@ EXPORT CUresult cuDeviceGetCount(int *n)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    *n = 1;
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = ndev;
     return CUDA_SUCCESS;
 }
 
@@ -158,15 +289,15 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!d || ordinal != 0)
+    if (!d || !valid_dev(ordinal))
         return CUDA_ERROR_INVALID_VALUE;
-    *d = 0;
+    *d = ordinal;
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 {
-    if (!name || len < 16 || d != 0)
+    if (!name || len < 16 || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
     strcpy(name, "Fake GPU");
     return CUDA_SUCCESS;
@@ -174,10 +305,9 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 
 EXPORT CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
-    if (!u || d != 0)
+    if (!u || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
-    for (int i = 0; i < 16; i++)
-        u->bytes[i] = (char)(0x10 + i);
+    fake_uuid(phys_of[d], (unsigned char *)u->bytes);
     return CUDA_SUCCESS;
 }
 
@@ -190,40 +320,37 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!bytes || d != 0)
+    if (!bytes || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
-    *bytes = total_bytes;
+    *bytes = cfg->total_bytes;
     return CUDA_SUCCESS;
 }
-
-static struct CUctx_st {
-    int dummy;
-} primary_ctx, extra_ctx[64];
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!c || d != 0)
+    if (!c || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
-    primary_refs++;
-    *c = &primary_ctx;
+    primary_refs[d]++;
+    primary_ctx[d].live = 1;
+    *c = &primary_ctx[d];
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 {
-    if (d != 0 || primary_refs == 0)
+    if (!valid_dev(d) || primary_refs[d] == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    primary_refs--;
+    primary_refs[d]--;
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
-    if (d != 0)
+    if (!valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
-    primary_refs = 0;
+    primary_refs[d] = 0;
     return CUDA_SUCCESS;
 }
 
@@ -249,7 +376,7 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
-    *d = 0;
+    *d = current->dev;
     return CUDA_SUCCESS;
 }
 
@@ -263,24 +390,27 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
     (void)flags;
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!c || d != 0)
+    if (!c || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < 64; i++) {
-        if (!extra_ctx[i].dummy) {
-            extra_ctx[i].dummy = 1;
+        if (!extra_ctx[i].live) {
+            extra_ctx[i] = (struct CUctx_st){1, d};
+            pthread_mutex_unlock(&lock);
             *c = &extra_ctx[i];
             current = *c;
             return CUDA_SUCCESS;
         }
     }
+    pthread_mutex_unlock(&lock);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
 {
-    if (!c || c == &primary_ctx || !c->dummy)
+    if (!c || (c >= primary_ctx && c < primary_ctx + FAKE_MAX_GPUS) || !c->live)
         return CUDA_ERROR_INVALID_VALUE;
-    c->dummy = 0;
+    c->live = 0;
     if (current == c)
         current = NULL;
     return CUDA_SUCCESS;
@@ -290,8 +420,10 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
 {
     if (!p || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
+    if (!current)
+        return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
     uint64_t key = 0;
-    CUresult rc = fake_alloc(bytes, 1, &key, NULL);
+    CUresult rc = fake_alloc(bytes, current_dev(), &key, NULL);
     if (rc == CUDA_SUCCESS)
         *p = key;
     return rc;
@@ -301,6 +433,9 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc;
+    if (fake_graph_free(p, &rc))
+        return rc;
     return p ? fake_free(p) : CUDA_SUCCESS;
 }
 
@@ -324,7 +459,9 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, 
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s)
 {
-    (void)s;
+    CUresult rc;
+    if (fake_capture_alloc(s, bytes, current_dev(), p, &rc))
+        return rc; /* an allocation node of the graph being captured */
     return cuMemAlloc_v2(p, bytes);
 }
 
@@ -333,12 +470,32 @@ EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s)
     return cuMemAllocAsync(p, bytes, s);
 }
 
+static struct CUmemPoolHandle_st {
+    int dev;
+} default_pool[FAKE_MAX_GPUS];
+
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
+{
+    if (!pool || !valid_dev(d))
+        return CUDA_ERROR_INVALID_VALUE;
+    default_pool[d].dev = d;
+    *pool = &default_pool[d];
+    return CUDA_SUCCESS;
+}
+
+/* Memory of a pool is on the pool's device, whatever the current context. */
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s)
 {
-    (void)s;
-    if (!pool)
+    if (!p || !bytes || !pool)
         return CUDA_ERROR_INVALID_VALUE;
-    return cuMemAlloc_v2(p, bytes);
+    CUresult rc0;
+    if (fake_capture_alloc(s, bytes, pool->dev, p, &rc0))
+        return rc0;
+    uint64_t key = 0;
+    CUresult rc = fake_alloc(bytes, pool->dev, &key, NULL);
+    if (rc == CUDA_SUCCESS)
+        *p = key;
+    return rc;
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s)
@@ -348,7 +505,9 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmem
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
-    (void)s;
+    CUresult rc;
+    if (fake_capture_free(s, p, &rc))
+        return rc; /* a free node of the graph being captured */
     return cuMemFree_v2(p);
 }
 
@@ -357,25 +516,16 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
     return cuMemFreeAsync(p, s);
 }
 
-static struct CUmemPoolHandle_st {
-    int dummy;
-} default_pool;
-
-EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
-{
-    if (!pool || d != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    *pool = &default_pool;
-    return CUDA_SUCCESS;
-}
-
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
                             unsigned long long flags)
 {
     if (!h || !prop || !bytes || flags)
         return CUDA_ERROR_INVALID_VALUE;
+    int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+    if (device && !valid_dev(prop->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
     uint64_t key = 1; /* ask for a handle, not an address */
-    CUresult rc = fake_alloc(bytes, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE, &key, NULL);
+    CUresult rc = fake_alloc(bytes, device ? prop->location.id : -1, &key, NULL);
     if (rc == CUDA_SUCCESS)
         *h = key;
     return rc;
@@ -395,8 +545,10 @@ static uint64_t fmt_bytes(int f)
 
 static CUresult make_array(uint64_t bytes, uint64_t *key)
 {
+    if (!current)
+        return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
     *key = 1;
-    return fake_alloc(bytes, 1, key, NULL);
+    return fake_alloc(bytes, current_dev(), key, NULL);
 }
 
 EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
@@ -454,10 +606,12 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!free_b && !total_b)
         return CUDA_ERROR_INVALID_VALUE;
+    int d = current_dev();
+    uint64_t in_use = state ? __atomic_load_n(&state->used[phys_of[d]], __ATOMIC_RELAXED) : used[d];
     if (free_b)
-        *free_b = total_bytes - used_bytes;
+        *free_b = cfg->total_bytes - (in_use < cfg->total_bytes ? in_use : cfg->total_bytes);
     if (total_b)
-        *total_b = total_bytes;
+        *total_b = cfg->total_bytes;
     return CUDA_SUCCESS;
 }
 
@@ -503,7 +657,12 @@ static CUresult internal_launch(CUfunction f, unsigned gx, unsigned gy, unsigned
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
-static void *internal_pointer(const char *symbol, cuuint64_t flags)
+static CUresult internal_instantiate(CUgraphExec *exec, CUgraph g, unsigned long long flags)
+{
+    return cuGraphInstantiateWithFlags(exec, g, flags);
+}
+
+static void *internal_pointer(const char *symbol, int version, cuuint64_t flags)
 {
     const char *e = getenv("FAKE_INTERNAL_POINTERS");
     if (!e || e[0] != '1')
@@ -515,6 +674,8 @@ static void *internal_pointer(const char *symbol, cuuint64_t flags)
         return ptds ? (void *)internal_alloc_async_ptsz : (void *)internal_alloc_async;
     if (!strcmp(symbol, "cuLaunchKernel"))
         return (void *)internal_launch;
+    if (!strcmp(symbol, "cuGraphInstantiate") && version >= 12000)
+        return (void *)internal_instantiate;
     return NULL;
 }
 
@@ -528,7 +689,9 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
     if (dladdr((void *)cuGetProcAddress_v2, &info))
         self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     char name[256];
-    void *p = internal_pointer(symbol, flags);
+    void *p = internal_pointer(symbol, version, flags);
+    if (!p && !strcmp(symbol, "cuGraphInstantiate") && version >= 12000)
+        symbol = "cuGraphInstantiateWithFlags"; /* the CUDA 12 ABI of that name, as cuda.h maps it */
     if (!p && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
         snprintf(name, sizeof name, "%s_ptsz", symbol);
         p = dlsym(self, name);

@@ -3,48 +3,7 @@
 # the real libcuda/libnvidia-ml). Usage: run-tests.sh BUILD_DIR VARIANT
 # Appends "PASS|FAIL [variant] name" lines to BUILD_DIR/../results.txt.
 set -u
-B=$(cd "$1" && pwd)
-V=$2
-RESULTS=$(dirname "$B")/results.txt
-WORK=$(mktemp -d /tmp/vgpu-test.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
-CLIENT=$B/vgpu-test-client
-MANAGE=$B/manage
-FAKE=$B/fake/libcuda.so.1
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-
-pass() { echo "PASS [$V] $1" | tee -a "$RESULTS"; }
-fail() {
-    echo "FAIL [$V] $1" | tee -a "$RESULTS"
-    echo "---- output:"; sed 's/^/    /' "$OUT" | head -40
-    echo "---- stderr:"; sed 's/^/    /' "$ERR" | head -40
-}
-
-# A fresh container: region folder, no quota file, the fake driver as the real one.
-fresh() {
-    R=$(mktemp -d "$WORK/region.XXXX")
-    OUT=$R/out ERR=$R/err
-    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT LD_PRELOAD
-    export VGPU_CONTEXT_RESERVE=0  # round numbers; the context charge has its own tests
-    export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
-    export VGPU_CONFIG_FILE=""
-    export VGPU_REAL_LIBCUDA=$FAKE VGPU_REAL_LIBNVML=$B/fake/libnvidia-ml.so.1 FAKE_DRIVER=$FAKE
-    export LD_LIBRARY_PATH=$B
-    export VGPU_MEMORY_LIMIT=${1:-100MiB}
-}
-# run: the client's steps; output in $OUT, stderr in $ERR; sanitizer reports fail the test.
-run() { timeout 60 "$CLIENT" "$@" >"$OUT" 2>"$ERR"; }
-sanitizer_clean() { ! grep -qE 'AddressSanitizer|runtime error:|LeakSanitizer' "$ERR"; }
-expect() { # name, grep patterns that must all be in $OUT
-    local name=$1; shift
-    for p in "$@"; do
-        if ! grep -qE -- "$p" "$OUT"; then fail "$name (missing: $p)"; return 1; fi
-    done
-    if ! sanitizer_clean; then fail "$name (sanitizer report)"; return 1; fi
-    pass "$name"
-}
-wait_for() { for _ in $(seq 100); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-json_field() { "$MANAGE" --stats --json | grep -oE "\"$1\": [0-9]+" | head -1 | awk '{print $2}'; }
+. "$(dirname "$0")/lib.sh"
 
 # ---------------------------------------------------------------- enforcement, every path
 for api in v2 managed async async_ptsz pool pool_ptsz create array array3d mipmap gpa gpa2 gpa2_ptsz; do
@@ -210,10 +169,10 @@ expect "two processes share one quota" "alloc 60 v2 rc=2" "alloc 30 v2 rc=0" "in
 
 fresh 200MiB
 ledger=$R/ledger
-export FAKE_LEDGER=$ledger
+export FAKE_STATE=$ledger
 for i in $(seq 16); do (timeout 120 "$CLIENT" init hammer:400:40 >"$R/h$i" 2>&1) & done
 wait
-unset FAKE_LEDGER
+unset FAKE_STATE
 peak=$(od -An -t u8 -j 8 -N 8 "$ledger" | tr -d ' ')
 now=$(od -An -t u8 -j 0 -N 8 "$ledger" | tr -d ' ')
 ooms=$(cat "$R"/h* | sed -n 's/.*oom=\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
@@ -245,9 +204,10 @@ holder=$!
 wait_for holding "$R/holder"
 kill -9 $holder; wait $holder 2>/dev/null
 start=$(date +%s)
-run init alloc:50 info
+run init alloc:50 info nvml
 expect "a process killed holding the lock mid-update does not wedge the others" "alloc 50 v2 rc=0" \
     "info rc=0 free=50 total=100"
+expect "after lock recovery lock-free readers (NVML) see the region again" "nvml rc=0 total=100 used=50"
 [ $(( $(date +%s) - start )) -lt 10 ] && pass "lock recovery is immediate" || fail "lock recovery took too long"
 
 fresh 100MiB
@@ -260,7 +220,7 @@ printf '\007\000\000\000' | dd of="$region" bs=1 seek=$((4096 + 700 * 1024 + 4))
 printf '\003\000\000\000' | dd of="$region" bs=1 seek=40 conv=notrunc status=none   # seq left odd
 "$MANAGE" --reset >"$R/reset" 2>&1
 used=$(json_field used_bytes)
-run init alloc:60 info
+run init alloc:60 info nvml
 wait
 OUT2=$OUT; OUT=$R/reset
 if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared" "$R/reset" \
@@ -270,6 +230,7 @@ if grep -q "region repaired: 0 dead processes reclaimed, 1 corrupt slots cleared
 else fail "reset: used=$used"; fi
 OUT=$OUT2
 expect "allocations work after the repair" "alloc 60 v2 rc=0" "info rc=0 free=10 total=100"
+expect "after manage --reset of a region left mid-update, NVML sees the region again" "nvml rc=0 total=100 used=90"
 
 fresh 100MiB
 run init alloc:10
@@ -286,12 +247,207 @@ run init alloc:20 alloc:30 free:0
 expect "manage --stats reports counts, bytes, peaks and leaks" "buffers allocated 2, freed 1, live 0, peak buffers 2" \
     "bytes allocated 52428800, freed 20971520" "peak memory 50.0 MiB" "leak warning: 1 buffers \(30.0 MiB\)"
 
+# ---------------------------------------------------------------- graph memory (issue 18)
+fresh 100MiB
+run init graph:150:keep launch-graph:0 info graph-attr
+expect "a graph whose allocation node passes the quota is refused at instantiation; nothing is mapped" \
+    "graph 150 keep build=0 rc=2" "info rc=0 free=100 total=100" "graph-attr rc=0,0 used=0 reserved=0"
+
+fresh 100MiB
+run init graph:60:keep info alloc:60 exec-destroy:0 info
+expect "an executable graph's allocation nodes count while it lives; one never launched gives them back" \
+    "graph 60 keep build=0 rc=0" "info rc=0 free=40 total=100" "alloc 60 v2 rc=2" "exec-destroy 0 rc=0" \
+    "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:60:free launch-graph:0 launch-graph:0 exec-destroy:0 info trim info
+expect "a launched graph's memory stays charged after its destroy while the driver's graph pool keeps it, until trimmed" \
+    "launch-graph 0 rc=0" "exec-destroy 0 rc=0" "info rc=0 free=40 total=100" "trim rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:60:keep launch-graph:0 launch-graph:0 free-graph-ptr:0 launch-graph:0 info graph:30:auto \
+    launch-graph:1 launch-graph:1 launch-graph:1 info
+expect "relaunches are charged once (unfreed allocation: relaunch refused; AUTO_FREE_ON_LAUNCH: relaunches run)" \
+    "launch-graph 0 rc=0" "launch-graph 0 rc=1" "free-graph-ptr 0 rc=0" "info rc=0 free=40 total=100" \
+    "graph 30 auto build=0 rc=0" "launch-graph 1 rc=0" "info rc=0 free=10 total=100"
+
+fresh 100MiB
+run init capture:150:keep
+expect "stream capture: a cuMemAllocAsync past the quota fails with out-of-memory at once" "capture 150 begin=0 alloc=2 "
+
+fresh 100MiB
+run init capture:60:keep info launch-graph:0 info alloc:30 alloc:20
+expect "stream capture: the captured allocation becomes the graph's charge, counted once" \
+    "capture 60 begin=0 alloc=0 free=0 end=0 inst=0" "info rc=0 free=40 total=100" "launch-graph 0 rc=0" \
+    "alloc 30 v2 rc=0" "alloc 20 v2 rc=2"
+
+fresh 100MiB
+run init capture:60:free info exec-destroy:0 info
+expect "stream capture: an allocation freed in its own capture is the graph's, counted once" \
+    "capture 60 begin=0 alloc=0 free=0 end=0 inst=0" "info rc=0 free=40 total=100" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init alloc:60:async capture-free:0 info graph-destroy:0 info
+expect "stream capture: a captured free of an earlier allocation keeps its charge (the free happens only if the graph runs)" \
+    "capture-free 0 begin=0 alloc=0 free=0 end=0" "info rc=0 free=40 total=100" "graph-destroy 0 rc=0"
+
+fresh 100MiB
+run init capture-only:60 info graph-destroy:0 info
+expect "stream capture: a graph destroyed without instantiation gives its captured allocations back" \
+    "info rc=0 free=40 total=100" "graph-destroy 0 rc=0" "info rc=0 free=100 total=100"
+
+fresh 100MiB
+run init graph:150:v2 graph:150:params graph:150:gpa graph:60:params info
+expect "cuGraphInstantiate_v2, WithParams and cuGetProcAddress(\"cuGraphInstantiate\") are charged too" \
+    "graph 150 v2 build=0 rc=2" "graph 150 params build=0 rc=2" "graph 150 gpa build=0 rc=2" \
+    "graph 60 params build=0 rc=0" "info rc=0 free=40 total=100"
+FAKE_INTERNAL_POINTERS=1 run init graph:150:gpa graph:60:gpa info
+expect "cuGraphInstantiate routed by name when the driver answers an internal pointer" "graph 150 gpa build=0 rc=2" \
+    "graph 60 gpa build=0 rc=0" "info rc=0 free=40 total=100"
+
+fresh
+export LD_LIBRARY_PATH=$B/fake
+run init graph:6000:keep launch-graph:0 graph-attr graph:3000:keep launch-graph:1 info
+expect "fake driver: graph memory is device memory taken at launch from the graph pool" \
+    "graph-attr rc=0,0 used=6000 reserved=6000" "launch-graph 1 rc=2" "info rc=0 free=2192 total=8192"
+
+# ---------------------------------------------------------------- a hostile process in the container (issue 12)
+zero_at() { dd if=/dev/zero of="$R/vgpu.region" bs=1 seek="$1" count=8 conv=notrunc status=none; }
+DEV0_USED=1032 SLOT0_USED=4160  # header device 0 used_bytes; slot 0's device 0 used_bytes
+
+fresh 100MiB
+"$CLIENT" init alloc:60 hold:3 alloc:60 info >"$R/p1" 2>&1 &
+honest=$!
+wait_for holding "$R/p1"
+zero_at $DEV0_USED
+run init alloc:60 info
+wait $honest
+OUT2=$OUT
+expect "a process that zeroes the region's used_bytes cannot get another process past the quota" "alloc 60 v2 rc=2" \
+    "info rc=0 free=40 total=100"
+OUT=$R/p1
+expect "nor the process that holds the memory" "alloc 60 v2 rc=0" "alloc 60 v2 rc=2" "info rc=0 free=40 total=100"
+OUT=$OUT2
+
+fresh 100MiB
+"$CLIENT" init alloc:60 hold:3 alloc:60 info hold:3 >"$R/p1" 2>&1 &
+honest=$!
+wait_for holding "$R/p1"
+zero_at $DEV0_USED
+zero_at $SLOT0_USED
+run init alloc:60 hold:6 &
+wait_for "info rc" "$R/p1"
+used=$(json_field used_bytes)
+restored=$(json_field restored_count)
+wait
+OUT=$R/p1
+expect "zeroing a process's own slot too: that process still never passes the quota" "alloc 60 v2 rc=0" \
+    "alloc 60 v2 rc=2" && \
+    { [ "$used" = $((120 << 20)) ] && [ "${restored:-0}" -ge 1 ] \
+        && pass "the process restores its slot: the region shows the container's real 120 MiB again (restored $restored)" \
+        || fail "after the slot was zeroed: used_bytes=$used restored_count=$restored, want 125829120 and >= 1"; }
+
+fresh 100MiB
+printf '%032d' 0 >"$R/target"
+ln -s "$R/target" "$R/vgpu.region"
+timeout 10 "$MANAGE" --stats >"$R/manage" 2>&1; a=$?
+timeout 10 "$MANAGE" --reset >>"$R/manage" 2>&1; b=$?
+run init alloc:10
+cat "$R/manage" >>"$ERR"
+if [ $a = 1 ] && [ $b = 1 ] && [ "$(cat "$R/target")" = "$(printf '%032d' 0)" ] \
+    && [ "$(grep -c "vgpu.region is a symbolic link: refused" "$ERR")" = 3 ] && grep -q "init rc=3" "$OUT"; then
+    pass "manage --stats/--reset and libvgpu refuse a vgpu.region that is a symbolic link, leaving its target alone"
+else fail "symlinked region: stats=$a reset=$b target=$(stat -c %s "$R/target") bytes"; fi
+
+fresh 100MiB
+mkfifo "$R/vgpu.region"
+timeout 10 "$MANAGE" --stats >"$OUT" 2>"$ERR"; a=$?
+timeout 10 "$MANAGE" --reset >>"$OUT" 2>>"$ERR"; b=$?
+if [ $a = 1 ] && [ $b = 1 ] && [ "$(grep -c "vgpu.region is not a regular file: refused" "$ERR")" = 2 ]; then
+    pass "manage refuses a FIFO named vgpu.region at once instead of hanging"
+else fail "FIFO region: stats=$a reset=$b"; fi
+
+fresh 100MiB
+printf '%032d' 0 >"$R/vgpu.region"
+timeout 10 "$MANAGE" --stats >"$OUT" 2>"$ERR"; a=$?
+if [ $a = 1 ] && [ "$(stat -c %s "$R/vgpu.region")" = 32 ] && grep -q "is 32 bytes, not a region" "$ERR"; then
+    pass "manage --stats leaves a file too small to be a region as it is"
+else fail "small file: stats=$a size=$(stat -c %s "$R/vgpu.region")"; fi
+
 # ---------------------------------------------------------------- the shipped test program
 fresh 100MiB
 timeout 30 "$B/vgpu-memory-usage" 60 0 >"$OUT" 2>"$ERR"; a=$?
 timeout 30 "$B/vgpu-memory-usage" 120 0 >>"$OUT" 2>>"$ERR"; b=$?
 if [ $a = 0 ] && [ $b = 2 ] && grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 MiB" "$OUT" \
     && sanitizer_clean; then pass "vgpu-memory-usage holds within the quota and exits 2 past it"; else fail "vgpu-memory-usage a=$a b=$b"; fi
+
+# ---------------------------------------------------------------- the fake driver (tests/README.md)
+U0=GPU-10111213-1415-1617-1819-1a1b1c1d1e1f U1=GPU-11111213-1415-1617-1819-1a1b1c1d1e1f
+fresh "0:100MiB,1:50MiB"
+export FAKE_GPUS=2 FAKE_TOTAL_MIB=12288
+run init devices alloc:80 alloc:30 use:1 alloc:40 alloc:20 info nvml-devices
+expect "fake driver with FAKE_GPUS=2: stable distinct UUIDs; per-device quotas charged to the current device" \
+    "devices rc=0 n=2 0:$U0:100:Fake GPU 1:$U1:50:Fake GPU" "alloc 80 v2 rc=0" "alloc 30 v2 rc=2" "use 1 rc=0" \
+    "alloc 40 v2 rc=0" "alloc 20 v2 rc=2" "info rc=0 free=10 total=50" \
+    "nvml-device 0 index=0 uuid=$U0 name=Fake GPU minor=0 total=100 used=80 .*failures=0" \
+    "nvml-device 1 index=1 uuid=$U1 name=Fake GPU minor=1 total=50 used=40 .*failures=0" \
+    "nvml-events create=0 wait=10 \(Timeout\) free=0 shutdown=0"
+
+fresh
+printf '# two 12 GiB GPUs shared by the node\ngpus=2\ntotal_mib=12288\nstate=%s/state\n' "$R" >"$R/fake.conf"
+export FAKE_GPU_CONF=$R/fake.conf LD_LIBRARY_PATH=$B/fake
+"$CLIENT" init use:1 alloc:100 hold:30 >"$R/p1" 2>&1 &
+holder=$!
+wait_for holding "$R/p1"
+run init nvml-devices nvml-procs:1 use:1 alloc:12200 info
+kill -9 $holder; wait $holder 2>/dev/null
+expect "fake driver from a file (gpus=2, total_mib=12288, state=): every process shares the GPUs; NVML shows each one" \
+    "nvml-device 0 index=0 uuid=$U0 .*total=12288 used=0 " "nvml-device 1 index=1 uuid=$U1 .*total=12288 used=100 " \
+    "nvml-procs first=7 n=1 second=0 rows=1 pid=$holder:100$" "alloc 12200 v2 rc=2" "info rc=0 free=12188 total=12288"
+run init nvml-procs:1 use:1 alloc:12200
+expect "fake driver: the memory of a process killed with -9 goes back, as with the driver" \
+    "nvml-procs first=0 n=0 " "alloc 12200 v2 rc=0"
+FAKE_TOTAL_MIB=4096 NVIDIA_VISIBLE_DEVICES=$U1 run init devices nvml-devices
+expect "fake driver: the environment wins over the file; NVIDIA_VISIBLE_DEVICES limits the GPUs as the runtime does" \
+    "devices rc=0 n=1 0:$U1:4096:Fake GPU" "nvml-device 0 index=0 uuid=$U1 .*minor=1 total=4096 "
+CUDA_VISIBLE_DEVICES=1 run init devices
+expect "fake driver: CUDA_VISIBLE_DEVICES=1 is the second GPU" "devices rc=0 n=1 0:$U1:12288:Fake GPU"
+printf 'gpus=0\n' >"$R/bad.conf"
+FAKE_GPU_CONF=$R/bad.conf run init nvml-devices
+if grep -q "init rc=1" "$OUT" && grep -q "nvml-devices rc=999" "$OUT" \
+    && grep -q 'bad.conf line 1: gpus="0" is invalid: expected a number of GPUs from 1 to 16' "$ERR"; then
+    pass "fake driver: a bad configuration fails CUDA and NVML init and names file, line and value"
+else fail "fake driver bad configuration"; fi
+
+PY=${PYTHON:-python3}
+if [ "$V" != rel ]; then :
+elif "$PY" -c 'import pynvml' 2>/dev/null; then
+    fresh
+    export FAKE_GPUS=2 FAKE_TOTAL_MIB=12288 LD_LIBRARY_PATH=$B/fake PYTHONPATH=$HERE/../components/src
+    timeout 60 "$PY" "$HERE/tests/components_nvml.py" >"$OUT" 2>"$ERR"
+    expect "the components' NVML backend (pynvml) works against the fake NVML with two GPUs" "^ok$"
+    unset PYTHONPATH
+else
+    echo "SKIP [$V] the components' NVML backend against the fake NVML: $PY has no pynvml" | tee -a "$RESULTS"
+fi
+
+# The fake as a GPU-less node's driver: found by libvgpu's loader, not named by VGPU_REAL_*.
+fresh 100MiB
+node=$R/node
+mkdir -p "$node/opt-vgpu" "$node/lib"
+cp "$B/libcuda.so.1" "$B/libnvidia-ml.so.1" "$B/manage" "$B/vgpu-memory-usage" "$node/opt-vgpu/"
+cp "$B/fake/libcuda.so.1" "$B/fake/libnvidia-ml.so.1" "$node/lib/"
+unset VGPU_REAL_LIBCUDA VGPU_REAL_LIBNVML
+export LD_LIBRARY_PATH=$node/opt-vgpu:$node/lib
+VGPU_LOG_LEVEL=2 "$node/opt-vgpu/vgpu-memory-usage" 60 3 >"$OUT" 2>"$ERR" &
+wait_for holding "$OUT"
+"$node/opt-vgpu/manage" --stats >"$R/stats" 2>&1
+wait
+if grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 MiB" "$OUT" \
+    && grep -q "real libcuda.so.1 is $node/lib/libcuda.so.1" "$ERR" && grep -q "quota 100 MiB, used 60.0 MiB" "$R/stats" \
+    && sanitizer_clean; then
+    pass "the fake driver as a node's driver: the loader finds it; vgpu-memory-usage and manage --stats work"
+else OUT2=$OUT; cat "$R/stats" >>"$OUT2"; fail "fake driver as the node's driver"; fi
 
 # ---------------------------------------------------------------- unit tests
 OUT=$WORK/unit ERR=$WORK/unit.err

@@ -40,6 +40,8 @@ static void layout(void)
     OFF(struct vgpu_region_header, updated_ns, 72);
     OFF(struct vgpu_region_header, lock_owner_pid, 80);
     OFF(struct vgpu_region_header, reset_count, 84);
+    OFF(struct vgpu_region_header, slot_high, 88);
+    OFF(struct vgpu_region_header, restored_count, 92);
     OFF(struct vgpu_region_header, lock, 128);
     OFF(struct vgpu_region_header, cgroup, 192);
     OFF(struct vgpu_region_header, devices, 1024);

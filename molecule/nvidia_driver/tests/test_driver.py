@@ -1,17 +1,21 @@
 """What the nvidia_driver role leaves on a Debian 12 node (the container of this scenario).
 
-The kernel module cannot load in a container, so these check the installed state only.
+The kernel module cannot load in a container, so these check the installed state only. The branch
+comes from the scenario (VGPU_TEST_DRIVER_VERSION): nvidia_driver converges R470, nvidia_driver_535
+the 535 LTS branch, both from Debian's own packages.
 """
 
+import os
 import re
 
-DRIVER_VERSION = "470.256.02"
+DRIVER_VERSION = os.environ.get("VGPU_TEST_DRIVER_VERSION", "470.256.02")
+BRANCH = DRIVER_VERSION.split(".")[0]
 PACKAGES = [
-    "nvidia-tesla-470-driver",
-    "nvidia-tesla-470-kernel-dkms",
-    "nvidia-tesla-470-smi",
-    "libnvidia-tesla-470-cuda1",
-    "libnvidia-tesla-470-ml1",
+    f"nvidia-tesla-{BRANCH}-driver",
+    f"nvidia-tesla-{BRANCH}-kernel-dkms",
+    f"nvidia-tesla-{BRANCH}-smi",
+    f"libnvidia-tesla-{BRANCH}-cuda1",
+    f"libnvidia-tesla-{BRANCH}-ml1",
 ]
 
 
@@ -33,7 +37,7 @@ def test_apt_preferences_pin_the_version(host):
     assert pin.contains(f"Pin: version {re.escape(DRIVER_VERSION)}-\\*")
     assert pin.contains("Pin-Priority: 1001")
     # apt itself agrees: the candidate stays at the pinned version.
-    policy = host.check_output("apt-cache policy nvidia-tesla-470-driver")
+    policy = host.check_output(f"apt-cache policy nvidia-tesla-{BRANCH}-driver")
     assert f"Candidate: {DRIVER_VERSION}-" in policy
 
 
@@ -53,10 +57,11 @@ def test_nouveau_is_blacklisted_for_modprobe_and_the_initramfs(host):
 
 def test_dkms_built_the_module_for_the_debian_kernel(host):
     status = host.check_output("dkms status")
-    assert re.search(r"^nvidia\S*/470\.256\.02, \S+-amd64, x86_64: installed", status, re.MULTILINE), status
+    line = rf"^nvidia\S*/{re.escape(DRIVER_VERSION)}, \S+-amd64, x86_64: installed"
+    assert re.search(line, status, re.MULTILINE), status
 
 
 def test_the_module_is_installed_under_debians_name(host):
     kernel = host.check_output("ls /lib/modules | grep -- -amd64 | sort -V | tail -n1")
-    version = host.check_output(f"modinfo -k {kernel} -F version nvidia-tesla-470")
+    version = host.check_output(f"modinfo -k {kernel} -F version nvidia-tesla-{BRANCH}")
     assert version == DRIVER_VERSION

@@ -1,7 +1,7 @@
 """The driver plan per distribution: the distro logic that cannot converge on the Debian test machine.
 
-Debian is also converged for real by the molecule scenario nvidia_driver; Ubuntu and RHEL are only
-checked here.
+Debian 12 is also converged for real by the molecule scenario nvidia_driver; Ubuntu and RHEL are only
+checked here (the support matrix, module_utils/platforms.py, says "unit" for them).
 """
 
 import fnmatch
@@ -36,7 +36,7 @@ def test_debian_installs_the_tesla_470_packages_from_non_free_pinned_and_held():
     assert "nvidia-tesla-470-kernel-dkms=470.256.02-*" in p["install_specs"]
     assert p["hold_command"][:2] == ["apt-mark", "hold"]
     assert "nvidia-tesla-470-smi" in p["hold_packages"]
-    assert p["apt_components"] == ["contrib", "non-free"]
+    assert p["apt_components"] == ["contrib", "non-free", "non-free-firmware"]
     assert p["headers_package"] == f"linux-headers-{KERNEL}"
     assert p["initramfs_command"] == ["update-initramfs", "-u"]
 
@@ -58,34 +58,34 @@ def test_ubuntu_uses_canonicals_470_packages(server, suffix):
 
 
 def test_ubuntu_from_nvidias_repository_uses_the_branch_metapackage_not_the_floating_one():
-    p = plan(distro_id="ubuntu", major="20", method="nvidia_repo")
-    assert p["packages"] == ["cuda-drivers-470"]
-    assert p["cuda_repo_url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64/"
+    p = plan(distro_id="ubuntu", major="22", method="nvidia_repo", branch="535", version="535.216.03")
+    assert p["packages"] == ["cuda-drivers-535"]
+    assert p["cuda_repo_url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
 
 
-def test_rhel8_uses_the_470_dkms_module_stream_and_versionlock():
-    p = plan(distro_id="rocky", major="8")
+@pytest.mark.parametrize("distro", ["rhel", "rocky", "almalinux"])
+def test_el9_uses_the_dkms_module_stream_of_an_lts_branch_and_versionlock(distro):
+    p = plan(distro_id=distro, major="9", branch="535", version="535.216.03")
     assert p["method"] == "nvidia_repo"
     assert p["manager"] == "dnf"
-    assert p["install_specs"] == ["@nvidia-driver:470-dkms"]
+    assert p["install_specs"] == ["@nvidia-driver:535-dkms"]
     assert p["hold_command"][:3] == ["dnf", "versionlock", "add"]
-    assert p["cuda_repo_url"].endswith("/repos/rhel8/x86_64/")
+    assert p["cuda_repo_url"].endswith("/repos/rhel9/x86_64/")
     assert p["headers_package"] == f"kernel-devel-{KERNEL}"
     assert p["initramfs_command"] == ["dracut", "-f"]
 
 
-def test_centos7_uses_the_yum_branch_flavour_pinned_by_version():
-    p = plan(distro_id="centos", major="7")
-    assert p["manager"] == "yum"
-    assert p["packages"] == ["nvidia-driver-branch-470", "nvidia-driver-branch-470-cuda"]
-    assert p["install_specs"] == ["nvidia-driver-branch-470-470.256.02*", "nvidia-driver-branch-470-cuda-470.256.02*"]
-    assert p["hold_command"] == [
-        "yum",
-        "versionlock",
-        "add",
-        "nvidia-driver-branch-470",
-        "nvidia-driver-branch-470-cuda",
-    ]
+def test_debian_12_packages_the_535_lts_branch_with_its_firmware_component():
+    p = plan(branch="535", version="535.216.03")
+    assert "nvidia-tesla-535-driver=535.216.03-*" in p["install_specs"]
+    assert "non-free-firmware" in p["apt_components"]  # firmware-nvidia-tesla-535-gsp lives there
+
+
+def test_the_580_lts_branch_comes_from_nvidias_repository_on_debian_12():
+    with pytest.raises(nd.PlanError, match="branch 580 is not packaged by the distribution for Debian 12"):
+        plan(branch="580", version="580.95.05")
+    p = plan(branch="580", version="580.95.05", method="nvidia_repo")
+    assert p["packages"] == ["cuda-drivers-580"]
 
 
 def test_runfile_is_silent_and_registers_with_dkms():
@@ -102,12 +102,12 @@ def test_minimum_policy_keeps_a_newer_driver():
 
 
 def test_minimum_policy_keeps_a_newer_driver_even_where_it_could_not_install_one():
-    # e.g. the GPU host runs Rocky 9 with 580: no CUDA 11.4 repository exists there, and none is needed.
+    # e.g. the GPU host runs Rocky 9 with 580: no R470 package exists there, and none is needed.
     p = plan(distro_id="rocky", major="9", policy="minimum", installed="580.95.05")
     assert p["action"] == "none"
     assert p["packages"] == []
-    assert "no folder for rocky 9" in p["reason"]
-    with pytest.raises(nd.PlanError, match="no folder for rocky 9"):
+    assert "branch 470 is not packaged by NVIDIA's CUDA repository for RHEL 9" in p["reason"]
+    with pytest.raises(nd.PlanError, match="it offers: 535, 580"):
         plan(distro_id="rocky", major="9", policy="minimum", installed="460.106.00")
 
 
@@ -138,7 +138,8 @@ def test_a_node_without_a_driver_gets_one_under_either_policy():
         ({"version": "535.183.01"}, "not in branch '470'"),
         ({"policy": "latest"}, "policy 'latest'"),
         ({"method": "snap"}, "method 'snap'"),
-        ({"distro_id": "ubuntu", "major": "24", "method": "nvidia_repo"}, "no folder for ubuntu 24"),
+        ({"distro_id": "ubuntu", "major": "24", "method": "nvidia_repo"}, "not packaged by NVIDIA's CUDA repository"),
+        ({"distro_id": "centos", "major": "7"}, "centos 7 is not supported"),
     ],
 )
 def test_bad_requests_name_the_bad_value(overrides, message):

@@ -1,4 +1,5 @@
-"""gpu_facts on the node shapes the roles meet: R470 loaded, the H200 host with 580, a fresh node.
+"""gpu_facts on the node shapes the roles meet: R470 loaded, the H200 host with 580, a fresh node;
+and the nvidia_driver role's plan (filter nvidia_driver_plan) made from those facts.
 
 There is no GPU and no NVIDIA driver here, so the tools' outputs and the /proc and /sys files are
 canned (taken from real nodes); the module's decisions on them are the real code.
@@ -8,7 +9,9 @@ import json
 from typing import Any, Optional
 
 import pytest
+from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.vgpu.isolation.plugins.filter.platform import nvidia_driver_plan
 from ansible_collections.vgpu.isolation.plugins.modules import gpu_facts
 
 SMI_470 = (
@@ -83,7 +86,6 @@ def test_a_node_running_r470_reports_its_gpu_and_needs_nothing(gather):
         FakeNode(
             smi=SMI_470, proc="NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02  Thu\n", modinfo="470.256.02"
         ),
-        driver_version="470.256.02",
     )
     facts = result["ansible_facts"]["gpu"]
     assert result["changed"] is False
@@ -94,8 +96,9 @@ def test_a_node_running_r470_reports_its_gpu_and_needs_nothing(gather):
     assert facts["cuda_version"] == "11.4"
     assert facts["secure_boot"] is False
     assert facts["reboot_required"] is False
-    assert facts["driver_plan"]["action"] == "none"
-    assert facts["driver_plan"]["packages"][0] == "nvidia-tesla-470-driver"
+    plan = nvidia_driver_plan(facts, "470.256.02")
+    assert plan["action"] == "none"
+    assert plan["packages"][0] == "nvidia-tesla-470-driver"
 
 
 def test_the_h200_host_with_580_is_left_alone_under_minimum(gather):
@@ -105,27 +108,28 @@ def test_the_h200_host_with_580_is_left_alone_under_minimum(gather):
         modinfo="580.95.05",
         os_release=OS_UBUNTU,
     )
-    facts = gather(node, driver_version="470.256.02", driver_policy="minimum")["ansible_facts"]["gpu"]
-    assert facts["driver_plan"]["action"] == "none"
-    assert "580.95.05 satisfies at least branch 470" in facts["driver_plan"]["reason"]
+    facts = gather(node)["ansible_facts"]["gpu"]
+    plan = nvidia_driver_plan(facts, "470.256.02", policy="minimum")
+    assert plan["action"] == "none"
+    assert "580.95.05 satisfies at least branch 470" in plan["reason"]
     assert facts["gpus"][0]["memory_total_mib"] == 143771
 
 
 def test_the_same_host_under_exact_reports_drift(gather):
     node = FakeNode(smi=SMI_580, proc="Kernel Module  580.95.05  Release\n", modinfo="580.95.05", os_release=OS_UBUNTU)
-    plan = gather(node, driver_version="470.256.02")["ansible_facts"]["gpu"]["driver_plan"]
+    plan = nvidia_driver_plan(gather(node)["ansible_facts"]["gpu"], "470.256.02")
     assert plan["action"] == "install"
     assert plan["drift"] is True
 
 
 def test_a_fresh_node_lists_its_card_from_lspci_and_plans_an_install(gather):
-    facts = gather(FakeNode(), driver_version="470.256.02")["ansible_facts"]["gpu"]
+    facts = gather(FakeNode())["ansible_facts"]["gpu"]
     assert facts["source"] == "none"
     assert facts["gpus"] == []
     assert facts["pci_devices"][0]["device_id"] == "1eb8"
     assert facts["driver_loaded_version"] is None
-    assert facts["driver_plan"]["action"] == "install"
-    assert "driver_plan" in facts
+    assert nvidia_driver_plan(facts, "470.256.02")["action"] == "install"
+    assert "driver_plan" not in facts, "the plan is no fact (issue 13)"
 
 
 def test_nouveau_next_to_an_installed_driver_requires_a_reboot(gather):
@@ -133,7 +137,6 @@ def test_nouveau_next_to_an_installed_driver_requires_a_reboot(gather):
     assert facts["nouveau_loaded"] is True
     assert facts["reboot_required"] is True
     assert "nouveau" in facts["reboot_reasons"][0]
-    assert "driver_plan" not in facts
 
 
 def test_a_loaded_driver_older_than_the_installed_one_requires_a_reboot(gather):
@@ -147,15 +150,15 @@ def test_secure_boot_is_reported(gather):
 
 
 def test_a_driver_version_outside_the_branch_fails_with_the_reason(gather):
-    result = gather(FakeNode(), driver_version="535.183.01", driver_branch="470")
-    assert result["failed"] is True
-    assert "not in branch '470'" in result["msg"]
+    facts = gather(FakeNode())["ansible_facts"]["gpu"]
+    with pytest.raises(AnsibleFilterError, match="not in branch '470'"):
+        nvidia_driver_plan(facts, "535.183.01", branch="470")
 
 
 def test_an_unsupported_distribution_fails_with_the_list(gather):
-    result = gather(FakeNode(os_release="ID=arch\n"), driver_version="470.256.02")
-    assert result["failed"] is True
-    assert "distribution 'arch' is not supported" in result["msg"]
+    facts = gather(FakeNode(os_release="ID=arch\n"))["ansible_facts"]["gpu"]
+    with pytest.raises(AnsibleFilterError, match="distribution 'arch' is not supported"):
+        nvidia_driver_plan(facts, "470.256.02")
 
 
 def test_without_a_driver_nvml_falls_back_to_nvidia_smi_and_lspci(gather):
@@ -168,7 +171,7 @@ def test_without_a_driver_nvml_falls_back_to_nvidia_smi_and_lspci(gather):
 def test_a_debian_node_with_the_renamed_module_built_by_dkms_counts_as_installed(gather):
     """Debian installs nvidia-tesla-470.ko, which modinfo does not find as nvidia: dkms status tells."""
     node = FakeNode(dkms="nvidia-tesla-470/470.256.02, 6.1.0-41-amd64, x86_64: installed\n")
-    facts = gather(node, driver_version="470.256.02")["ansible_facts"]["gpu"]
+    facts = gather(node)["ansible_facts"]["gpu"]
     assert facts["driver_installed_version"] == "470.256.02"
     assert facts["dkms_status"] == ["nvidia-tesla-470/470.256.02, 6.1.0-41-amd64, x86_64: installed"]
-    assert facts["driver_plan"]["action"] == "none"
+    assert nvidia_driver_plan(facts, "470.256.02")["action"] == "none"

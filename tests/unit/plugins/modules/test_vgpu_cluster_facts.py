@@ -8,7 +8,6 @@ import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_cluster import parse_smi_memory
 from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts
 from k8s_fake import FakeApi
 
@@ -142,9 +141,19 @@ def test_sample_is_not_run_in_check_mode():
     assert not [c for c in api.calls if c[0] == "apply"]
 
 
-@pytest.mark.parametrize(("text", "expected"), [("x | 1200MiB /  3000MiB |", (1200, 3000)), ("no gpu", None)])
-def test_parse_smi_memory(text, expected):
-    assert parse_smi_memory(text) == expected
+def test_a_sample_log_without_a_memory_line_leaves_the_memory_unknown():
+    api = FakeApi(healthy_cluster())
+
+    def finish(kind, name, obj):
+        if kind == "Pod" and obj is not None and name.startswith("vgpu-sample-"):
+            obj["spec"]["nodeName"] = "edge"
+            obj["status"] = {"phase": "Succeeded"}
+            api.store[("Pod", "default", name)] = obj
+            api.logs[name] = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+
+    api.on_get = finish
+    outcome = vgpu_cluster_facts.run_sample(api, params(sample_app=True))
+    assert (outcome["phase"], outcome["used_mib"], outcome["total_mib"]) == ("Succeeded", None, None)
 
 
 def test_main_refuses_a_quota_that_is_not_a_multiple_of_the_unit(capsys, monkeypatch):

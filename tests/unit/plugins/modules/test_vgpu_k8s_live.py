@@ -15,7 +15,7 @@ import pytest
 import yaml
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import K8sApi
 from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts, vgpu_k8s_apply
-from stack_render import render
+from role_render import render
 
 KUBECONFIG = os.environ.get("VGPU_TEST_KUBECONFIG")
 pytestmark = pytest.mark.skipif(not KUBECONFIG, reason="VGPU_TEST_KUBECONFIG names no API server")

@@ -1,6 +1,7 @@
-"""Render the vgpu_stack templates with Ansible itself (ansible-playbook on localhost).
+"""Render role templates with Ansible itself (ansible-playbook on localhost).
 
-Shared by the template tests and the live API tests, so both look at exactly what a run deploys.
+Shared by the role tests (tests/unit/roles) and the live API tests, so both look at exactly what a
+run deploys. tests/conftest.py puts this folder on sys.path.
 """
 
 import os
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[2]
+# The settings every role reads (each role depends on roles/vgpu).
+VGPU_DEFAULTS = ROOT / "roles" / "vgpu" / "defaults" / "main.yml"
 ROLE = ROOT / "roles" / "vgpu_stack"
 TEMPLATES = [
     "components.yaml.j2",
@@ -24,6 +27,7 @@ PLAYBOOK = """
   connection: local
   gather_facts: false
   vars_files:
+    - {vgpu_defaults}
     - {role}/defaults/main.yml
     - {role}/vars/main.yml
     - {extra}
@@ -36,10 +40,14 @@ PLAYBOOK = """
 """
 
 
-def run_playbook(*args: str) -> subprocess.CompletedProcess:
-    """ansible-playbook of this venv with this checkout as vgpu.isolation; asserts it succeeded."""
+def run_playbook(*args: str, path_prefix: str = "") -> subprocess.CompletedProcess:
+    """ansible-playbook of this venv with this checkout as vgpu.isolation; asserts it succeeded.
+
+    ``path_prefix`` goes in front of PATH: a folder of stand-in tools the play should run.
+    """
     env = dict(
         os.environ,
+        PATH=path_prefix + os.pathsep + os.environ["PATH"] if path_prefix else os.environ["PATH"],
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),  # linked by tests/conftest.py
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
@@ -57,7 +65,11 @@ def render(folder: Path, extra: dict) -> dict:
     variables.setdefault("vgpu_stack_gpu_nodes", [{"name": "edge", "mps": False}, {"name": "gpu-2", "mps": True}])
     (folder / "extra.yml").write_text(yaml.safe_dump(variables))
     playbook = folder / "render.yml"
-    playbook.write_text(PLAYBOOK.format(role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES))
+    playbook.write_text(
+        PLAYBOOK.format(
+            vgpu_defaults=VGPU_DEFAULTS, role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES
+        )
+    )
     run_playbook(str(playbook))
     out = {}
     for name in TEMPLATES:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stack_render import run_playbook
+from role_render import VGPU_DEFAULTS, run_playbook
 
 ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "kubeadm"
@@ -42,6 +42,7 @@ PLAYBOOK = """
   connection: local
   gather_facts: false
   vars_files:
+    - {vgpu_defaults}
     - {role}/defaults/main.yml
     - {role}/vars/main.yml
   tasks:
@@ -86,7 +87,11 @@ all:
 
 
 def run(tmp_path, live, extra=None):
-    (tmp_path / "play.yml").write_text(PLAYBOOK.replace("{out}", str(tmp_path)).replace("{role}", str(ROLE)))
+    (tmp_path / "play.yml").write_text(
+        PLAYBOOK.replace("{out}", str(tmp_path))
+        .replace("{role}", str(ROLE))
+        .replace("{vgpu_defaults}", str(VGPU_DEFAULTS))
+    )
     (tmp_path / "hosts.yml").write_text(INVENTORY.replace("{python}", sys.executable))
     variables = {
         "kubeadm_live_cluster_config": {"rc": 0, "stdout": live},
@@ -169,6 +174,7 @@ CONTAINERD_PLAY = """
   connection: local
   gather_facts: false
   vars_files:
+    - {vgpu_defaults}
     - {role}/defaults/main.yml
   tasks:
     - name: Render containerd's configuration as the role does
@@ -189,7 +195,7 @@ all:
 
 def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_does_not(tmp_path):
     tomllib = pytest.importorskip("tomllib")
-    (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(role=ROLE, out=tmp_path))
+    (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
     (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
     run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"))
     runtimes = {}

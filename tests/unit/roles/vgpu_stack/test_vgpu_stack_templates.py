@@ -9,7 +9,7 @@ import hashlib
 
 import pytest
 import yaml
-from stack_render import ROLE, ROOT, render
+from role_render import ROLE, ROOT, render
 
 CASES: dict[str, dict] = {
     "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
@@ -41,12 +41,21 @@ def by_name(rendered, case, kind):
     return {d["metadata"]["name"]: d for d in objects(rendered, case, kind)}
 
 
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "RuntimeClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_every_object_has_api_version_kind_name_and_labels(rendered, case):
     for doc in objects(rendered, case):
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], doc
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vgpu-isolation"
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "RuntimeClass"):
+        if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"]["namespace"], doc["metadata"]
 
 
@@ -138,6 +147,19 @@ def test_device_plugin_may_read_and_patch_nodes_and_post_events_in_default(rende
     }
 
 
+def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
+    """RBAC grants patch on every node; the policy narrows it (tests/k8s/test_stack.py checks it for real)."""
+    (policy,) = objects(rendered, "kubeadm-custom", "ValidatingAdmissionPolicy")
+    (binding,) = objects(rendered, "kubeadm-custom", "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    (condition,) = policy["spec"]["matchConditions"]
+    assert "system:serviceaccount:kube-system:nvidia-shared-device-plugin" in condition["expression"]
+    own_node, only_gpus = (v["expression"] for v in policy["spec"]["validations"])
+    assert "request.userInfo.extra['authentication.kubernetes.io/node-name'] == [object.metadata.name]" in own_node
+    assert "variables.gpus" in only_gpus
+    assert {"name": "gpus", "expression": "'acme.dev/gpus'"} in policy["spec"]["variables"]
+
+
 def test_extender_reads_nodes_and_pods_annotates_pods_and_binds(rendered):
     read = {"get", "list", "watch"}
     assert rules_of(rendered, "gpushare-scheduler-extender") == (
@@ -154,6 +176,26 @@ def test_monitor_and_mps_have_no_api_access_and_no_token(rendered):
         assert rules_of(rendered, name) == set()
         assert accounts[name]["automountServiceAccountToken"] is False
         assert daemonsets[name]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+# Issue 12 finding 8: who runs as root and why is stated in the template next to the setting.
+ROOT_COMPONENTS = {"nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps"}
+
+
+def test_every_pod_runs_under_runtime_default_seccomp_and_only_what_needs_root_is_root(rendered):
+    for name, ds in by_name(rendered, "k3s-defaults", "DaemonSet").items():
+        pod = ds["spec"]["template"]["spec"]["securityContext"]
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        if name in ROOT_COMPONENTS:
+            assert pod["runAsUser"] == 0, name
+        else:
+            assert (pod["runAsNonRoot"], pod["runAsUser"], pod["runAsGroup"]) == (True, 65534, 65534), name
+
+
+def test_the_reason_for_root_is_written_next_to_it():
+    for name in ROOT_COMPONENTS:
+        text = (ROLE / "templates" / "components" / f"{name}.yaml.j2").read_text()
+        assert "m.pod_security('" in text or 'm.pod_security("' in text, f"{name}: say why it runs as root"
 
 
 def test_nothing_is_privileged_by_default_and_only_mps_keeps_capabilities(rendered):
@@ -209,7 +251,13 @@ def test_configmap_follows_the_architecture_schema(rendered):
             "gpu_compute_audit": 0,
         },
     }
-    assert config["monitor"] == {"port": 9395, "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock"}
+    assert config["monitor"] == {
+        "port": 9395,
+        "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "enforcement": "evict",
+        "grace_seconds": 30,
+        "context_allowance_mib": 512,
+    }
     assert config["mps"] == {
         "pipe_dir": "/run/nvidia/mps",
         "log_dir": "/run/nvidia/mps/log",
@@ -274,3 +322,64 @@ def test_role_version_matches_galaxy():
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["vgpu_stack_version"] == galaxy["version"]
+
+
+MOVED = {
+    "vgpu_kubernetes_flavour": "kubeadm",
+    "vgpu_stack_device_plugin_healthz_port": 19396,
+    "vgpu_stack_monitor_port": 19395,
+    "vgpu_stack_mps_healthz_port": 19397,
+    "vgpu_stack_extender_port": 32701,
+    "vgpu_stack_kubelet_dir": "/data/kubelet",
+    "vgpu_stack_mps_pipe_dir": "/run/mps-pipes",
+}
+
+
+def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
+    """Moving a port or a host path moves it in the config, the pods and the scheduler alike (issue 13)."""
+    out = render(tmp_path, MOVED)
+    docs = out["components.yaml"]
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["device_plugin"]["kubelet_dir"] == "/data/kubelet/device-plugins"
+    assert config["device_plugin"]["pod_resources_socket"] == "/data/kubelet/pod-resources/kubelet.sock"
+    assert config["monitor"]["pod_resources_socket"] == "/data/kubelet/pod-resources/kubelet.sock"
+    assert (config["mps"]["pipe_dir"], config["mps"]["log_dir"]) == ("/run/mps-pipes", "/run/mps-pipes/log")
+    ports = {
+        "nvidia-shared-device-plugin": config["device_plugin"]["healthz_port"],
+        "cgpu-monitor": config["monitor"]["port"],
+        "nvidia-mps": config["mps"]["healthz_port"],
+    }
+    assert ports == {"nvidia-shared-device-plugin": 19396, "cgpu-monitor": 19395, "nvidia-mps": 19397}
+    daemonsets = {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] == "DaemonSet"}
+    for name, port in ports.items():
+        (container,) = daemonsets[name]["spec"]["containers"]
+        assert [p["containerPort"] for p in container["ports"]] == [port]
+    monitor = daemonsets["cgpu-monitor"]
+    assert monitor["metadata"]["annotations"]["prometheus.io/port"] == "19395"
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    assert service["spec"]["ports"][0]["port"] == 19395
+    host_paths = {v["hostPath"]["path"] for t in daemonsets.values() for v in t["spec"]["volumes"] if "hostPath" in v}
+    assert {"/data/kubelet/device-plugins", "/data/kubelet/pod-resources", "/run/mps-pipes"} <= host_paths
+    assert not any(p.startswith(("/var/lib/kubelet", "/run/nvidia")) for p in host_paths), host_paths
+    for template in daemonsets.values():
+        (container,) = template["spec"]["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+        for volume in template["spec"]["volumes"]:
+            if "hostPath" in volume and volume["name"] in mounts:
+                assert mounts[volume["name"]] == volume["hostPath"]["path"], "config paths are host paths"
+    extender = daemonsets["gpushare-scheduler-extender"]["spec"]["containers"][0]
+    assert extender["livenessProbe"]["httpGet"]["port"] == config["extender"]["port"] == 32701
+    (scheduler,) = out["kube-scheduler-config.yaml"]
+    assert scheduler["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32701"
+
+
+def test_the_monitor_enforces_as_the_settings_say(tmp_path):
+    settings = {
+        "vgpu_enforcement": "report",
+        "vgpu_enforcement_grace_seconds": 90,
+        "vgpu_enforcement_context_allowance_mib": "1GiB",
+    }
+    docs = render(tmp_path, settings)["components.yaml"]
+    config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    monitor = config["monitor"]
+    assert (monitor["enforcement"], monitor["grace_seconds"], monitor["context_allowance_mib"]) == ("report", 90, 1024)

@@ -1,0 +1,162 @@
+/* The CUDA shim's core: loading the real driver and the configuration, the forwarding of every
+ * driver export without a hook (gen/gen-forward.sh calls vgpu_fwd_resolve_cuda once per name),
+ * cuInit, fork and exit. The hooks themselves live in cuda_memory.c, cuda_arrays.c,
+ * cuda_contexts.c, cuda_graphs.c, cuda_reports.c, cuda_audit.c and cuda_route.c. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_shim.h"
+
+#define NAME_ENTRY(n) #n,
+const char *const vgpu_cuda_names[H_COUNT] = {
+    VGPU_CUDA_HOOKS(NAME_ENTRY) VGPU_CUDA_AUDITS(NAME_ENTRY) VGPU_CUDA_CALLS(NAME_ENTRY)};
+void *vgpu_cuda_real[H_COUNT];
+struct vgpu_cuda_state vgpu_cuda = {.slot = -1};
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static void *real_lib;
+
+static CUresult fwd_not_initialised(void)
+{
+    return CUDA_ERROR_NOT_INITIALIZED;
+}
+CUresult vgpu_cuda_not_supported(void)
+{
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static void load_real(void)
+{
+    char err[800];
+    real_lib = vgpu_open_real("libcuda.so.1", "VGPU_REAL_LIBCUDA", err, sizeof err);
+    if (!real_lib) {
+        vgpu_log(VGPU_ERR, "%s", err);
+        return;
+    }
+    for (int i = 0; i < H_COUNT; i++) {
+        vgpu_cuda_real[i] = dlsym(real_lib, vgpu_cuda_names[i]);
+        /* a hook whose driver function is missing (an older driver) answers "not supported" */
+        if (!vgpu_cuda_real[i] && i < H_INTERCEPTED)
+            vgpu_cuda_real[i] = (void *)vgpu_cuda_not_supported;
+    }
+}
+
+static void at_fork_child(void)
+{
+    /* the child holds no GPU memory; it takes its own slot on first use */
+    vgpu_cuda.slot = -1;
+    vgpu_contexts_forget();
+    vgpu_graphs_forget();
+    vgpu_track_reset();
+}
+
+static void load_config(void)
+{
+    char err[800];
+    struct vgpu_cuda_state *s = &vgpu_cuda;
+    if (vgpu_config_load(&s->cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "vgpu: invalid configuration: %s; CUDA initialisation refused\n", err);
+        return;
+    }
+    s->region = vgpu_region_map(s->cfg.region_dir, s->cfg.region_dir_explicit, 1, err, sizeof err);
+    if (!s->region) {
+        fprintf(stderr, "vgpu: VGPU_REGION_DIR=\"%s\": %s; CUDA initialisation refused\n", s->cfg.region_dir, err);
+        return;
+    }
+    s->audit = s->cfg.compute_audit;
+    s->cfg_ok = 1;
+    if (s->audit)
+        vgpu_audit_install();
+    pthread_atfork(NULL, NULL, at_fork_child);
+    vgpu_log(VGPU_INFO, "quota from %s, enforce=%d, virtual_memory=%d", s->cfg.source, s->cfg.limit_enforce,
+             s->cfg.virtual_memory);
+}
+
+void vgpu_cuda_load_library(void)
+{
+    pthread_once(&load_once, load_real);
+}
+
+/* Runtimes resolve their entry points before cuInit, so routing needs the switches (audit)
+ * before the first hook runs: cuGetProcAddress calls this too. */
+void vgpu_cuda_load(void)
+{
+    pthread_once(&load_once, load_real);
+    if (real_lib)
+        pthread_once(&config_once, load_config);
+}
+
+CUresult vgpu_cuda_ready_slow(void)
+{
+    vgpu_cuda_load();
+    if (!real_lib || !vgpu_cuda.cfg_ok)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    __atomic_store_n(&vgpu_cuda.ready, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+/* Forwarding of the calls that have no hook (called by the generated trampolines once per name). */
+void *vgpu_fwd_resolve_cuda(unsigned index)
+{
+    pthread_once(&load_once, load_real);
+    void *p = NULL;
+    if (!real_lib)
+        p = (void *)fwd_not_initialised;
+    else if (!(p = dlsym(real_lib, vgpu_fwd_names_cuda[index]))) {
+        vgpu_log(VGPU_DEBUG, "%s is not in the real driver", vgpu_fwd_names_cuda[index]);
+        p = (void *)vgpu_cuda_not_supported;
+    }
+    if (vgpu_cuda.audit && vgpu_cuda.cfg_ok) {
+        void *h = vgpu_cuda_hook_for(p);
+        if (h)
+            p = h;
+    }
+    __atomic_store_n(&vgpu_fwd_table_cuda[index], p, __ATOMIC_RELEASE);
+    return p;
+}
+
+/* The UUIDs of the devices, so that NVML (nvml_hooks.c) maps its devices to CUDA ordinals. */
+static void record_uuids(void)
+{
+    int n = 0;
+    vgpu_fn_cuDeviceGetUuid *get_uuid = REAL(cuDeviceGetUuid_v2) ? REAL(cuDeviceGetUuid_v2) : REAL(cuDeviceGetUuid);
+    if (!REAL(cuDeviceGetCount) || !REAL(cuDeviceGet) || !get_uuid || REAL(cuDeviceGetCount)(&n) != CUDA_SUCCESS)
+        return;
+    for (int i = 0; i < n && i < VGPU_MAX_DEVICES; i++) {
+        CUdevice d;
+        CUuuid u;
+        if (REAL(cuDeviceGet)(&d, i) == CUDA_SUCCESS && get_uuid(&u, d) == CUDA_SUCCESS)
+            vgpu_region_record_uuid(vgpu_cuda.region, i, (const uint8_t *)u.bytes);
+    }
+}
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int attached_pid;
+
+VGPU_EXPORT CUresult cuInit(unsigned int flags)
+{
+    READY_OR_RETURN();
+    CUresult rc = REAL(cuInit)(flags);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&init_lock);
+    if (attached_pid != getpid()) {
+        attached_pid = getpid();
+        vgpu_cuda.slot = vgpu_region_attach(vgpu_cuda.region, &vgpu_cuda.cfg);
+        record_uuids();
+    }
+    pthread_mutex_unlock(&init_lock);
+    return rc;
+}
+
+/* At exit our memory goes back to the container at once, without waiting for a sweep. */
+__attribute__((destructor)) static void vgpu_cuda_exit(void)
+{
+    vgpu_cuda.exiting = 1;
+    if (vgpu_cuda.region && vgpu_cuda.slot >= 0 && attached_pid == getpid())
+        vgpu_region_detach(vgpu_cuda.region, vgpu_cuda.slot);
+}

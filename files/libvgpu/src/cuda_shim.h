@@ -1,0 +1,116 @@
+/* Internals shared by the CUDA shim's files (cuda_*.c): the real driver's entry points, the
+ * process's configuration and region, and the accounting steps every hook is built from. */
+#ifndef VGPU_CUDA_SHIM_H
+#define VGPU_CUDA_SHIM_H
+#include "abi.h"
+#include "hooks.h"
+#include "hooks_cuda.h" /* generated from hooks.def */
+#include "region.h"
+#include "vgpu.h"
+
+/* H_<name>: index of every driver function named in hooks.def; hooks first, then audited
+ * launches, then the functions only called. */
+#define VGPU_H_ENUM(n) H_##n,
+enum { VGPU_CUDA_HOOKS(VGPU_H_ENUM) VGPU_CUDA_AUDITS(VGPU_H_ENUM) VGPU_CUDA_CALLS(VGPU_H_ENUM) H_COUNT };
+#define VGPU_ONE(n) +1
+enum { N_HOOKS = 0 VGPU_CUDA_HOOKS(VGPU_ONE), N_AUDITS = 0 VGPU_CUDA_AUDITS(VGPU_ONE) };
+#define H_AUDIT_FIRST N_HOOKS
+#define H_INTERCEPTED (N_HOOKS + N_AUDITS) /* hooks and audit wrappers: what routing hands out */
+
+/* Every hook is declared from its hooks.def signature, so a definition that differs fails to build. */
+#define VGPU_DECLARE_HOOK(n) VGPU_EXPORT vgpu_fn_##n n;
+VGPU_CUDA_HOOKS(VGPU_DECLARE_HOOK)
+#define VGPU_DECLARE_AUDIT(n) VGPU_HIDDEN vgpu_fn_##n vgpu_audit_##n;
+VGPU_CUDA_AUDITS(VGPU_DECLARE_AUDIT)
+
+/* The real driver's functions; a hooked one the driver lacks answers CUDA_ERROR_NOT_SUPPORTED. */
+extern VGPU_HIDDEN void *vgpu_cuda_real[H_COUNT];
+extern VGPU_HIDDEN const char *const vgpu_cuda_names[H_COUNT];
+#define REAL(name) ((vgpu_fn_##name *)vgpu_cuda_real[H_##name])
+VGPU_HIDDEN CUresult vgpu_cuda_not_supported(void);
+
+struct vgpu_cuda_state {
+    int ready;   /* real library loaded and configuration good */
+    int cfg_ok;  /* configuration loaded and region mapped */
+    int audit;   /* GPU_COMPUTE_AUDIT */
+    int exiting; /* after our destructor: no more accounting */
+    int slot;    /* our slot in the region, -1 = none yet */
+    struct vgpu_config cfg;
+    struct vgpu_region *region;
+};
+extern VGPU_HIDDEN struct vgpu_cuda_state vgpu_cuda;
+
+/* Load the real library, and the configuration, once (cuda_core.c). */
+VGPU_HIDDEN void vgpu_cuda_load_library(void);
+VGPU_HIDDEN void vgpu_cuda_load(void);
+VGPU_HIDDEN CUresult vgpu_cuda_ready_slow(void);
+/* CUDA_SUCCESS when the hooks may work; otherwise the CUDA error to return. */
+static inline CUresult vgpu_cuda_ready(void)
+{
+    if (__builtin_expect(__atomic_load_n(&vgpu_cuda.ready, __ATOMIC_ACQUIRE), 1))
+        return CUDA_SUCCESS;
+    return vgpu_cuda_ready_slow();
+}
+#define READY_OR_RETURN()                                                                                             \
+    do {                                                                                                              \
+        CUresult e_ = vgpu_cuda_ready();                                                                              \
+        if (e_ != CUDA_SUCCESS)                                                                                       \
+            return e_;                                                                                                \
+    } while (0)
+
+/* ---- accounting (cuda_account.c) ---- */
+VGPU_HIDDEN int vgpu_current_device(int *dev);                            /* 0 ok, -1 no current context */
+VGPU_HIDDEN int vgpu_admit(int dev, uint64_t bytes);                      /* 0 charged, -1 over the quota */
+VGPU_HIDDEN void vgpu_rollback(int dev, uint64_t bytes);                  /* undo an admission the driver refused */
+VGPU_HIDDEN void vgpu_commit(int kind, uint64_t key, uint64_t bytes, int dev); /* remember what was charged */
+VGPU_HIDDEN void vgpu_released(int dev, uint64_t bytes);                  /* the driver freed a charged allocation */
+
+/* Common shape of "allocate bytes on dev, keyed by what the driver wrote to *out". */
+#define ALLOC_BODY(KIND, OUT, BYTES, DEV, CALL)                                                                       \
+    do {                                                                                                              \
+        if (vgpu_admit(DEV, BYTES) != 0)                                                                              \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                          \
+        CUresult rc_ = CALL;                                                                                          \
+        if (rc_ != CUDA_SUCCESS) {                                                                                    \
+            vgpu_rollback(DEV, BYTES);                                                                                \
+            return rc_;                                                                                               \
+        }                                                                                                             \
+        vgpu_commit(KIND, (uint64_t)(uintptr_t)(OUT), BYTES, DEV);                                                    \
+        return rc_;                                                                                                   \
+    } while (0)
+
+/* Common shape of a free: untracked keys go to the driver untouched. */
+#define FREE_BODY(KIND, KEY, CALL)                                                                                    \
+    do {                                                                                                              \
+        uint64_t bytes_;                                                                                              \
+        int dev_;                                                                                                     \
+        if (vgpu_track_take(KIND, (uint64_t)(uintptr_t)(KEY), &bytes_, &dev_) != 0)                                   \
+            return CALL;                                                                                              \
+        CUresult rc_ = CALL;                                                                                          \
+        if (rc_ == CUDA_SUCCESS)                                                                                      \
+            vgpu_released(dev_, bytes_);                                                                              \
+        else                                                                                                          \
+            vgpu_commit(KIND, (uint64_t)(uintptr_t)(KEY), bytes_, dev_);                                              \
+        return rc_;                                                                                                   \
+    } while (0)
+
+/* ---- contexts (cuda_contexts.c) ---- */
+VGPU_HIDDEN void vgpu_contexts_forget(void); /* in a fork child: it holds no primary context */
+
+/* ---- graph memory (cuda_graphs.c) ---- */
+extern VGPU_HIDDEN int vgpu_capture_seen; /* a stream capture began in this process */
+VGPU_HIDDEN void vgpu_graphs_forget(void);  /* in a fork child */
+/* Whether a stream-ordered call on stream goes into a graph being captured (asked only once a
+ * capture has begun in this process: the check costs a driver call). */
+static inline int vgpu_stream_captured(vgpu_fn_cuStreamIsCapturing *is_capturing, CUstream stream)
+{
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (__builtin_expect(!__atomic_load_n(&vgpu_capture_seen, __ATOMIC_RELAXED), 1) || !is_capturing)
+        return 0;
+    return is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* ---- launch audit (cuda_audit.c) ---- */
+VGPU_HIDDEN void vgpu_audit_install(void);
+
+#endif

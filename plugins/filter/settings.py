@@ -1,0 +1,204 @@
+# Copyright: vgpu.isolation contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The check of the vgpu.isolation settings (docs/variables.md): every problem, each in one line.
+
+roles/vgpu runs it on the controller before any node is touched. It checks what a user can get
+wrong in the inventory: names (a typo is refused with a did-you-mean), types against the role's
+argument specs (short messages instead of Ansible's argument-spec dump), version strings that YAML
+turned into numbers, memory sizes (module_utils/memory_size.py), and the rules between settings.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import difflib
+import re
+
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
+
+_PREFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+_BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+# Version settings: the form each must have. YAML reads an unquoted 1.30 as the number 1.3, so a
+# version given as a number is refused before its form is checked.
+VERSIONS = {
+    "vgpu_kubernetes_version": (re.compile(r"^\d+\.\d+\.\d+$"), "'1.31.4'"),
+    "vgpu_k3s_version": (re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$"), "'v1.31.4+k3s1'"),
+    "vgpu_driver_version": (re.compile(r"^\d+\.\d+(\.\d+)?$"), "'470.256.02'"),
+    "vgpu_driver_branch": (re.compile(r"^\d+$"), "'470'"),
+    "vgpu_cuda_version": (re.compile(r"^\d+\.\d+$"), "'11.4'"),
+}
+
+
+def _whole_number(value):
+    """An int, or a string of digits (what ``-e name=64`` on the command line gives); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def unknown_names(given, known, prefixes):
+    """One problem per ``vgpu_*`` name that is neither a setting nor owned by a role or playbook."""
+    problems = []
+    for name in sorted(set(given)):
+        if not name.startswith("vgpu_") or name in known or name.startswith(tuple(prefixes)):
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        hint = "did you mean %s? " % close[0] if close else ""
+        problems.append(
+            "%s: not a vgpu.isolation setting; %sthe settings are listed in docs/variables.md" % (name, hint)
+        )
+    return problems
+
+
+def _not_bool(value):
+    if isinstance(value, bool) or str(value).lower() in _BOOLEANS:
+        return None
+    return "is not a boolean; expected true or false"
+
+
+def _not_int(value):
+    return None if _whole_number(value) is not None else "is not a whole number"
+
+
+def _not_str(value):
+    if isinstance(value, float):
+        # YAML turned an unquoted version into a number and lost its trailing zeros.
+        return "is a number, not a string: YAML reads an unquoted version such as 1.30 as 1.3; quote it"
+    if isinstance(value, (bool, list, dict)):
+        return "is not a string"
+    return None
+
+
+def _not_list(value):
+    return None if isinstance(value, list) else "is not a list; expected a YAML list"
+
+
+def _not_dict(value):
+    return None if isinstance(value, dict) else "is not a mapping"
+
+
+# The argument-spec types roles/vgpu uses, each with what is wrong with a value (None: nothing).
+_TYPE_CHECKS = {"bool": _not_bool, "int": _not_int, "str": _not_str, "path": _not_str, "list": _not_list}
+_TYPE_CHECKS["dict"] = _not_dict
+
+
+def type_problems(settings, spec):
+    """Types and choices of the settings against the argument spec of roles/vgpu."""
+    problems = []
+    for name, option in sorted(spec.items()):
+        if name not in settings:
+            continue
+        value = settings[name]
+        check = _TYPE_CHECKS.get(option.get("type", "str"))
+        wrong = check(value) if check else None
+        if wrong is None and option.get("choices") and str(value) not in [str(c) for c in option["choices"]]:
+            wrong = "is not one of %s" % ", ".join(str(c) for c in option["choices"])
+        if wrong:
+            problems.append("%s: %r %s" % (name, value, wrong))
+    return problems
+
+
+def version_problems(settings):
+    problems = []
+    for name, (form, example) in sorted(VERSIONS.items()):
+        value = settings.get(name)
+        if value is None or isinstance(value, float):
+            continue  # absent, or a number: type_problems says to quote it
+        if not form.match(str(value)):
+            problems.append("%s: %r is not a version of the form %s" % (name, value, example))
+    branch, version = settings.get("vgpu_driver_branch"), settings.get("vgpu_driver_version")
+    if branch is not None and isinstance(version, str) and version.split(".")[0] != str(branch):
+        problems.append(
+            "vgpu_driver_version: %r is not in vgpu_driver_branch %r; set both to the same branch" % (version, branch)
+        )
+    return problems
+
+
+def _size(settings, name, problems, minimum=1, default=None):
+    try:
+        return parse_mib(settings.get(name, default), name, minimum)
+    except ValueError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def memory_problems(settings):
+    """Memory sizes and the rules between them: units that divide, quotas that fit."""
+    problems: list[str] = []
+    unit = _size(settings, "vgpu_memory_unit_mib", problems)
+    reserved = _size(settings, "vgpu_reserved_memory_mib", problems, minimum=0, default=0) or 0
+    _size(settings, "vgpu_enforcement_context_allowance_mib", problems, minimum=0, default=0)
+    quota = _size(settings, "vgpu_sample_app_quota", problems)
+    use = _size(settings, "vgpu_sample_app_use", problems)
+    if unit and quota and quota % unit:
+        problems.append(
+            "vgpu_sample_app_quota: %d MiB is not a multiple of vgpu_memory_unit_mib (%d MiB); "
+            "pods request whole units, so quotas must be multiples of the unit" % (quota, unit)
+        )
+    if quota and use and use > quota:
+        problems.append(
+            "vgpu_sample_app_use: %d MiB is more than vgpu_sample_app_quota (%d MiB); the sample app "
+            "must fit its quota (the verification checks the over-quota case itself)" % (use, quota)
+        )
+    stated_sizes = settings.get("vgpu_gpu_memory_mib") or []
+    for index, stated in enumerate(stated_sizes if isinstance(stated_sizes, list) else []):
+        try:
+            total = parse_mib(stated, "vgpu_gpu_memory_mib[%d]" % index)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if total <= reserved:
+            problems.append(
+                "vgpu_reserved_memory_mib: %d MiB leaves nothing of GPU %d's %d MiB" % (reserved, index, total)
+            )
+        elif unit and (total - reserved) % unit:
+            problems.append(
+                "vgpu_memory_unit_mib: %d MiB does not divide GPU %d's %d MiB (less %d MiB reserved); "
+                "choose a unit that divides %d" % (unit, index, total, reserved, total - reserved)
+            )
+    return problems
+
+
+def range_problems(settings):
+    problems = []
+    prefix = settings.get("vgpu_resource_prefix")
+    # A prefix of another type is the type check's to report.
+    if prefix is None or (isinstance(prefix, str) and not _PREFIX.match(prefix)):
+        problems.append("vgpu_resource_prefix: %r must be a DNS subdomain such as 'vgpu.io'" % (prefix,))
+    for name, low, high in (
+        ("vgpu_mps_active_thread_percentage", 1, 100),
+        ("vgpu_enforcement_grace_seconds", 0, 24 * 3600),
+    ):
+        value = _whole_number(settings.get(name, low))
+        if value is not None and not low <= value <= high:
+            problems.append("%s: %r must be from %d to %d" % (name, settings.get(name), low, high))
+    return problems
+
+
+def settings_problems(settings, spec=None, given=None, prefixes=()):
+    """Every problem of the settings, one message each (empty when valid).
+
+    ``settings`` maps each setting to its value. ``spec`` is the options part of roles/vgpu's
+    argument spec (types and choices). ``given`` lists the ``vgpu_*`` names the inventory and the
+    command line set; names that are no setting and start with none of ``prefixes`` (role and
+    playbook variables) are refused with a did-you-mean.
+    """
+    problems = unknown_names(given or [], set(spec), prefixes) + type_problems(settings, spec) if spec else []
+    problems += version_problems(settings)
+    problems += memory_problems(settings)
+    problems += range_problems(settings)
+    return problems
+
+
+class FilterModule(object):
+    """The settings check of vgpu.isolation."""
+
+    def filters(self):
+        return {"settings_problems": settings_problems}

@@ -1,0 +1,202 @@
+# Copyright: vgpu.isolation contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The support matrix: the one statement of what the collection provisions, and what tests it.
+
+preflight checks nodes against it, the driver plan (nvidia_driver.py) takes its repository folders
+and branches from it, and the table of docs/platforms.md is rendered from it (a unit test keeps them
+equal). Each claim names what tests it: ``molecule`` (converged in a Debian 12 container by a
+scenario) or ``unit`` (the install plan is unit-tested; NVIDIA's repositories cannot be reached from
+the test machines).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+# libvgpu builds for x86-64 only (files/libvgpu/Makefile), and the component image is x86-64.
+ARCHITECTURES = ("x86_64",)
+
+# Driver branches the collection offers: R470 stays the default (CUDA 11.4, what our users run);
+# 535 and 580 are NVIDIA's long-term-support branches.
+BRANCHES: Dict[str, Dict[str, str]] = {
+    "470": {"cuda": "11.4", "version": "470.256.02"},
+    "535": {"cuda": "12.2", "version": "535.216.03"},
+    "580": {"cuda": "13.0", "version": "580.95.05"},
+}
+
+# (os-release ID, major version) -> what the collection does there.
+#   distro_branches: branches the distribution packages itself (method distro, and offline).
+#   repo_folder / repo_branches: NVIDIA's CUDA repository folder and the branches it carries
+#     (method nvidia_repo); each folder starts at the CUDA release of its distribution.
+#   tested: what tests the claim: molecule (converged for real) or unit (the install plan only).
+PLATFORMS: Dict[Tuple[str, str], Dict[str, Any]] = {
+    ("debian", "12"): {
+        "name": "Debian 12",
+        "distro_branches": ("470", "535"),  # bookworm non-free: nvidia-tesla-470, nvidia-tesla-535
+        "repo_folder": "debian12",
+        "repo_branches": ("535", "580"),
+        "tested": "molecule (470 from the distribution, converged); unit (the other plans)",
+    },
+    ("debian", "11"): {
+        "name": "Debian 11",
+        "distro_branches": ("470",),
+        "repo_folder": "debian11",
+        "repo_branches": ("535",),
+        "tested": "unit",
+    },
+    ("ubuntu", "22"): {
+        "name": "Ubuntu 22.04",
+        "distro_branches": ("470", "535", "580"),  # restricted: nvidia-driver-<branch>-server
+        "repo_folder": "ubuntu2204",
+        "repo_branches": ("535", "580"),
+        "tested": "unit",
+    },
+    ("ubuntu", "24"): {
+        "name": "Ubuntu 24.04",
+        "distro_branches": ("535", "580"),
+        "repo_folder": "ubuntu2404",
+        "repo_branches": ("580",),
+        "tested": "unit",
+    },
+    ("rhel", "9"): {
+        "name": "RHEL 9 (and Rocky, AlmaLinux)",
+        "distro_branches": (),  # no driver of its own: NVIDIA's repository is the distribution path
+        "repo_folder": "rhel9",
+        "repo_branches": ("535", "580"),  # DKMS module streams nvidia-driver:<branch>-dkms
+        "tested": "unit",
+    },
+}
+
+# os-release IDs that are the same platform as a PLATFORMS entry.
+ALIASES = {"rocky": "rhel", "almalinux": "rhel", "centos": "rhel"}
+DEBIAN_LIKE = ("debian", "ubuntu")
+
+# NVIDIA allocates PCI device IDs by GPU chip. The oldest driver branch that supports each generation;
+# a GPU with no range here is older than Ampere (R470 supports it) or newer than Blackwell.
+GPU_GENERATIONS: List[Tuple[int, int, str, str]] = [
+    (0x2000, 0x25FF, "Ampere (A100, A30, A10, A40, A16, A2)", "470"),
+    (0x2300, 0x23FF, "Hopper (H100, H200, H800, H20, GH200)", "525"),
+    (0x2680, 0x28FF, "Ada Lovelace (L4, L40, L40S, RTX 6000 Ada)", "525"),
+    (0x2900, 0x2FFF, "Blackwell (B100, B200, GB200, RTX PRO 6000 Blackwell)", "570"),
+]
+NEWEST_KNOWN_ID = 0x2FFF
+NEWER_THAN_KNOWN = "580"
+
+
+def platform_of(distro_id: str, major: str) -> Optional[Dict[str, Any]]:
+    """The matrix entry of a distribution release, or None when the collection does not support it."""
+    return PLATFORMS.get((ALIASES.get(distro_id, distro_id), str(major)))
+
+
+def supported_names() -> str:
+    return ", ".join(p["name"] for p in PLATFORMS.values())
+
+
+def minimum_branch(device_id: int) -> Tuple[str, str]:
+    """(the oldest driver branch that supports the GPU, its generation) for an NVIDIA PCI device ID."""
+    found = ("470", "older than Ampere")
+    for low, high, generation, branch in GPU_GENERATIONS:
+        if low <= device_id <= high:
+            found = (branch, generation)  # later, narrower ranges (Hopper inside Ampere's) win
+    if device_id > NEWEST_KNOWN_ID:
+        found = (NEWER_THAN_KNOWN, "newer than Blackwell")
+    return found
+
+
+def platform_problems(
+    *,
+    distro_id: str,
+    major: str,
+    architecture: str,
+    branch: str,
+    method: str,
+    policy: str,
+    gpu_device_ids: List[int],
+    installed: Optional[str] = None,
+) -> List[str]:
+    """What in the matrix this node and the requested driver fail; empty when the node is supported.
+
+    ``method`` is the resolved method (distro, nvidia_repo, runfile or offline). Under policy
+    ``minimum`` a node whose installed driver already satisfies the branch needs no packages, so the
+    packaging checks do not apply there. An empty ``branch`` checks only the platform (a node that
+    gets no driver).
+    """
+    problems = []
+    if architecture not in ARCHITECTURES:
+        problems.append(
+            f"architecture {architecture} is not supported: libvgpu and the component image are built for "
+            f"{', '.join(ARCHITECTURES)} only"
+        )
+    platform = platform_of(distro_id, major)
+    if platform is None:
+        problems.append(f"{distro_id} {major} is not supported; supported: {supported_names()} (docs/platforms.md)")
+    if not branch:
+        return problems
+    if str(branch) not in BRANCHES:
+        problems.append(f"driver branch {branch} is not offered; offered: {', '.join(BRANCHES)}")
+    for device_id in gpu_device_ids:
+        needed, generation = minimum_branch(device_id)
+        if int(branch) < int(needed):
+            problems.append(
+                f"GPU 10de:{device_id:04x} ({generation}) needs driver branch {needed} or newer; "
+                f"vgpu_driver_branch is {branch}: set vgpu_driver_branch to {needed_offer(needed)} "
+                f"(and vgpu_driver_version, vgpu_cuda_version to match)"
+            )
+    adequate = policy == "minimum" and installed and int(installed.split(".")[0]) >= int(branch)
+    if platform is not None and not adequate:
+        available = packaged_branches(platform, method)
+        if available is not None and str(branch) not in available:
+            where = "the distribution" if method in ("distro", "offline") else "NVIDIA's CUDA repository"
+            offer = ", ".join(available) if available else "none"
+            problems.append(
+                f"driver branch {branch} is not packaged by {where} for {platform['name']} (it offers: {offer}); "
+                "choose another vgpu_driver_branch or vgpu_driver_method (docs/platforms.md)"
+            )
+    return problems
+
+
+def needed_offer(needed: str) -> str:
+    """The offered branch to advise for a minimum branch: the oldest offered one at or above it."""
+    for branch in BRANCHES:
+        if int(branch) >= int(needed):
+            return branch
+    return needed
+
+
+def packaged_branches(platform: Dict[str, Any], method: str) -> Optional[Tuple[str, ...]]:
+    """The branches a method installs on a platform; None when the method takes any (the runfile)."""
+    if method in ("distro", "offline"):
+        return platform["distro_branches"] or platform["repo_branches"]
+    if method == "nvidia_repo":
+        return platform["repo_branches"]
+    return None
+
+
+def docs_table() -> str:
+    """The Markdown table of docs/platforms.md."""
+    lines = [
+        "| platform | architecture | distribution packages | NVIDIA CUDA repository | tested by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for platform in PLATFORMS.values():
+        distro = ", ".join(platform["distro_branches"]) or "none (uses NVIDIA's repository)"
+        lines.append(
+            f"| {platform['name']} | {', '.join(ARCHITECTURES)} | {distro} | "
+            f"{', '.join(platform['repo_branches'])} (`{platform['repo_folder']}`) | {platform['tested']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def gpu_docs_table() -> str:
+    """The GPU-generation table of docs/platforms.md."""
+    lines = [
+        "| PCI device IDs | generation | oldest branch | branch to set |",
+        "| --- | --- | --- | --- |",
+        "| below 0x2000 | older than Ampere (Kepler to Turing: K80, P100, V100, T4) | 470 | 470 |",
+    ]
+    for low, high, generation, branch in GPU_GENERATIONS:
+        lines.append(f"| 0x{low:04x}-0x{high:04x} | {generation} | {branch} | {needed_offer(branch)} |")
+    newest = NEWER_THAN_KNOWN
+    lines.append(f"| above 0x{NEWEST_KNOWN_ID:04x} | newer than Blackwell | {newest} | {needed_offer(newest)} |")
+    return "\n".join(lines) + "\n"
