@@ -20,12 +20,13 @@ from tests.k8s import cluster
 SCHEDULE_TIMEOUT = 60
 
 
-def tls_get_healthz(context: ssl.SSLContext, port: int) -> bytes:
+def tls_request(context: ssl.SSLContext, port: int, request_line: bytes) -> bytes:
+    """One bodiless request over TLS; the start of the answer."""
     with (
         socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
     ):
-        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        tls.sendall(request_line + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
         answer = tls.recv(100)
     if not answer:
         raise ConnectionError("closed without an answer")
@@ -42,14 +43,17 @@ def test_only_kube_schedulers_certificate_is_answered(
 
     port = cluster.extender_port()
     pki = cluster.STATE_DIR / "pki"
-    assert cluster.extender_get("/healthz") == b"ok\n"  # kube-scheduler's client certificate
-    # No certificate, and a certificate of the cluster CA (every kubelet has one), are refused.
-    for cert in (None, "admin"):
-        context = ssl.create_default_context(cafile=str(pki / "extender-ca.crt"))
-        if cert is not None:
-            context.load_cert_chain(str(pki / f"{cert}.crt"), str(pki / f"{cert}.key"))
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            tls_get_healthz(context, port)
+    args = {"Pod": core.api_client.sanitize_for_serialization(pod), "NodeNames": []}
+    status, _answer = cluster.extender_request("POST", "/filter", args)
+    assert status == 200  # kube-scheduler's client certificate
+    # Without a certificate only the health endpoints answer (kubelet's probes present none).
+    context = ssl.create_default_context(cafile=str(pki / "extender-ca.crt"))
+    assert tls_request(context, port, b"GET /healthz").startswith(b"HTTP/1.1 200")
+    assert tls_request(context, port, b"POST /filter").startswith(b"HTTP/1.1 403")
+    # A certificate of the cluster CA (every kubelet has one) fails the handshake.
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        tls_request(context, port, b"GET /healthz")
     plain = subprocess.run(
         ["curl", "-s", "--max-time", "5", f"http://127.0.0.1:{port}/healthz"], capture_output=True, check=False
     )

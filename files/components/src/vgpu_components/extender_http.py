@@ -17,9 +17,10 @@ The rule: nothing a peer sends can hold a thread, or more memory than the body c
   waiting for one; beyond that the answer is 503 at once. The other verbs are CPU only
   (milliseconds) and run on the loop itself, with no thread hand-off on the hot path.
 - At most MAX_CONNECTIONS connections are open; the listen backlog is BACKLOG.
-- With TLS (TlsFiles), every client presents a certificate signed by the client CA, and the
-  handshake, too, must finish within REQUEST_TIMEOUT_S. Renewed certificate files are loaded
-  without a restart.
+- With TLS (TlsFiles), a verb is answered only to a client whose certificate the client CA
+  signed (kube-scheduler's); a certificate from another CA fails the handshake. GET /healthz,
+  /readyz and /metrics need no certificate, so kubelet's HTTPS probes work. The handshake, too,
+  must finish within REQUEST_TIMEOUT_S. Renewed certificate files are loaded without a restart.
 
 MAX_BODY is sized from the largest cluster supported, 5000 nodes (docs/architecture.md says how).
 """
@@ -94,11 +95,11 @@ class TlsFiles:
     client_ca_file: str
 
     def context(self) -> ssl.SSLContext:
-        """A server context that requires a client certificate from the CA; ValueError naming the
-        file that cannot be used."""
+        """A server context that verifies any client certificate against the CA (the verbs then
+        require one); ValueError naming the file that cannot be used."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL
         self.load(context)
         return context
 
@@ -325,7 +326,7 @@ class ExtenderServer:
             return False
         assert self._budget is not None
         try:
-            status, payload, content_type, label = await self._dispatch(request, body)
+            status, payload, content_type, label = await self._dispatch(request, body, writer)
         finally:
             self._budget.give(request.length)
         await self._send(writer, status, payload, content_type, keep_alive=request.keep_alive)
@@ -364,13 +365,17 @@ class ExtenderServer:
             raise
         return request, body
 
-    async def _dispatch(self, request: _Request, body: bytes) -> tuple[int, Any, str, str]:
+    async def _dispatch(
+        self, request: _Request, body: bytes, writer: asyncio.StreamWriter
+    ) -> tuple[int, Any, str, str]:
         """(status, payload, content type, metric label) for one request."""
         path = request.path.rstrip("/")
         if request.method == "GET":
             return self._get(path)
         if request.method != "POST":
             return 405, {"Error": f"method {request.method[:20]!r} is not served; POST a verb"}, "", "unknown"
+        if self._context is not None and not writer.get_extra_info("peercert"):
+            return 403, {"Error": "a verb needs a client certificate from extender.client_ca_file"}, "", "unknown"
         verb = path.rsplit("/", 1)[-1]
         handler = self.app.verbs.get(verb)
         if handler is None:
