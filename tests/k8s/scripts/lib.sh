@@ -24,6 +24,8 @@ export SCHEDULER_PORT="${VGPU_E2E_SCHEDULER_PORT:-20259}"
 export EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-29766}"
 export KWOK_PORT="${VGPU_E2E_KWOK_PORT:-20247}"
 export PKI="$STATE_DIR/pki"
+# 1 (default): kube-scheduler reaches the extender over mTLS, as shipped; 0: plain HTTP on loopback.
+export EXTENDER_TLS="${VGPU_E2E_EXTENDER_TLS:-1}"
 
 log() { echo ">> $*"; }
 die() { echo "!! $*" >&2; exit 1; }
@@ -103,13 +105,13 @@ extender_curl() {
 }
 
 # start_extender [plain]: the extender with mTLS (as roles/vgpu_stack runs it), or plain HTTP on
-# 127.0.0.1 for a scheduler configuration without tlsConfig.
+# 127.0.0.1 for a scheduler configuration without tlsConfig (also with VGPU_E2E_EXTENDER_TLS=0).
 start_extender() {
     [[ -f "$COMPONENTS_SRC/vgpu_components/extender.py" || -d "$COMPONENTS_SRC/vgpu_components/extender" ]] \
         || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
     local config="$STATE_DIR/vgpu-config.yaml"
     rm -f "$STATE_DIR/extender-plain"
-    if [[ "${1:-}" == plain ]]; then
+    if [[ "${1:-}" == plain || "$EXTENDER_TLS" == 0 ]]; then
         config="$STATE_DIR/vgpu-config-plain.yaml"
         touch "$STATE_DIR/extender-plain"
     fi

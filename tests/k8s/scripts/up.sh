@@ -65,16 +65,18 @@ SC
     [[ "$2" != none ]] || return 0
     local verbs="  filterVerb: filter-tightest"
     [[ "$2" == tightest ]] || verbs=$'  filterVerb: filter\n  prioritizeVerb: prioritize\n  weight: 1'
-    cat >>"$1" <<SC
-extenders:
-- urlPrefix: https://127.0.0.1:$EXTENDER_PORT
-$verbs
-  bindVerb: bind
+    local wire="- urlPrefix: http://127.0.0.1:$EXTENDER_PORT"
+    [[ "$EXTENDER_TLS" == 0 ]] || wire="- urlPrefix: https://127.0.0.1:$EXTENDER_PORT
   enableHTTPS: true
   tlsConfig:
     certFile: $PKI/scheduler-extender-client.crt
     keyFile: $PKI/scheduler-extender-client.key
-    caFile: $PKI/extender-ca.crt
+    caFile: $PKI/extender-ca.crt"
+    cat >>"$1" <<SC
+extenders:
+$wire
+$verbs
+  bindVerb: bind
   nodeCacheCapable: true
   managedResources:
   - name: vgpu.io/gpu-memory
