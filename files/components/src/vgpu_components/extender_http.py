@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 import prometheus_client
 
-from vgpu_components.tls import TlsFiles
+from vgpu_components.tls import TlsFiles, TlsStream
 
 log = logging.getLogger("vgpu.extender")
 
@@ -57,6 +57,7 @@ REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 120.0
 WORKERS = 16
 QUEUED = 64
+HANDSHAKE_WORKERS = 4
 MAX_CONNECTIONS = 512
 BACKLOG = 1024
 TLS_RELOAD_S = 60.0
@@ -67,11 +68,34 @@ REQUESTS = prometheus_client.Histogram(
     ["verb"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
 )
+CONNECTIONS = prometheus_client.Counter(
+    "vgpu_extender_connections", "Connections accepted (with TLS, each one cost a handshake)"
+)
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,10}", re.ASCII)
 
 
 class BadRequest(ValueError):
     """A request body that is not what kube-scheduler sends; answered with 400."""
+
+
+class _Reader(Protocol):
+    """What a request is read with: asyncio's StreamReader, or tls.TlsStream."""
+
+    async def readexactly(self, n: int, /) -> bytes: ...
+
+    async def readuntil(self, separator: bytes = ..., /) -> bytes: ...
+
+
+class _Writer(Protocol):
+    """What an answer is written with: asyncio's StreamWriter, or tls.TlsStream."""
+
+    def write(self, data: bytes, /) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def get_extra_info(self, name: str, default: Any = ..., /) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class Verbs(Protocol):
@@ -196,6 +220,7 @@ class ExtenderServer:
         self._connections = 0
         self._in_pool = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._handshakes: ThreadPoolExecutor | None = None
         self._budget: _Budget | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -224,10 +249,8 @@ class ExtenderServer:
                 self._loop.add_signal_handler(number, self._stop.set)
         self._budget = _Budget(MAX_BODY)
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="extender-worker")
-        tls: dict[str, Any] = {}
-        if self._context is not None:
-            tls = {"ssl": self._context, "ssl_handshake_timeout": REQUEST_TIMEOUT_S}
-        server = await asyncio.start_server(self._connection, sock=self.socket, backlog=BACKLOG, limit=MAX_HEAD, **tls)
+        self._handshakes = ThreadPoolExecutor(HANDSHAKE_WORKERS, thread_name_prefix="extender-tls")
+        server = await asyncio.start_server(self._connection, sock=self.socket, backlog=BACKLOG, limit=MAX_HEAD)
         reloader = asyncio.create_task(self._reload_tls()) if self.tls is not None else None
         self._started.set()
         try:
@@ -237,6 +260,7 @@ class ExtenderServer:
                 reloader.cancel()
             server.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._handshakes.shutdown(wait=False, cancel_futures=True)
 
     async def _reload_tls(self) -> None:
         """Load renewed certificate files into the serving context: new handshakes use them."""
@@ -254,16 +278,26 @@ class ExtenderServer:
                 log.error("renewed TLS files are not usable; keeping the loaded ones: %s", exc)
 
     # --- connections ---------------------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, raw_reader: asyncio.StreamReader, raw_writer: asyncio.StreamWriter) -> None:
         if self._connections >= MAX_CONNECTIONS:
-            writer.transport.abort()
+            raw_writer.transport.abort()
             return
         self._connections += 1
-        sock = writer.get_extra_info("socket")
+        CONNECTIONS.inc()
+        sock = raw_writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader: _Reader = raw_reader
+        writer: _Writer = raw_writer
         try:
+            if self._context is not None:
+                assert self._handshakes is not None
+                stream = TlsStream(self._context, raw_reader, raw_writer, MAX_HEAD)
+                writer = stream  # from here on, closing sends close_notify
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    await stream.handshake(self._handshakes)
+                reader = stream
             while await self._one_request(reader, writer):
                 pass
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError):
@@ -274,7 +308,7 @@ class ExtenderServer:
             self._connections -= 1
             writer.close()
 
-    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _one_request(self, reader: _Reader, writer: _Writer) -> bool:
         """Serve one request; False when the connection is to be closed."""
         try:
             async with asyncio.timeout(IDLE_TIMEOUT_S):
@@ -296,9 +330,7 @@ class ExtenderServer:
         REQUESTS.labels(label).observe(time.perf_counter() - started)
         return request.keep_alive
 
-    async def _receive(
-        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[_Request, bytes]:
+    async def _receive(self, first: bytes, reader: _Reader, writer: _Writer) -> tuple[_Request, bytes]:
         """The rest of a request whose first byte came: its head and body, within the request
         timeout and the body budget (taken here; the caller gives it back)."""
         assert self._budget is not None
@@ -328,9 +360,7 @@ class ExtenderServer:
             raise
         return request, body
 
-    async def _dispatch(
-        self, request: _Request, body: bytes, writer: asyncio.StreamWriter
-    ) -> tuple[int, Any, str, str]:
+    async def _dispatch(self, request: _Request, body: bytes, writer: _Writer) -> tuple[int, Any, str, str]:
         """(status, payload, content type, metric label) for one request."""
         path = request.path.rstrip("/")
         if request.method == "GET":
@@ -369,9 +399,7 @@ class ExtenderServer:
         return 404, b"not found\n", "text/plain", "unknown"
 
     @staticmethod
-    async def _send(
-        writer: asyncio.StreamWriter, status: int, payload: Any, content_type: str = "", *, keep_alive: bool
-    ) -> None:
+    async def _send(writer: _Writer, status: int, payload: Any, content_type: str = "", *, keep_alive: bool) -> None:
         data = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
         head = [
             f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
