@@ -14,11 +14,13 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
-# community.docker and ansible.posix (molecule's docker driver needs both) come from this pinned
-# PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
+# community.docker and ansible.posix (molecule's docker driver needs both) and community.crypto
+# (a dependency of the collection: vgpu_stack's certificates) come from this pinned PyPI release of
+# the Ansible community package: Galaxy is not reachable from our machines.
 ANSIBLE_COMMUNITY := ansible==12.3.0
-TEST_COLLECTIONS := community/docker ansible/posix
-DOCKER_COLL := $(COLLECTIONS)/ansible_collections/community/docker
+TEST_COLLECTIONS := community/docker ansible/posix community/crypto
+# The last of TEST_COLLECTIONS: its manifest stands for all of them.
+COMMUNITY_COLL := $(COLLECTIONS)/ansible_collections/community/crypto
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -55,7 +57,7 @@ lock: ## re-resolve requirements-dev.in into requirements-dev.txt
 	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
 	build/lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sort -f > requirements-dev.txt
 
-$(DOCKER_COLL)/MANIFEST.json: | $(VENV)/.stamp
+$(COMMUNITY_COLL)/MANIFEST.json: | $(VENV)/.stamp
 	@echo ">> community.docker from $(ANSIBLE_COMMUNITY)"
 	$(BIN)/pip download --quiet --no-deps --dest $(CACHE_DIR)/wheels "$(ANSIBLE_COMMUNITY)"
 	for c in $(TEST_COLLECTIONS); do \
@@ -64,7 +66,7 @@ $(DOCKER_COLL)/MANIFEST.json: | $(VENV)/.stamp
 	done
 
 .PHONY: collection
-collection: venv $(DOCKER_COLL)/MANIFEST.json ## build the collection tarball and install it into .collections
+collection: venv $(COMMUNITY_COLL)/MANIFEST.json ## build the collection tarball and install it into .collections
 	# Build from the files git knows (tracked, or new and not ignored): never caches or outputs.
 	tests/harness/copy-tree.sh build/src
 	mkdir -p $(COLLECTIONS)
@@ -107,12 +109,12 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 
 .PHONY: unit
-unit: venv ## pytest: plugin and component unit and integration tests
+unit: venv $(COMMUNITY_COLL)/MANIFEST.json ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv ## tests/security: a regression test for each finding of the adversarial review
+security: venv $(COMMUNITY_COLL)/MANIFEST.json ## tests/security: a regression test for each finding of the adversarial review
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 

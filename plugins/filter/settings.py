@@ -85,8 +85,14 @@ def _not_dict(value):
 
 
 # The argument-spec types roles/vgpu uses, each with what is wrong with a value (None: nothing).
-_TYPE_CHECKS = {"bool": _not_bool, "int": _not_int, "str": _not_str, "path": _not_str, "list": _not_list}
-_TYPE_CHECKS["dict"] = _not_dict
+_TYPE_CHECKS = {
+    "bool": _not_bool,
+    "int": _not_int,
+    "str": _not_str,
+    "path": _not_str,
+    "list": _not_list,
+    "dict": _not_dict,
+}
 
 
 def type_problems(settings, spec):

@@ -17,7 +17,7 @@ description:
   - Reads NVML through the C(pynvml) bindings (package C(nvidia-ml-py)) when they are importable on the
     node, and otherwise the output of C(nvidia-smi) and C(lspci). It needs nothing outside the Python
     standard library.
-  - What to do about the driver is not a fact: the filter C(vgpu.isolation.nvidia_driver_plan) makes the
+  - What to do about the driver is no fact; the filter C(vgpu.isolation.nvidia_driver_plan) makes the
     plan from these facts, on the controller.
   - The facts are returned as C(ansible_facts.gpu).
 options:

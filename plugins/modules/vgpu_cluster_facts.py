@@ -30,6 +30,9 @@ ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = dict(
     unit_mib=dict(type="int", default=100),
     gpu_nodes=dict(type="list", elements="str"),
     extender_url=dict(type="str", default="http://127.0.0.1:32766/healthz"),
+    extender_client_cert=dict(type="path"),
+    extender_client_key=dict(type="path"),
+    extender_ca_cert=dict(type="path"),
     check_extender=dict(type="bool", default=True),
     sample_app=dict(type="bool", default=False),
     sample_image=dict(type="str", default="localhost/vgpu-components:0.1.0"),
@@ -42,11 +45,18 @@ ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = dict(
 )
 
 
-def check_extender(url, opener=open_url):
-    """GET the extender's health URL; any HTTP answer below 400 counts as reachable."""
+def check_extender(url, opener=open_url, client_cert=None, client_key=None, ca_cert=None):
+    """GET the extender's health URL; any HTTP answer below 400 counts as reachable.
+
+    With mutual TLS the extender answers only clients with a certificate of its CA: the module shows
+    kube-scheduler's (``client_cert``, ``client_key``) and checks the extender against ``ca_cert``.
+    """
     result = {"url": url, "checked": True, "reachable": False, "status": None, "error": ""}
+    tls = {"client_cert": client_cert, "client_key": client_key} if client_cert else {}
+    if ca_cert:
+        tls["ca_path"] = ca_cert
     try:
-        response = opener(url, method="GET", timeout=5, validate_certs=False)
+        response = opener(url, method="GET", timeout=5, validate_certs=bool(ca_cert), **tls)
         result["status"] = response.getcode()
         result["reachable"] = result["status"] < 400
     except Exception as exc:  # connection refused, timeouts and HTTP errors all mean "not usable"
@@ -164,8 +174,22 @@ def run(api, params, check_mode, extender_check=check_extender):
     return result
 
 
+def extender_checker(params):
+    """check_extender with the module's TLS files, when it has them."""
+    tls = {
+        "client_cert": params["extender_client_cert"],
+        "client_key": params["extender_client_key"],
+        "ca_cert": params["extender_ca_cert"],
+    }
+    return lambda url: check_extender(url, **tls)
+
+
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+        required_together=[("extender_client_cert", "extender_client_key")],
+    )
     params = module.params
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
@@ -178,7 +202,7 @@ def main():
         )
     try:
         api = K8sApi(params["kubeconfig"], params["context"])
-        result = run(api, params, module.check_mode)
+        result = run(api, params, module.check_mode, extender_check=extender_checker(params))
     except K8sError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)

@@ -33,12 +33,22 @@ PLAYBOOK = """\
   gather_facts: true
   roles:
     - role: vgpu.isolation.vgpu_stack
+  # The harness's extender speaks mTLS with the harness's own CA (tests/k8s/scripts/lib.sh): the
+  # plain configurations run against it restarted plain, the mutual-TLS one (the role's default)
+  # against it restarted with the role's certificates.
   post_tasks:
+    - name: Render the kube-scheduler configuration the role ships, with mutual TLS
+      ansible.builtin.template:
+        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        dest: "{out}/kube-scheduler-config-tls.yaml"
+        mode: "0644"
     - name: Render the kube-scheduler configuration the role ships
       ansible.builtin.template:
         src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
         dest: "{out}/kube-scheduler-config.yaml"
         mode: "0644"
+      vars:
+        vgpu_stack_extender_tls: false
     - name: Render it with the other packing, weighted
       ansible.builtin.template:
         src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
@@ -46,6 +56,7 @@ PLAYBOOK = """\
         mode: "0644"
       vars:
         vgpu_stack_extender_packing: weighted
+        vgpu_stack_extender_tls: false
 """
 
 
@@ -68,6 +79,9 @@ def run_playbook(work: Path) -> str:
         "vgpu_stack_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
         "vgpu_stack_extender_port": cluster.extender_port(),
         "vgpu_stack_manifest_dir": str(work / "manifests"),
+        # The certificates go to the test's folder, never to this machine's /etc/vgpu/tls.
+        "vgpu_stack_tls_dir": str(work / "tls"),
+        "vgpu_stack_tls_install_python": False,
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
         "vgpu_stack_install_python_client": False,
@@ -81,7 +95,8 @@ def run_playbook(work: Path) -> str:
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(cluster.REPO_ROOT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(work / "collections"),
+        # community.crypto (the role's certificates) from the collections `make collection` unpacks.
+        ANSIBLE_COLLECTIONS_PATH=os.pathsep.join([str(work / "collections"), str(cluster.REPO_ROOT / ".collections")]),
         ANSIBLE_NOCOLOR="1",
     )
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -156,6 +171,9 @@ def test_extender_schedules_with_only_its_service_account(
     assert forbidden(sa_core.list_namespaced_secret, NS), "the extender's account can read secrets"
     assert forbidden(sa_core.delete_collection_namespaced_pod, namespace), "the extender's account can delete pods"
     assert forbidden(sa_core.patch_node, "any", {"metadata": {"labels": {"x": "y"}}}), "it can patch nodes"
+    assert forbidden(sa_core.patch_namespaced_pod, "any", namespace, {"metadata": {"labels": {"x": "y"}}}), (
+        "it can patch pods (issue 12 finding 8: the GPU travels in the Binding)"
+    )
 
     cluster.ctl("stop-extender")
     cluster.ctl("start-extender", env={"VGPU_E2E_EXTENDER_KUBECONFIG": str(stack / f"{EXTENDER_SA}.kubeconfig")})
@@ -181,7 +199,7 @@ def plugin_pod_client(core: Any, node: str, work: Path) -> Any:
             "containers": [{"name": "c", "image": "localhost/none"}],
         },
     }
-    for _ in range(30):  # the previous pod of this name may still be going
+    for _attempt in range(30):  # the previous pod of this name may still be going
         try:
             pod = core.create_namespaced_pod(NS, body)
             break
@@ -239,6 +257,36 @@ def check_own_node_only(core: Any, sa_core: Any, own: str, other: str, stack: Pa
     assert forbidden(sa_core.list_namespaced_secret, NS), "the device plugin's account can read secrets"
     assert forbidden(sa_core.delete_node, own), "the device plugin's account can delete nodes"
     assert forbidden(sa_core.patch_namespaced_pod, "x", "default", {}), "it can patch pods"
+
+
+def test_kube_scheduler_calls_the_extender_over_mutual_tls_with_the_roles_certificates(
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, extender_back_up: None
+) -> None:
+    """Issue 12 finding 7, end to end: the real kube-scheduler with the role's tlsConfig and the
+    real extender with the role's certificates (which requires kube-scheduler's client certificate)."""
+    tls = stack / "tls"
+    plain = (cluster.STATE_DIR / "vgpu-config-plain.yaml").read_text()  # the harness's, without its own TLS
+    config = stack / "extender-tls.yaml"
+    config.write_text(
+        plain.replace(
+            "extender:\n",
+            "extender:\n"
+            f"  tls_cert_file: {tls}/server.crt\n  tls_key_file: {tls}/server.key\n  client_ca_file: {tls}/ca.crt\n",
+        )
+    )
+    assert "tls_cert_file" in config.read_text(), "the harness config has no extender section"
+    cluster.ctl("stop-scheduler")
+    cluster.ctl("stop-extender")
+    try:
+        cluster.ctl(
+            "start-extender", env={"VGPU_E2E_EXTENDER_CONFIG": str(config), "VGPU_E2E_EXTENDER_TLS_DIR": str(tls)}
+        )
+        cluster.ctl("start-scheduler", str(stack / "kube-scheduler-config-tls.yaml"))
+        two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
+    finally:
+        cluster.ctl("stop-scheduler")
+        cluster.ctl("stop-extender")  # extender_back_up restarts it as the harness runs it
+        cluster.ctl("start-scheduler")
 
 
 @pytest.mark.parametrize("config", ["kube-scheduler-config.yaml", "kube-scheduler-config-weighted.yaml"])

@@ -48,7 +48,11 @@ def run_playbook(*args: str, path_prefix: str = "") -> subprocess.CompletedProce
     env = dict(
         os.environ,
         PATH=path_prefix + os.pathsep + os.environ["PATH"] if path_prefix else os.environ["PATH"],
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),  # linked by tests/conftest.py
+        # This checkout (linked by tests/conftest.py), then the collections `make collection` unpacks
+        # from the pinned ansible wheel (community.crypto, which vgpu_stack needs).
+        ANSIBLE_COLLECTIONS_PATH=os.pathsep.join(
+            [str(ROOT / "build" / "pytest-collections"), str(ROOT / ".collections")]
+        ),
         ANSIBLE_LOCALHOST_WARNING="false",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
     )

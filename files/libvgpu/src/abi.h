@@ -82,6 +82,7 @@ typedef struct {
 
 /* Graph memory nodes (cuda.h, CUDA 11.4+). CUmemPoolProps is 88 bytes in every version: its
  * tail was reserved[64] until CUDA 12.1, then maxSize, usage and reserved[54]. */
+#define CU_GRAPH_NODE_TYPE_MEMSET 2
 #define CU_GRAPH_NODE_TYPE_GRAPH 4
 #define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
 #define CU_GRAPH_NODE_TYPE_MEM_FREE 11

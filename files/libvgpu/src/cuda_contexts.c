@@ -117,26 +117,14 @@ static CUresult primary_release(vgpu_fn_cuDevicePrimaryCtxRelease *real, CUdevic
     return rc;
 }
 
-VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-    READY_OR_RETURN();
-    return primary_release(REAL(cuDevicePrimaryCtxRelease), dev, 0);
-}
-
-VGPU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-    READY_OR_RETURN();
-    return primary_release(REAL(cuDevicePrimaryCtxRelease_v2), dev, 0);
-}
-
-VGPU_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
-{
-    READY_OR_RETURN();
-    return primary_release(REAL(cuDevicePrimaryCtxReset), dev, 1);
-}
-
-VGPU_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    READY_OR_RETURN();
-    return primary_release(REAL(cuDevicePrimaryCtxReset_v2), dev, 1);
-}
+/* The real pointer is read once READY_OR_RETURN has loaded the library. */
+#define PRIMARY_RELEASE(NAME, RESET)                                                                                  \
+    VGPU_EXPORT CUresult NAME(CUdevice dev)                                                                           \
+    {                                                                                                                 \
+        READY_OR_RETURN();                                                                                            \
+        return primary_release(REAL(NAME), dev, RESET);                                                               \
+    }
+PRIMARY_RELEASE(cuDevicePrimaryCtxRelease, 0)
+PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2, 0)
+PRIMARY_RELEASE(cuDevicePrimaryCtxReset, 1)
+PRIMARY_RELEASE(cuDevicePrimaryCtxReset_v2, 1)

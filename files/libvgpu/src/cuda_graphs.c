@@ -247,49 +247,42 @@ static void resync_locked(int dev, int64_t live_change)
         vgpu_region_adjust(vgpu_cuda.region, &vgpu_cuda.slot, dev, delta, 0, 0, 0);
 }
 
-/* ---- instantiation ---- */
+/* ---- instantiation: charge first, then the driver's instantiation of any ABI ---- */
+#define INSTANTIATE(CALL)                                                                                             \
+    do {                                                                                                              \
+        READY_OR_RETURN();                                                                                            \
+        struct plan p_;                                                                                               \
+        CUresult rc_ = admit(graph, &p_);                                                                             \
+        return rc_ ? rc_ : instantiated(CALL, exec, &p_);                                                             \
+    } while (0)
+
 VGPU_EXPORT CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
                                         size_t log_size)
 {
-    READY_OR_RETURN();
-    struct plan p;
-    CUresult rc = admit(graph, &p);
-    return rc ? rc : instantiated(REAL(cuGraphInstantiate)(exec, graph, err_node, log, log_size), exec, &p);
+    INSTANTIATE(REAL(cuGraphInstantiate)(exec, graph, err_node, log, log_size));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
                                            size_t log_size)
 {
-    READY_OR_RETURN();
-    struct plan p;
-    CUresult rc = admit(graph, &p);
-    return rc ? rc : instantiated(REAL(cuGraphInstantiate_v2)(exec, graph, err_node, log, log_size), exec, &p);
+    INSTANTIATE(REAL(cuGraphInstantiate_v2)(exec, graph, err_node, log, log_size));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
 {
-    READY_OR_RETURN();
-    struct plan p;
-    CUresult rc = admit(graph, &p);
-    return rc ? rc : instantiated(REAL(cuGraphInstantiateWithFlags)(exec, graph, flags), exec, &p);
+    INSTANTIATE(REAL(cuGraphInstantiateWithFlags)(exec, graph, flags));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph,
                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
-    READY_OR_RETURN();
-    struct plan p;
-    CUresult rc = admit(graph, &p);
-    return rc ? rc : instantiated(REAL(cuGraphInstantiateWithParams)(exec, graph, params), exec, &p);
+    INSTANTIATE(REAL(cuGraphInstantiateWithParams)(exec, graph, params));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
                                                        CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
-    READY_OR_RETURN();
-    struct plan p;
-    CUresult rc = admit(graph, &p);
-    return rc ? rc : instantiated(REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params), exec, &p);
+    INSTANTIATE(REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params));
 }
 
 /* ---- release ---- */

@@ -525,33 +525,64 @@ static struct vgpu_region_slot *own_slot_locked(struct vgpu_region *r, int *slot
     return *slot >= 0 ? &r->slots[*slot] : NULL;
 }
 
+/* Lock the region, and make sure our slot says what we hold (NULL: the region is full). */
+static struct vgpu_region_slot *enter(struct vgpu_region *r, int *slot, int dev)
+{
+    vgpu_region_lock(r);
+    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
+    if (sl)
+        restore_own_locked(r, sl, *slot, dev);
+    return sl;
+}
+
+/* Whether bytes more fit dev's limit (dead processes swept once first); counts a refusal. */
+static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, uint64_t limit, int enforce)
+{
+    if (!enforce || !limit)
+        return 0;
+    for (int pass = 0;; pass++) {
+        uint64_t inuse = in_use_locked(r, dev);
+        if (bytes <= limit && inuse <= limit - bytes)
+            return 0;
+        if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
+            continue;
+        write_begin(r);
+        r->hdr.devices[dev].oom_count++;
+        write_end(r);
+        return -1;
+    }
+}
+
+/* Our slot takes our own count again, and the peaks follow; inside a write. */
+static void publish_locked(struct vgpu_region *r, struct vgpu_region_slot *sl, int dev)
+{
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    if (sl) {
+        struct vgpu_slot_device *s = &sl->devices[dev];
+        s->used_bytes = mine[dev].used_bytes;
+        s->ctx_bytes = mine[dev].ctx_bytes;
+        s->buffers = mine[dev].buffers;
+        if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
+            s->peak_bytes = s->used_bytes + s->ctx_bytes;
+    }
+    if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
+        d->peak_bytes = d->used_bytes + d->ctx_bytes;
+    if ((unsigned)dev + 1 > r->hdr.device_count)
+        r->hdr.device_count = (uint32_t)dev + 1;
+}
+
 int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes, uint64_t limit, int enforce)
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return 0;
-    vgpu_region_lock(r);
-    struct vgpu_region_device *d = &r->hdr.devices[dev];
-    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
-    if (sl)
-        restore_own_locked(r, sl, *slot, dev);
-    if (enforce && limit) {
-        for (int pass = 0;; pass++) {
-            uint64_t inuse = in_use_locked(r, dev);
-            if (bytes <= limit && inuse <= limit - bytes)
-                break;
-            if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
-                continue;
-            write_begin(r);
-            d->oom_count++;
-            write_end(r);
-            vgpu_region_unlock(r);
-            return -1;
-        }
+    struct vgpu_region_slot *sl = enter(r, slot, dev);
+    if (admit_locked(r, dev, bytes, limit, enforce) != 0) {
+        vgpu_region_unlock(r);
+        return -1;
     }
-    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL, *m = &mine[dev];
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
+    struct vgpu_slot_device *m = &mine[dev];
     write_begin(r);
-    if ((unsigned)dev + 1 > r->hdr.device_count)
-        r->hdr.device_count = (uint32_t)dev + 1;
     if (kind == VGPU_DATA) {
         d->used_bytes += bytes;
         d->live_buffers++;
@@ -565,15 +596,7 @@ int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint
         d->ctx_bytes += bytes;
         m->ctx_bytes += bytes;
     }
-    if (s) {
-        s->used_bytes = m->used_bytes;
-        s->ctx_bytes = m->ctx_bytes;
-        s->buffers = m->buffers;
-        if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
-            s->peak_bytes = s->used_bytes + s->ctx_bytes;
-    }
-    if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
-        d->peak_bytes = d->used_bytes + d->ctx_bytes;
+    publish_locked(r, sl, dev);
     write_end(r);
     vgpu_region_unlock(r);
     return 0;
@@ -583,12 +606,9 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return;
-    vgpu_region_lock(r);
+    struct vgpu_region_slot *sl = enter(r, slot, dev);
     struct vgpu_region_device *d = &r->hdr.devices[dev];
-    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
-    if (sl)
-        restore_own_locked(r, sl, *slot, dev);
-    struct vgpu_slot_device *s = sl ? &sl->devices[dev] : NULL, *m = &mine[dev];
+    struct vgpu_slot_device *m = &mine[dev];
     write_begin(r);
     if (kind == VGPU_DATA || kind == VGPU_ROLLBACK) {
         /* only what this process still holds by its own count */
@@ -610,11 +630,7 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
         d->ctx_bytes = sat_sub(d->ctx_bytes, b);
         m->ctx_bytes -= b;
     }
-    if (s) {
-        s->used_bytes = m->used_bytes;
-        s->ctx_bytes = m->ctx_bytes;
-        s->buffers = m->buffers;
-    }
+    publish_locked(r, sl, dev);
     write_end(r);
     vgpu_region_unlock(r);
 }
@@ -624,25 +640,12 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return 0;
-    vgpu_region_lock(r);
-    struct vgpu_region_device *d = &r->hdr.devices[dev];
-    struct vgpu_region_slot *sl = own_slot_locked(r, slot);
-    if (sl)
-        restore_own_locked(r, sl, *slot, dev);
-    if (enforce && limit && bytes > 0) {
-        for (int pass = 0;; pass++) {
-            uint64_t inuse = in_use_locked(r, dev);
-            if ((uint64_t)bytes <= limit && inuse <= limit - (uint64_t)bytes)
-                break;
-            if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
-                continue;
-            write_begin(r);
-            d->oom_count++;
-            write_end(r);
-            vgpu_region_unlock(r);
-            return -1;
-        }
+    struct vgpu_region_slot *sl = enter(r, slot, dev);
+    if (bytes > 0 && admit_locked(r, dev, (uint64_t)bytes, limit, enforce) != 0) {
+        vgpu_region_unlock(r);
+        return -1;
     }
+    struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_slot_device *m = &mine[dev];
     /* never below zero: only what this process holds by its own count */
     uint64_t up = bytes > 0 ? (uint64_t)bytes : 0, down = bytes < 0 ? (uint64_t)-bytes : 0;
@@ -650,21 +653,11 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
     down = down < m->used_bytes ? down : m->used_bytes;
     bufs_down = bufs_down < m->buffers ? bufs_down : m->buffers;
     write_begin(r);
-    if ((unsigned)dev + 1 > r->hdr.device_count)
-        r->hdr.device_count = (uint32_t)dev + 1;
     d->used_bytes = sat_sub(d->used_bytes, down) + up;
     d->live_buffers = sat_sub(d->live_buffers, bufs_down) + bufs_up;
     m->used_bytes = m->used_bytes - down + up;
     m->buffers = m->buffers - bufs_down + bufs_up;
-    if (sl) {
-        struct vgpu_slot_device *s = &sl->devices[dev];
-        s->used_bytes = m->used_bytes;
-        s->buffers = m->buffers;
-        if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
-            s->peak_bytes = s->used_bytes + s->ctx_bytes;
-    }
-    if (d->used_bytes + d->ctx_bytes > d->peak_bytes)
-        d->peak_bytes = d->used_bytes + d->ctx_bytes;
+    publish_locked(r, sl, dev);
     write_end(r);
     vgpu_region_unlock(r);
     return 0;

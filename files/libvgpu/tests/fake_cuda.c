@@ -621,6 +621,22 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n)
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s)
+{
+    CUresult rc;
+    if (fake_capture_memset(s, p, v, n, &rc))
+        return rc;
+    return cuMemsetD8_v2(p, v, n);
+}
+
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    if (!dst || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return CUDA_SUCCESS;
+}
+
 static unsigned long launches;
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)

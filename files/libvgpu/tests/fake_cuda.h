@@ -21,5 +21,6 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsign
 /* 1 when the call was a stream capture's or a graph allocation's (*rc set) */
 FAKE_HIDDEN int fake_capture_alloc(CUstream s, uint64_t bytes, int dev, CUdeviceptr *p, CUresult *rc);
 FAKE_HIDDEN int fake_capture_free(CUstream s, CUdeviceptr p, CUresult *rc);
+FAKE_HIDDEN int fake_capture_memset(CUstream s, CUdeviceptr p, unsigned char value, size_t bytes, CUresult *rc);
 FAKE_HIDDEN int fake_graph_free(CUdeviceptr p, CUresult *rc);
 #endif

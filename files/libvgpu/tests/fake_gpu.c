@@ -111,18 +111,19 @@ static int load_file(void)
     return rc;
 }
 
-/* NVIDIA_VISIBLE_DEVICES: unset, empty or "all" = every GPU; "none"/"void" = none; else a comma
- * list of indexes and UUIDs. */
+/* NVIDIA_VISIBLE_DEVICES: "all" = every GPU; empty, "none" or "void" = none (as the container
+ * runtime reads them); else a comma list of indexes and UUIDs. Unset = every GPU: a process of
+ * the node itself, not of a container. */
 static int load_visible(void)
 {
     const char *v = getenv("NVIDIA_VISIBLE_DEVICES");
     cfg.nvisible = 0;
-    if (!v || !*v || strcmp(v, "all") == 0) {
+    if (!v || strcmp(v, "all") == 0) {
         for (int i = 0; i < cfg.gpus; i++)
             cfg.visible[cfg.nvisible++] = i;
         return 0;
     }
-    if (strcmp(v, "none") == 0 || strcmp(v, "void") == 0)
+    if (!*v || strcmp(v, "none") == 0 || strcmp(v, "void") == 0)
         return 0;
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", v);

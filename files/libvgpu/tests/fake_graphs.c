@@ -8,11 +8,13 @@
  *  - a relaunch while the previous launch's allocations live fails with CUDA_ERROR_INVALID_VALUE
  *    unless instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH; a graph with memory
  *    nodes has at most one executable graph at a time;
- *  - stream capture turns cuMemAllocAsync / cuMemFreeAsync into allocation and free nodes.
+ *  - stream capture turns cuMemAllocAsync / cuMemFreeAsync / cuMemsetD8Async into allocation,
+ *    free and memset nodes.
  * Launches run at once, in node order (nodes are added in dependency order here). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "fake_cuda.h"
 #include "fake_gpu.h"
@@ -23,7 +25,8 @@ struct CUgraphNode_st {
     uint64_t bytes;
     CUdeviceptr dptr;
     CUgraph child;
-    int live; /* an allocation node's memory exists now */
+    int live;            /* an allocation node's memory exists now */
+    unsigned char value; /* a memset node's */
 };
 
 struct CUgraph_st {
@@ -46,7 +49,6 @@ struct CUstream_st {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static CUgraphNode *allocs; /* every allocation node ever made, to find one by address */
 static size_t nallocs, cap_allocs;
-static CUdeviceptr next_va = 0x200000000000ULL;
 static uint64_t reserved[FAKE_MAX_GPUS], used[FAKE_MAX_GPUS], reserved_high[FAKE_MAX_GPUS], used_high[FAKE_MAX_GPUS];
 
 static int grow(void **array, size_t *cap, size_t need, size_t size)
@@ -94,8 +96,13 @@ static CUresult new_alloc_node(CUgraph g, uint64_t bytes, int dev, CUgraphNode *
         free(node);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_ALLOC, dev, bytes, next_va, NULL, 0};
-    next_va += (bytes + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+    /* the address, fixed now; host pages behind it only once written (after a launch) */
+    void *va = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (va == MAP_FAILED) {
+        free(node);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_ALLOC, dev, bytes, (CUdeviceptr)(uintptr_t)va, NULL, 0, 0};
     CUresult rc = add_node(g, node, out);
     if (rc == CUDA_SUCCESS) {
         allocs[nallocs++] = node;
@@ -110,7 +117,7 @@ static CUresult new_free_node(CUgraph g, CUdeviceptr p, CUgraphNode *out)
     CUgraphNode node = calloc(1, sizeof *node);
     if (!node)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_FREE, 0, 0, p, NULL, 0};
+    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_FREE, 0, 0, p, NULL, 0, 0};
     return add_node(g, node, out);
 }
 
@@ -178,7 +185,7 @@ EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const CUg
     CUgraphNode n = calloc(1, sizeof *n);
     if (!n)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *n = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_GRAPH, 0, 0, 0, child, 0};
+    *n = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_GRAPH, 0, 0, 0, child, 0, 0};
     pthread_mutex_lock(&lock);
     CUresult rc = add_node(g, n, node);
     pthread_mutex_unlock(&lock);
@@ -296,6 +303,7 @@ static void free_graph_alloc(CUgraphNode a)
 {
     a->live = 0;
     used[a->dev] -= a->bytes;
+    madvise((void *)(uintptr_t)a->dptr, a->bytes, MADV_DONTNEED); /* its contents are gone */
 }
 
 static int graph_has_live(CUgraph g)
@@ -338,6 +346,8 @@ static CUresult run(CUgraph g)
                 free_graph_alloc(a);
             else if (!a)
                 fake_free(node->dptr); /* a captured free of an ordinary allocation */
+        } else if (node->type == CU_GRAPH_NODE_TYPE_MEMSET) {
+            memset((void *)(uintptr_t)node->dptr, node->value, node->bytes);
         } else if (node->type == CU_GRAPH_NODE_TYPE_GRAPH) {
             CUresult rc = run(node->child);
             if (rc != CUDA_SUCCESS)
@@ -487,6 +497,22 @@ int fake_capture_alloc(CUstream s, uint64_t bytes, int dev, CUdeviceptr *p, CUre
         return 0;
     pthread_mutex_lock(&lock);
     *rc = p ? new_alloc_node(s->graph, bytes, dev, NULL, p) : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_unlock(&lock);
+    return 1;
+}
+
+int fake_capture_memset(CUstream s, CUdeviceptr p, unsigned char value, size_t bytes, CUresult *rc)
+{
+    if (!s || !s->capturing)
+        return 0;
+    CUgraphNode node = calloc(1, sizeof *node);
+    if (!node) {
+        *rc = CUDA_ERROR_OUT_OF_MEMORY;
+        return 1;
+    }
+    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEMSET, 0, bytes, p, NULL, 0, value};
+    pthread_mutex_lock(&lock);
+    *rc = add_node(s->graph, node, NULL);
     pthread_mutex_unlock(&lock);
     return 1;
 }

@@ -342,10 +342,10 @@ restored=$(json_field restored_count)
 wait
 OUT=$R/p1
 expect "zeroing a process's own slot too: that process still never passes the quota" "alloc 60 v2 rc=0" \
-    "alloc 60 v2 rc=2" && \
-    { [ "$used" = $((120 << 20)) ] && [ "${restored:-0}" -ge 1 ] \
-        && pass "the process restores its slot: the region shows the container's real 120 MiB again (restored $restored)" \
-        || fail "after the slot was zeroed: used_bytes=$used restored_count=$restored, want 125829120 and >= 1"; }
+    "alloc 60 v2 rc=2"
+if [ "$used" = $((120 << 20)) ] && [ "${restored:-0}" -ge 1 ]; then
+    pass "the process restores its slot: the region shows the container's real 120 MiB again (restored $restored)"
+else fail "after the slot was zeroed: used_bytes=$used restored_count=$restored, want 125829120 and >= 1"; fi
 
 fresh 100MiB
 printf '%032d' 0 >"$R/target"
@@ -412,6 +412,9 @@ expect "fake driver: the environment wins over the file; NVIDIA_VISIBLE_DEVICES 
     "devices rc=0 n=1 0:$U1:4096:Fake GPU" "nvml-device 0 index=0 uuid=$U1 .*minor=1 total=4096 "
 CUDA_VISIBLE_DEVICES=1 run init devices
 expect "fake driver: CUDA_VISIBLE_DEVICES=1 is the second GPU" "devices rc=0 n=1 0:$U1:12288:Fake GPU"
+NVIDIA_VISIBLE_DEVICES= run init devices nvml-devices
+expect "fake driver: an empty NVIDIA_VISIBLE_DEVICES gives a process no GPU, as the runtime does" "devices rc=0 n=0$" \
+    "nvml-devices rc=0 count_rc=0 n=0 "
 printf 'gpus=0\n' >"$R/bad.conf"
 FAKE_GPU_CONF=$R/bad.conf run init nvml-devices
 if grep -q "init rc=1" "$OUT" && grep -q "nvml-devices rc=999" "$OUT" \

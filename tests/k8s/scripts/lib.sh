@@ -109,9 +109,14 @@ extender_curl() {
 start_extender() {
     [[ -f "$COMPONENTS_SRC/vgpu_components/extender.py" || -d "$COMPONENTS_SRC/vgpu_components/extender" ]] \
         || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
+    # VGPU_E2E_EXTENDER_CONFIG: another config file (e.g. with the role's certificates);
+    # VGPU_E2E_EXTENDER_TLS_DIR: the folder of its CA and of a client certificate it accepts
+    # (roles/vgpu_stack's layout). Otherwise the harness's own mTLS, or plain HTTP.
     local config="$STATE_DIR/vgpu-config.yaml"
     rm -f "$STATE_DIR/extender-plain"
-    if [[ "${1:-}" == plain || "$EXTENDER_TLS" == 0 ]]; then
+    if [[ -n "${VGPU_E2E_EXTENDER_CONFIG:-}" ]]; then
+        config="$VGPU_E2E_EXTENDER_CONFIG"
+    elif [[ "${1:-}" == plain || "$EXTENDER_TLS" == 0 ]]; then
         config="$STATE_DIR/vgpu-config-plain.yaml"
         touch "$STATE_DIR/extender-plain"
     fi
@@ -119,7 +124,13 @@ start_extender() {
         "$VENV/bin/python" -m vgpu_components.extender \
         --config "$config" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
     # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
-    wait_until extender 60 extender_curl /readyz
+    if [[ -n "${VGPU_E2E_EXTENDER_TLS_DIR:-}" ]]; then
+        local tls="$VGPU_E2E_EXTENDER_TLS_DIR"
+        wait_until extender 60 curl -sf --max-time 2 --cacert "$tls/ca.crt" --cert "$tls/client.crt" \
+            --key "$tls/client.key" "https://127.0.0.1:$EXTENDER_PORT/readyz"
+    else
+        wait_until extender 60 extender_curl /readyz
+    fi
 }
 
 # start_scheduler [config]: kube-scheduler with our extender (default) or another config file.

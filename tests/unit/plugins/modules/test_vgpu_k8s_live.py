@@ -7,6 +7,7 @@ the API server validates the rendered manifests, computes the server-side apply 
 the components' service accounts with the RBAC the stack deploys.
 """
 
+import datetime
 import os
 import subprocess
 import uuid
@@ -15,6 +16,10 @@ import pytest
 import yaml
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import K8sApi
 from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts, vgpu_k8s_apply
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from role_render import render
 
 KUBECONFIG = os.environ.get("VGPU_TEST_KUBECONFIG")
@@ -188,11 +193,39 @@ def test_components_roll_out_on_a_simulated_gpu_node(api, tmp_path):
 KUBE_SCHEDULER = os.environ.get("VGPU_TEST_KUBE_SCHEDULER")
 
 
+def write_certificates(folder):
+    """A self-signed CA and a client certificate and key of it, in roles/vgpu_stack's file names."""
+    folder.mkdir()
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    (folder / "ca.crt").write_bytes(pem)
+    (folder / "client.crt").write_bytes(pem)
+    (folder / "client.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+
 @pytest.mark.skipif(not KUBE_SCHEDULER, reason="VGPU_TEST_KUBE_SCHEDULER names no kube-scheduler binary")
 @pytest.mark.parametrize("flavour", ["k3s", "kubeadm"])
 def test_kube_scheduler_accepts_the_configuration(tmp_path, flavour):
-    """The real kube-scheduler loads the rendered file (strict decoding) and writes back its extender."""
-    rendered = render(tmp_path, {"vgpu_kubernetes_flavour": flavour})
+    """The real kube-scheduler loads the rendered file (strict decoding) and writes back its extender,
+    with the mutual-TLS files it opens when it builds the extender (made here, not by the role)."""
+    tls = tmp_path / "tls"
+    write_certificates(tls)
+    rendered = render(tmp_path, {"vgpu_kubernetes_flavour": flavour, "vgpu_stack_tls_dir": str(tls)})
     (config,) = rendered["kube-scheduler-config.yaml"]
     # kube-scheduler opens the kubeconfig the file names; point it at the test API server's.
     config["clientConnection"]["kubeconfig"] = KUBECONFIG
@@ -208,7 +241,8 @@ def test_kube_scheduler_accepts_the_configuration(tmp_path, flavour):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (extender,) = yaml.safe_load(written.read_text())["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:32766"
+    assert extender["urlPrefix"] == "https://127.0.0.1:32766"
+    assert extender["tlsConfig"]["certFile"] == str(tls / "client.crt")
     assert extender["managedResources"] == [{"name": "vgpu.io/gpu-memory"}]
 
     config["extenders"][0]["bogusField"] = True

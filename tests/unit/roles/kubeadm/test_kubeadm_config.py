@@ -14,6 +14,14 @@ from role_render import VGPU_DEFAULTS, run_playbook
 ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "kubeadm"
 CONFIG = "/etc/kubernetes/vgpu-scheduler-config.yaml"
+TLS = "/etc/vgpu/tls"
+TLS_VOLUME = {
+    "name": "vgpu-scheduler-tls",
+    "hostPath": TLS,
+    "mountPath": TLS,
+    "readOnly": True,
+    "pathType": "DirectoryOrCreate",
+}
 
 # A ClusterConfiguration as kubeadm 1.31 stores it, with settings of its own to keep.
 LIVE_V1BETA4 = """
@@ -124,6 +132,7 @@ def test_existing_v1beta4_cluster_gains_the_flag_once_and_keeps_its_settings(v1b
             "readOnly": True,
             "pathType": "File",
         },
+        TLS_VOLUME,
     ]
     assert with_scheduler["controlPlaneEndpoint"] == "10.0.0.10:6443"
     assert with_scheduler["networking"]["dnsDomain"] == "cluster.local"
@@ -152,13 +161,14 @@ def test_init_configuration_mounts_the_scheduler_configuration(v1beta4):
     assert cluster["kubernetesVersion"] == "v1.31.4"
     assert cluster["controlPlaneEndpoint"] == "10.0.0.10:6443"
     assert cluster["scheduler"]["extraArgs"] == [{"name": "config", "value": CONFIG}]
-    (volume,) = cluster["scheduler"]["extraVolumes"]
+    volume, tls = cluster["scheduler"]["extraVolumes"]
     assert (volume["hostPath"], volume["mountPath"], volume["readOnly"], volume["pathType"]) == (
         CONFIG,
         CONFIG,
         True,
         "File",
     )
+    assert tls == TLS_VOLUME, "kube-scheduler reads the extender's certificates (vgpu_stack_tls_dir)"
     assert kubelet["cgroupDriver"] == "systemd"
 
 
@@ -209,3 +219,9 @@ def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_do
         "SystemdCgroup": True,
     }
     assert runtimes["gpu-1"]["runc"]["options"]["SystemdCgroup"] is True
+
+
+def test_the_mounted_certificate_folder_is_the_one_vgpu_stack_fills():
+    stack = yaml.safe_load((ROOT / "roles/vgpu_stack/defaults/main.yml").read_text())
+    kubeadm = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    assert stack["vgpu_stack_tls_dir"] == kubeadm["kubeadm_scheduler_tls_dir"] == TLS

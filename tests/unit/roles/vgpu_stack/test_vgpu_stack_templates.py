@@ -97,7 +97,7 @@ def test_daemonsets_select_the_nodes_of_their_role(rendered):
         "node-role.kubernetes.io/control-plane",
         "node-role.kubernetes.io/master",
     }
-    probe = extender["containers"][0]["livenessProbe"]["httpGet"]
+    probe = extender["containers"][0]["livenessProbe"]["tcpSocket"]
     assert (probe["host"], probe["port"]) == ("127.0.0.1", 32700)
 
 
@@ -160,11 +160,12 @@ def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
     assert {"name": "gpus", "expression": "'acme.dev/gpus'"} in policy["spec"]["variables"]
 
 
-def test_extender_reads_nodes_and_pods_annotates_pods_and_binds(rendered):
+def test_extender_reads_nodes_and_pods_and_binds_but_patches_nothing(rendered):
+    """Issue 12 finding 8: the GPU travels in the Binding's annotations, so no `patch pods`."""
     read = {"get", "list", "watch"}
     assert rules_of(rendered, "gpushare-scheduler-extender") == (
         {("*", "", "nodes", verb) for verb in read}
-        | {("*", "", "pods", verb) for verb in read | {"patch"}}
+        | {("*", "", "pods", verb) for verb in read}
         | {("*", "", "pods/binding", "create")}
     )
 
@@ -264,7 +265,13 @@ def test_configmap_follows_the_architecture_schema(rendered):
         "set_exclusive_process": False,
         "healthz_port": 9397,
     }
-    assert config["extender"] == {"address": "127.0.0.1", "port": 32700}
+    assert config["extender"] == {
+        "address": "127.0.0.1",
+        "port": 32700,
+        "tls_cert_file": "/etc/vgpu/tls/server.crt",
+        "tls_key_file": "/etc/vgpu/tls/server.key",
+        "client_ca_file": "/etc/vgpu/tls/ca.crt",
+    }
 
 
 def test_pods_roll_when_the_configuration_changes(rendered):
@@ -292,7 +299,13 @@ def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, 
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert config["clientConnection"] == {"kubeconfig": kubeconfig}
     (extender,) = config["extenders"]
-    assert extender["urlPrefix"] == f"http://127.0.0.1:{port}"
+    assert extender["urlPrefix"] == f"https://127.0.0.1:{port}"
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {
+        "certFile": "/etc/vgpu/tls/client.crt",
+        "keyFile": "/etc/vgpu/tls/client.key",
+        "caFile": "/etc/vgpu/tls/ca.crt",
+    }
     # kubeadm-custom packs "weighted" (filter, then prioritize with the weight); the default,
     # "tightest", packs in its one filter call.
     weighted = ("filter", "prioritize", "bind", 3)
@@ -368,9 +381,9 @@ def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
             if "hostPath" in volume and volume["name"] in mounts:
                 assert mounts[volume["name"]] == volume["hostPath"]["path"], "config paths are host paths"
     extender = daemonsets["gpushare-scheduler-extender"]["spec"]["containers"][0]
-    assert extender["livenessProbe"]["httpGet"]["port"] == config["extender"]["port"] == 32701
+    assert extender["livenessProbe"]["tcpSocket"]["port"] == config["extender"]["port"] == 32701
     (scheduler,) = out["kube-scheduler-config.yaml"]
-    assert scheduler["extenders"][0]["urlPrefix"] == "http://127.0.0.1:32701"
+    assert scheduler["extenders"][0]["urlPrefix"] == "https://127.0.0.1:32701"
 
 
 def test_the_monitor_enforces_as_the_settings_say(tmp_path):
@@ -383,3 +396,32 @@ def test_the_monitor_enforces_as_the_settings_say(tmp_path):
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     monitor = config["monitor"]
     assert (monitor["enforcement"], monitor["grace_seconds"], monitor["context_allowance_mib"]) == ("report", 90, 1024)
+
+
+def test_the_extender_mounts_its_certificates_and_probes_over_https(rendered):
+    pod = by_name(rendered, "kubeadm-defaults", "DaemonSet")["gpushare-scheduler-extender"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert {"name": "tls", "mountPath": "/etc/vgpu/tls", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "tls", "hostPath": {"path": "/etc/vgpu/tls", "type": "Directory"}} in pod["spec"]["volumes"]
+    # The kubelet has no client certificate of the CA, which the extender requires: a TCP probe.
+    assert container["livenessProbe"]["tcpSocket"] == {"host": "127.0.0.1", "port": 32766}
+    assert container["readinessProbe"]["tcpSocket"] == {"host": "127.0.0.1", "port": 32766}
+
+
+def test_plain_http_when_tls_is_off(tmp_path):
+    out = render(tmp_path, {"vgpu_stack_extender_tls": False})
+    (extender,) = out["kube-scheduler-config.yaml"][0]["extenders"]
+    assert (extender["urlPrefix"], extender["enableHTTPS"], "tlsConfig" in extender) == (
+        "http://127.0.0.1:32766",
+        False,
+        False,
+    )
+    config = yaml.safe_load(next(d for d in out["components.yaml"] if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert config["extender"] == {"address": "127.0.0.1", "port": 32766}
+    pod = next(
+        d
+        for d in out["components.yaml"]
+        if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "gpushare-scheduler-extender"
+    )
+    probe = pod["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]
+    assert (probe["path"], probe["port"]) == ("/healthz", 32766)
