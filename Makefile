@@ -14,13 +14,12 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
-# community.docker and ansible.posix (molecule's docker driver needs both) and community.crypto
-# (a dependency of the collection: vgpu_stack's certificates) come from this pinned PyPI release of
-# the Ansible community package: Galaxy is not reachable from our machines.
+# The collections we depend on (galaxy.yml: community.general, community.crypto, ansible.posix)
+# and those molecule's docker driver needs (community.docker, ansible.posix) come from this pinned
+# PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
 ANSIBLE_COMMUNITY := ansible==12.3.0
-TEST_COLLECTIONS := community/docker ansible/posix community/crypto
-# The last of TEST_COLLECTIONS: its manifest stands for all of them.
-COMMUNITY_COLL := $(COLLECTIONS)/ansible_collections/community/crypto
+DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto
+DEP_COLL_STAMPS := $(foreach c,$(DEP_COLLECTIONS),$(COLLECTIONS)/ansible_collections/$(c)/MANIFEST.json)
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
@@ -30,7 +29,7 @@ export VGPU_CACHE_DIR := $(CACHE_DIR)
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 PY_SOURCES := plugins files/components tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
-HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync
+HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev
 
 .PHONY: help
 help: ## list the targets
@@ -57,16 +56,14 @@ lock: ## re-resolve requirements-dev.in into requirements-dev.txt
 	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
 	build/lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sort -f > requirements-dev.txt
 
-$(COMMUNITY_COLL)/MANIFEST.json: | $(VENV)/.stamp
-	@echo ">> community.docker from $(ANSIBLE_COMMUNITY)"
+$(COLLECTIONS)/ansible_collections/%/MANIFEST.json: | $(VENV)/.stamp
+	@echo ">> $* from $(ANSIBLE_COMMUNITY)"
 	$(BIN)/pip download --quiet --no-deps --dest $(CACHE_DIR)/wheels "$(ANSIBLE_COMMUNITY)"
-	for c in $(TEST_COLLECTIONS); do \
-	    $(PY) tests/harness/extract_collection.py \
-	        $(CACHE_DIR)/wheels/$(subst ==,-,$(ANSIBLE_COMMUNITY))-py3-none-any.whl $$c $(COLLECTIONS); \
-	done
+	$(PY) tests/harness/extract_collection.py \
+	    $(CACHE_DIR)/wheels/$(subst ==,-,$(ANSIBLE_COMMUNITY))-py3-none-any.whl $* $(COLLECTIONS)
 
 .PHONY: collection
-collection: venv $(COMMUNITY_COLL)/MANIFEST.json ## build the collection tarball and install it into .collections
+collection: venv $(DEP_COLL_STAMPS) ## build the collection tarball and install it into .collections
 	# Build from the files git knows (tracked, or new and not ignored): never caches or outputs.
 	tests/harness/copy-tree.sh build/src
 	mkdir -p $(COLLECTIONS)
@@ -84,9 +81,19 @@ site: collection ## provision the inventory's nodes (default: this machine)
 verify: collection ## verify the inventory's nodes
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)
 
+.PHONY: image
+image: venv host-packages ## the component image tarball, build/images/vgpu-components-<version>.tar
+	tests/harness/ensure-docker.sh
+	files/components/image/build.sh
+
+.PHONY: bundle
+bundle: collection host-packages ## the offline bundle of a kubeadm site in build/bundle (BUNDLE_PARTS adds driver)
+	tests/harness/ensure-docker.sh
+	files/bundle/build.sh build/bundle
+
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: host-packages venv lint sanity unit security libvgpu-test images molecule e2e ## the complete offline test suite
+test: host-packages venv lint sanity unit security libvgpu-test images molecule e2e e2e-node ## the complete offline test suite
 	@echo ">> make test: all layers passed"
 
 .PHONY: lint
@@ -109,12 +116,12 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 
 .PHONY: unit
-unit: venv $(COMMUNITY_COLL)/MANIFEST.json ## pytest: plugin and component unit and integration tests
+unit: venv $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv $(COMMUNITY_COLL)/MANIFEST.json ## tests/security: a regression test for each finding of the adversarial review
+security: venv $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 
@@ -139,6 +146,15 @@ molecule: collection images ## every molecule scenario: converge, idempotence, v
 .PHONY: e2e
 e2e: collection ## end-to-end tests against a real local Kubernetes control plane
 	$(MAKE) -C tests/k8s test
+
+.PHONY: e2e-node
+e2e-node: collection images bundle ## a real kubeadm node provisioned by site.yml, air-gapped (KEEP=1 leaves it up)
+	$(MAKE) -C files/libvgpu fake-driver
+	tests/node/run-e2e.sh
+
+.PHONY: e2e-node-down
+e2e-node-down: ## remove the node KEEP=1 make e2e-node left up
+	tests/node/node.sh down
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the venv and caches)

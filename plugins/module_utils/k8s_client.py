@@ -7,6 +7,7 @@ The modules only need get, list, server-side apply, merge patch, delete and pod 
 plain dicts. Keeping that surface small lets the unit tests swap in an in-memory API.
 """
 
+import json
 import traceback
 
 try:
@@ -97,9 +98,19 @@ class K8sApi:
         if dry_run:
             kwargs["dry_run"] = "All"
         try:
-            return resource.server_side_apply(
-                body=body, name=meta["name"], namespace=meta.get("namespace"), **kwargs
-            ).to_dict()
+            try:
+                return resource.server_side_apply(
+                    body=body, name=meta["name"], namespace=meta.get("namespace"), **kwargs
+                ).to_dict()
+            except ApiException as exc:
+                # Clients before 24.2 (Debian 12 and Ubuntu 22.04 package 22.6) cannot encode a dict
+                # as application/apply-patch+yaml and refuse before sending (status 0); they send a
+                # string as it is, and JSON is YAML.
+                if exc.status != 0:
+                    raise
+                return resource.server_side_apply(
+                    body=json.dumps(body), name=meta["name"], namespace=meta.get("namespace"), **kwargs
+                ).to_dict()
         except (ApiException, DynamicApiError) as exc:
             raise K8sError("apply %s %s failed: %s" % (body["kind"], meta["name"], _reason(exc))) from exc
 

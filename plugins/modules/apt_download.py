@@ -13,10 +13,11 @@ module: apt_download
 short_description: Download Debian packages and their dependency closure into a folder
 version_added: "0.1.0"
 description:
-  - Resolves the dependency closure of O(packages) with C(apt-cache depends) (no recommends or
-    suggests), leaves out the packages marked essential (every Debian system has them), and
-    downloads the candidate version of each package that O(dest) does not hold yet with
-    C(apt-get download).
+  - Resolves the dependency closure of O(packages) as apt would install it on a bare system (a
+    simulated C(apt-get install) against an empty package status, no recommends), so that among
+    alternatives only apt's choice is taken; leaves out the packages marked essential (every Debian
+    system has them), and downloads the candidate version of each package that O(dest) does not
+    hold yet with C(apt-get download).
   - Used to build the offline bundle for air-gapped sites; the machine that runs it must use
     the same distribution release and apt sources as the nodes.
   - The packages are downloaded whether or not they are installed on this machine, so the folder
@@ -80,6 +81,7 @@ downloaded:
 
 import os
 import re
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -88,29 +90,33 @@ PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
 
 
 def closure_of(module, packages, recurse):
-    """The package names apt-cache lists for the closure, without virtual or foreign-arch entries."""
-    cmd = [
-        "apt-cache",
-        "depends",
-        "--no-recommends",
-        "--no-suggests",
-        "--no-conflicts",
-        "--no-breaks",
-        "--no-replaces",
-        "--no-enhances",
-    ]
-    if recurse:
-        cmd.append("--recurse")
-    # "--" ends apt's options: a name can never be read as one.
-    rc, out, err = module.run_command([*cmd, "--", *packages])
+    """The packages apt would install for ``packages`` on a bare system, named without architecture.
+
+    apt resolves them against an empty package status, so the closure holds apt's own choice among
+    alternatives (libsystemd0, not libelogind0, which would remove systemd from a node) and every
+    dependency whatever this machine has installed. Without ``recurse``, the named packages alone.
+    """
+    if not recurse:
+        return sorted({name.split(":", 1)[0] for name in packages})
+    with tempfile.TemporaryDirectory(prefix="apt-download-") as tmp:
+        status = os.path.join(tmp, "status")
+        open(status, "w").close()
+        cmd = [
+            "apt-get",
+            "install",
+            "--simulate",
+            "--no-install-recommends",
+            "-o",
+            "Dir::State::status=" + status,
+            "-o",
+            "Debug::NoLocking=1",
+        ]
+        # "--" ends apt's options: a name can never be read as one.
+        rc, out, err = module.run_command([*cmd, "--", *packages])
     if rc != 0:
-        module.fail_json(msg="apt-cache could not resolve %s: %s" % (", ".join(packages), err.strip()), rc=rc)
-    names = set()
-    for line in out.splitlines():
-        # Package lines start in the first column; "<virtual>" and "name:i386" entries are not packages to fetch.
-        if line and not line[0].isspace() and "<" not in line and ":" not in line:
-            names.add(line.strip())
-    return sorted(names)
+        module.fail_json(msg="apt could not resolve %s: %s" % (", ".join(packages), err.strip()), rc=rc)
+    # "Inst libc6 (2.36-9+deb12u9 Debian:12.8/stable [amd64])"
+    return sorted({line.split()[1].split(":", 1)[0] for line in out.splitlines() if line.startswith("Inst ")})
 
 
 def essential_packages(module):

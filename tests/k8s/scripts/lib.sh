@@ -6,7 +6,7 @@ K8S_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPO_ROOT="$(cd "$K8S_DIR/../.." && pwd)"
 export REPO_ROOT
 # shellcheck source=/dev/null
-source "$K8S_DIR/versions.env"
+source "$K8S_DIR/../../files/bundle/versions.env"
 export CACHE_DIR="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
 export BIN_DIR="$CACHE_DIR/$K8S_VERSION"
 export KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"

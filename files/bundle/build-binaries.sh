@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # Build the pinned upstream binaries into the cache, or reuse them when the cache already holds
-# a build of the same go.mod/go.sum with the same Go toolchain.
-#   $CACHE/k8s/<K8S_VERSION>/{kube-apiserver,kube-controller-manager,kube-scheduler}
+# a build of the same go.mod/go.sum with the same Go toolchain. The control plane of the e2e
+# harness and the offline bundle's node packages and images come from the same builds:
+#   $CACHE/k8s/<K8S_VERSION>/{kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,
+#                             kubelet,kubeadm,kubectl}
 #   $CACHE/k8s/kwok-<KWOK_VERSION>/kwok
+#   $CACHE/k8s/etcd-<ETCD_VERSION>/etcd
+#   $CACHE/k8s/cri-tools-<CRI_TOOLS_VERSION>/crictl
+#   $CACHE/k8s/nvidia-container-toolkit-<TOOLKIT_VERSION>/{nvidia-ctk,nvidia-container-runtime,nvidia-cdi-hook}
 set -euo pipefail
-here="$(cd "$(dirname "$0")/.." && pwd)"
+here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
 source "$here/versions.env"
 cache="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
 
 # build_set <module dir> <output dir> <extra -ldflags> <package>...
+# CGO (default 0, static binaries) is 1 for the toolkit, whose NVML binding dlopens the driver.
 build_set() {
-    local module="$1" out="$2" ldflags="-s -w $3"; shift 3
+    local module="$1" out="$2" ldflags="-s -w $3" cgo="${CGO:-0}"; shift 3
     local stamp key
     stamp="$out/.stamp"
-    key="$(cat "$module/go.mod" "$module/go.sum" <(echo "$ldflags") | sha256sum | cut -c1-16) $(go env GOVERSION)"
+    key="$(cat "$module/go.mod" "$module/go.sum" <(echo "$ldflags $cgo $*") | sha256sum | cut -c1-16) $(go env GOVERSION)"
     if [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
         echo ">> reusing $out"
         return 0
@@ -26,7 +32,7 @@ build_set() {
     started="$(date +%s)"
     # Static, stripped, path-free binaries, as upstream's release builds; nice keeps the
     # shared build machine responsive.
-    if ! (cd "$module" && CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$tmp/" "$@") \
+    if ! (cd "$module" && CGO_ENABLED=$cgo nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$tmp/" "$@") \
             >"$out.log" 2>&1; then
         tail -n 30 "$out.log" >&2
         rm -rf "$tmp"
@@ -50,9 +56,22 @@ done
 build_set "$here/upstream/kubernetes" "$cache/$K8S_VERSION" "$kube_version" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler
+    k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kubelet \
+    k8s.io/kubernetes/cmd/kubeadm \
+    k8s.io/kubernetes/cmd/kubectl
 build_set "$here/upstream/kwok" "$cache/kwok-$KWOK_VERSION" "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
     sigs.k8s.io/kwok/cmd/kwok
+build_set "$here/upstream/etcd" "$cache/etcd-$ETCD_VERSION" "" go.etcd.io/etcd/server/v3
+# go names the binary of go.etcd.io/etcd/server/v3 "server".
+[[ ! -x "$cache/etcd-$ETCD_VERSION/server" ]] || mv -f "$cache/etcd-$ETCD_VERSION/server" "$cache/etcd-$ETCD_VERSION/etcd"
+build_set "$here/upstream/cri-tools" "$cache/cri-tools-$CRI_TOOLS_VERSION" \
+    "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+toolkit="github.com/NVIDIA/nvidia-container-toolkit"
+CGO=1 build_set "$here/upstream/nvidia-container-toolkit" "$cache/nvidia-container-toolkit-$TOOLKIT_VERSION" \
+    "-X $toolkit/internal/info.version=${TOOLKIT_VERSION#v}" \
+    "$toolkit/cmd/nvidia-ctk" "$toolkit/cmd/nvidia-container-runtime" "$toolkit/cmd/nvidia-cdi-hook"
 
 # kwok has no built-in behaviour: its "fast" stages (nodes become Ready and keep a lease, bound
 # pods become Running, deleted pods go away) come from the same module, so they match the binary.

@@ -1,4 +1,4 @@
-module vgpu.isolation/tests/k8s/upstream/kwok
+module vgpu.isolation/files/bundle/upstream/kwok
 
 go 1.26.0
 

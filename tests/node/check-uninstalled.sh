@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# What uninstall.yml must leave on the e2e node, checked from outside it:
+#   check-uninstalled.sh stack     after uninstall.yml: the cluster runs on without the stack
+#   check-uninstalled.sh cluster   after uninstall.yml -e vgpu_uninstall_cluster=true
+set -euo pipefail
+NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
+problems=()
+
+on_node() { docker exec "$NODE" "$@"; }
+absent() {
+    local path
+    for path in "$@"; do
+        on_node test ! -e "$path" || problems+=("$path is still on the node")
+    done
+}
+kubectl() { on_node kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }
+
+case "${1:-}" in
+    stack)
+        absent /opt/vgpu /opt/vgpu-releases /etc/vgpu /var/lib/vgpu /etc/kubernetes/vgpu-scheduler-config.yaml
+        left=$(kubectl get daemonset,deployment,serviceaccount,configmap -n kube-system -o name \
+            | grep -E 'nvidia-|cgpu-|gpushare-|vgpu-' || true)
+        [[ -z $left ]] || problems+=("components still in kube-system: $left")
+        labels=$(kubectl get node "$NODE" -o jsonpath='{.metadata.labels}{.metadata.annotations}')
+        [[ $labels != *vgpu.io/* ]] || problems+=("the node still has vgpu.io labels or annotations: $labels")
+        on_node grep -q -- '--config=' /etc/kubernetes/manifests/kube-scheduler.yaml \
+            && problems+=("kube-scheduler still runs with the extender's configuration")
+        kubectl get --raw /readyz >/dev/null || problems+=("the cluster does not answer after the stack left")
+        ;;
+    cluster)
+        absent /usr/bin/kubelet /usr/bin/kubeadm /usr/bin/kubectl /etc/kubernetes/manifests \
+            /etc/kubernetes/admin.conf /etc/containerd/config.toml /etc/cni/net.d/10-vgpu-bridge.conflist \
+            /opt/vgpu /etc/vgpu /var/lib/vgpu
+        on_node systemctl is-active --quiet kubelet && problems+=("kubelet still runs")
+        ;;
+    *) echo "usage: $0 stack|cluster" >&2; exit 2 ;;
+esac
+
+if ((${#problems[@]})); then
+    printf '!! after uninstall (%s):\n' "$1" >&2
+    printf '   - %s\n' "${problems[@]}" >&2
+    exit 1
+fi
+echo ">> nothing of the ${1} is left on $NODE"

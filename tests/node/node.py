@@ -1,0 +1,92 @@
+"""Helpers for the e2e node tests: kubectl on the node (its admin.conf), JSON out, and waiting.
+
+The node is the container tests/node/node.sh starts and playbooks/site.yml provisions; kubectl
+runs inside it through `docker exec`, so the tests need nothing on this machine but Docker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+NODE = os.environ.get("VGPU_E2E_NODE", "vgpu-e2e-node")
+PREFIX = "vgpu.io"
+RESOURCE = f"{PREFIX}/gpu-memory"
+UNIT_MIB = 100
+# The fake driver's GPUs (tests/node/fake_gpu.yml): 2 x 12288 MiB.
+GPU_COUNT = 2
+GPU_MIB = 12288
+IMAGE = "localhost/vgpu-components:0.1.0"
+
+T = TypeVar("T")
+
+
+def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+    """Run kubectl on the node with the cluster's admin kubeconfig; stdout, or CalledProcessError."""
+    cmd = ["docker", "exec", "-i", NODE, "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", *args]
+    result = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and result.returncode != 0:
+        raise subprocess.CalledProcessError(result.returncode, cmd, result.stdout, result.stderr)
+    return result.stdout
+
+
+def get(kind: str, name: str = "", namespace: str = "") -> Any:
+    args = ["get", kind, *([name] if name else []), "-o", "json"]
+    if namespace:
+        args += ["-n", namespace]
+    return json.loads(kubectl(*args))
+
+
+def apply(namespace: str, *objects: dict[str, Any]) -> None:
+    manifest = {"apiVersion": "v1", "kind": "List", "items": objects}
+    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 2) -> T:
+    """Poll check() until it returns something other than None/False; TimeoutError names `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def pods(namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    args = ["get", "pods", "-n", namespace, "-o", "json"]
+    if selector:
+        args += ["-l", selector]
+    return list(json.loads(kubectl(*args))["items"])
+
+
+def running(pod: dict[str, Any]) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return pod["status"].get("phase") == "Running" and bool(statuses) and all(s.get("ready") for s in statuses)
+
+
+def gpu_pod(name: str, units: int, command: list[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod that asks for `units` of GPU memory and runs `command` in the component image."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": command,
+                    "resources": {"limits": {RESOURCE: units}},
+                }
+            ],
+        },
+    }

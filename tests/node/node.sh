@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The e2e node: a Debian 12 systemd container from the node image (tests/harness/build-node-image.sh)
+# that hosts containerd and a real kubelet, on a Docker network without a way out (--internal), so
+# that the air-gapped path is the only one: nothing can be downloaded during the run.
+#
+#   tests/node/node.sh up     start the node (idempotent)
+#   tests/node/node.sh down   remove the node, its volumes and its network
+#   tests/node/node.sh logs   copy the node's service logs into build/node/logs
+#
+# --privileged fails on hosts whose root lacks CAP_SYS_RESOURCE (ours), so the node gets what a
+# kubelet and containerd need one by one (docs/testing.md, "The e2e node"):
+#   every capability but CAP_SYS_RESOURCE  runc creates namespaces, mounts, device nodes, cgroups
+#   seccomp and AppArmor unconfined        containerd's own profiles apply to the pods inside
+#   /proc/sys writable (systempaths)       kubelet sets vm.overcommit_memory, kernel.panic and
+#                                          kernel.panic_on_oops; these are the host's (not
+#                                          namespaced), so `up` records them and `down` puts them back
+#   all devices in the devices cgroup      runc may give pods the devices they are allowed (v1)
+#   a private cgroup namespace whose       kubelet and systemd create the pods' cgroups, and
+#   hierarchies node-init.sh mounts        agree where they are (the container's cgroup is
+#   read-write                             their root, as a host's is)
+#   /run, /run/lock, /tmp as tmpfs         systemd in a container
+#   /lib/modules read-only, /dev/kmsg      kubelet's kernel checks and OOM watcher
+#   volumes for /var/lib/containerd and    overlayfs cannot stack on the container's own overlay
+#   /var/lib/kubelet
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
+NETWORK=${VGPU_E2E_NETWORK:-vgpu-e2e}
+IMAGE=localhost/vgpu-node:debian12
+STATE=${VGPU_NODE_STATE_DIR:-$root/build/node}
+# The kernel settings kubelet sets (pkg/kubelet/cm: setupKernelTunables).
+KERNEL_TUNABLES="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
+
+log() { echo ">> $*"; }
+
+up() {
+    if docker container inspect "$NODE" >/dev/null 2>&1; then
+        log "$NODE is already up"
+        return 0
+    fi
+    mkdir -p "$STATE"
+    [[ -s $STATE/host-sysctls ]] || for key in $KERNEL_TUNABLES; do
+        echo "$key $(cat "/proc/sys/$key")"
+    done >"$STATE/host-sysctls"
+    docker network inspect "$NETWORK" >/dev/null 2>&1 \
+        || docker network create --internal --subnet 172.31.250.0/24 "$NETWORK" >/dev/null
+    docker run --detach --name "$NODE" --hostname "$NODE" --network "$NETWORK" \
+        --cap-add ALL --cap-drop SYS_RESOURCE \
+        --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+        --security-opt systempaths=unconfined \
+        --device-cgroup-rule 'a *:* rwm' \
+        --cgroupns private --volume "$here/node-init.sh:/usr/local/sbin/vgpu-e2e-node-init:ro" \
+        --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
+        --volume /lib/modules:/lib/modules:ro --device /dev/kmsg \
+        --volume "$NODE-containerd:/var/lib/containerd" --volume "$NODE-kubelet:/var/lib/kubelet" \
+        "$IMAGE" /usr/local/sbin/vgpu-e2e-node-init >/dev/null
+    for _ in $(seq 1 60); do
+        state=$(docker exec "$NODE" systemctl is-system-running 2>/dev/null || true)
+        case "$state" in
+            running | degraded) log "$NODE is up ($state) at $(address)"; return 0 ;;
+        esac
+        sleep 1
+    done
+    echo "!! systemd in $NODE did not start within 60 s" >&2
+    docker logs "$NODE" 2>&1 | tail -n 20 >&2
+    return 1
+}
+
+address() {
+    docker container inspect -f "{{ (index .NetworkSettings.Networks \"$NETWORK\").IPAddress }}" "$NODE"
+}
+
+logs() {
+    docker container inspect "$NODE" >/dev/null 2>&1 || return 0
+    mkdir -p "$STATE/logs"
+    for unit in kubelet containerd; do
+        docker exec "$NODE" journalctl --no-pager -u "$unit" >"$STATE/logs/$unit.log" 2>&1 || true
+    done
+    docker exec "$NODE" sh -c 'crictl ps -a; echo; crictl pods' >"$STATE/logs/crictl.txt" 2>&1 || true
+    docker exec "$NODE" sh -c 'for f in /var/log/pods/*/*/*.log; do echo "== $f"; tail -n 100 "$f"; done' \
+        >"$STATE/logs/pods.log" 2>&1 || true
+    log "node logs in $STATE/logs"
+}
+
+down() {
+    logs || true
+    docker rm --force --volumes "$NODE" >/dev/null 2>&1 || true
+    docker volume rm --force "$NODE-containerd" "$NODE-kubelet" >/dev/null 2>&1 || true
+    docker network rm "$NETWORK" >/dev/null 2>&1 || true
+    rm -f "$STATE/admin.conf"
+    if [[ -s $STATE/host-sysctls ]]; then
+        while read -r key value; do echo "$value" >"/proc/sys/$key"; done <"$STATE/host-sysctls"
+        rm -f "$STATE/host-sysctls"
+    fi
+    log "$NODE removed"
+}
+
+case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    logs) logs ;;
+    address) address ;;
+    *) echo "usage: $0 up|down|logs|address" >&2; exit 2 ;;
+esac

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `make e2e-node`: a fresh Debian 12 node (tests/node/node.sh) provisioned by playbooks/site.yml with
+# kubeadm through the air-gapped path (the offline bundle of `make bundle`, no network), then:
+#   1. the suite tests/node/test_node.py against the real cluster;
+#   2. playbooks/verify_cluster.yml;
+#   3. a second site.yml, which must report changed=0;
+#   4. uninstall.yml (the stack), its rerun, then uninstall.yml with vgpu_uninstall_cluster (the
+#      cluster too) and its rerun: nothing may be left and each rerun must change nothing.
+# KEEP=1 stops after step 3 and leaves the cluster up, also after a failure (kubeconfig:
+# build/node/admin.conf);
+# `make e2e-node-down` removes it. Logs of every step and of the node are in build/node/.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+state=$root/build/node
+inventory=$here/inventory.yml
+export VGPU_E2E_BUNDLE=${VGPU_E2E_BUNDLE:-$root/build/bundle}
+export VGPU_FAKE_DRIVER_DIR=${VGPU_FAKE_DRIVER_DIR:-$root/files/libvgpu/build/rel/fake}
+# kubelet 1.35+ refuses cgroup v1 unless told (kubeadm_allow_cgroup_v1).
+export VGPU_E2E_CGROUP_V1=$([[ -f /sys/fs/cgroup/cgroup.controllers ]] && echo false || echo true)
+export ANSIBLE_FORCE_COLOR=0
+NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
+mkdir -p "$state"
+
+log() { echo ">> $(date +%T) $*"; }
+
+finish() {
+    local rc=$?
+    if [[ ${KEEP:-0} == 1 ]]; then
+        "$here/node.sh" logs
+        log "the node stays up: KUBECONFIG=$state/admin.conf kubectl get nodes (make e2e-node-down removes it)"
+    else
+        "$here/node.sh" down
+    fi
+    ((rc == 0)) || echo "!! make e2e-node failed (rc $rc); logs in $state" >&2
+    exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# play <log name> <playbook> [ansible-playbook args...]: run it, keep its output, say how long.
+play() {
+    local name="$1" playbook="$2" started
+    shift 2
+    started=$(date +%s)
+    log "ansible-playbook $playbook $* (log: $state/$name.log)"
+    if ! ansible-playbook -i "$inventory" "$playbook" "$@" >"$state/$name.log" 2>&1; then
+        tail -n 60 "$state/$name.log" >&2
+        return 1
+    fi
+    sed -n '/PLAY RECAP/,$p' "$state/$name.log"
+    log "$name took $(($(date +%s) - started)) s"
+}
+
+# unchanged <log name>: the run's recap reports changed=0 for every host.
+unchanged() {
+    if grep -E '^\S+ +: .*changed=[1-9]' "$state/$1.log"; then
+        grep -B1 -E '^changed:' "$state/$1.log" | grep -E '^TASK|^changed' >&2 || true
+        echo "!! $1 changed something; a rerun must change nothing" >&2
+        return 1
+    fi
+}
+
+"$here/node.sh" down >/dev/null
+"$here/node.sh" up
+play fake-gpu "$here/fake_gpu.yml"
+play site "$root/playbooks/site.yml"
+
+address=$("$here/node.sh" address)
+docker exec "$NODE" cat /etc/kubernetes/admin.conf \
+    | sed -E "s#server: https://[^ ]+#server: https://$address:6443#" >"$state/admin.conf"
+chmod 0600 "$state/admin.conf"
+
+log "the e2e node suite"
+(cd "$root" && PYTHONPATH="$root" VGPU_E2E_NODE="$NODE" timeout 1800 pytest -p no:cacheprovider -q tests/node)
+play verify-cluster "$root/playbooks/verify_cluster.yml"
+play site-again "$root/playbooks/site.yml"
+unchanged site-again
+[[ ${KEEP:-0} == 1 ]] && exit 0
+
+play uninstall "$root/playbooks/uninstall.yml"
+play uninstall-again "$root/playbooks/uninstall.yml"
+unchanged uninstall-again
+"$here/check-uninstalled.sh" stack
+play uninstall-cluster "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
+play uninstall-cluster-again "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
+unchanged uninstall-cluster-again
+"$here/check-uninstalled.sh" cluster
+log "make e2e-node: passed"
