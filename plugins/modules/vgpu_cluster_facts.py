@@ -10,7 +10,10 @@ from typing import Any, Dict
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.urls import open_url
-from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import parse_smi_memory
+from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
+    parse_smi_memory,
+    parse_vgpu_report_memory,
+)
 from ansible_collections.vgpu.isolation.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
@@ -39,7 +42,10 @@ ARGUMENT_SPEC: Dict[str, Dict[str, Any]] = dict(
     sample_namespace=dict(type="str", default="default"),
     sample_quota_mib=dict(type="int", default=3000),
     sample_use_mib=dict(type="int", default=1200),
-    sample_command=dict(type="str", default="/opt/vgpu/vgpu-memory-usage {use_mib} 20 & sleep 8; nvidia-smi; wait"),
+    sample_command=dict(
+        type="str",
+        default="/opt/vgpu/vgpu-memory-usage {use_mib} 20 & sleep 8; nvidia-smi; /opt/vgpu/manage --stats; wait",
+    ),
     sample_runtime_class=dict(type="str", default="nvidia"),
     sample_timeout=dict(type="int", default=300),
 )
@@ -117,9 +123,12 @@ def run_sample(api, params, clock=time.monotonic, pause=time.sleep):
             pause(2)
         if outcome["node"] and outcome["phase"] in ("Succeeded", "Failed", "Running"):
             outcome["log"] = api.pod_log(name, namespace)
-        # No memory line in the log leaves both unknown: sample_problems reports the missing total.
-        with contextlib.suppress(ValueError):
-            outcome["used_mib"], outcome["total_mib"] = parse_smi_memory(str(outcome["log"]))
+        # nvidia-smi's line, else libvgpu's own report (a container the runtime gave no nvidia-smi); no
+        # memory line leaves both unknown, and sample_problems reports the missing total.
+        for parse in (parse_smi_memory, parse_vgpu_report_memory):
+            with contextlib.suppress(ValueError):
+                outcome["used_mib"], outcome["total_mib"] = parse(str(outcome["log"]))
+                break
     finally:
         api.delete("v1", "Pod", name, namespace)
     return outcome
@@ -131,7 +140,7 @@ def sample_problems(params, outcome):
         return ["sample pod %s ended %s (node %s)" % (outcome["name"], phase, outcome["node"])]
     if outcome["total_mib"] != params["sample_quota_mib"]:
         return [
-            "sample pod saw %s MiB of GPU memory in nvidia-smi, expected the quota %d MiB"
+            "sample pod saw %s MiB of GPU memory in nvidia-smi (or libvgpu's report), expected the quota %d MiB"
             % (outcome["total_mib"], params["sample_quota_mib"])
         ]
     return []

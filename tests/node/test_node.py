@@ -31,11 +31,12 @@ def test_the_components_run_and_mps_is_off() -> None:
     """kubectl get pod -n kube-system: the device plugin, the monitor and the extender Running;
     nvidia-mps is not enabled on this node, so its DaemonSet has no pod."""
     wanted = ["nvidia-shared-device-plugin", "cgpu-monitor", "gpushare-scheduler-extender"]
-    found = node.wait_for(
-        f"{wanted} Running in kube-system",
-        lambda: (c := component_pods()) if all(any(node.running(p) for p in c.get(w, [])) for w in wanted) else None,
-        timeout=300,
-    )
+
+    def all_running() -> dict[str, list[dict[str, Any]]] | None:
+        found = component_pods()
+        return found if all(any(node.running(p) for p in found.get(w, [])) for w in wanted) else None
+
+    found = node.wait_for(f"{wanted} Running in kube-system", all_running, timeout=300)
     assert "nvidia-mps" not in found
     mps = node.get("daemonset", "nvidia-mps", "kube-system")
     assert mps["status"]["desiredNumberScheduled"] == 0
@@ -79,18 +80,22 @@ def test_the_reference_deployment_runs_under_its_quota(namespace: str) -> None:
         },
     }
     node.apply(namespace, deployment)
-    pods = node.wait_for(
-        "2 reference pods Running",
-        lambda: p if len(p := [x for x in node.pods(namespace, "app=reference") if node.running(x)]) == 2 else None,
-        timeout=240,
-    )
-    for p in pods:
+
+    def both_running() -> list[dict[str, Any]] | None:
+        ready = [p for p in node.pods(namespace, "app=reference") if node.running(p)]
+        return ready if len(ready) == 2 else None
+
+    pods = node.wait_for("2 reference pods Running", both_running, timeout=240)
+    for pod in pods:
         # Only the extender's bind writes these: kube-scheduler called it.
-        assert f"{node.PREFIX}/gpu-uuid" in p["metadata"]["annotations"]
-        name = p["metadata"]["name"]
-        report = node.wait_for(
-            f"{name} holding 1200 MiB", lambda n=name: r if (r := stats(namespace, n))["used_mib"] >= 1200 else None, 60
-        )
+        assert f"{node.PREFIX}/gpu-uuid" in pod["metadata"]["annotations"]
+        name = pod["metadata"]["name"]
+
+        def holding(name: str = name) -> dict[str, int] | None:
+            report = stats(namespace, name)
+            return report if report["used_mib"] >= 1200 else None
+
+        report = node.wait_for(f"{name} holding 1200 MiB", holding, 60)
         assert report["quota_mib"] == 3000
         assert report["used_mib"] == 1200
 
@@ -98,11 +103,12 @@ def test_the_reference_deployment_runs_under_its_quota(namespace: str) -> None:
 def test_the_reference_app_fails_under_a_smaller_quota(namespace: str) -> None:
     """The same app with 10 units (1000 MiB) fails with the out-of-memory message in its log."""
     node.apply(namespace, node.gpu_pod("too-small", 10, HOLD))
-    phase = node.wait_for(
-        "too-small to finish",
-        lambda: p if (p := node.get("pod", "too-small", namespace)["status"].get("phase")) in ("Failed", "Succeeded") else None,
-        timeout=180,
-    )
+
+    def finished() -> str | None:
+        phase = node.get("pod", "too-small", namespace)["status"].get("phase")
+        return str(phase) if phase in ("Failed", "Succeeded") else None
+
+    phase = node.wait_for("too-small to finish", finished, timeout=180)
     log = node.kubectl("logs", "-n", namespace, "too-small")
     assert phase == "Failed"
     assert "CUDA_ERROR_OUT_OF_MEMORY" in log
@@ -114,7 +120,7 @@ def placed_gpu(namespace: str, name: str) -> str:
 
 def test_the_multi_gpu_reference(namespace: str) -> None:
     """Two 80-unit pods land on the two GPUs, one each; two 20-unit pods share one GPU."""
-    big = [node.gpu_pod(f"big-{i}", 80, HOLD[:2] + ["86400"]) for i in range(2)]
+    big = [node.gpu_pod(f"big-{i}", 80, [*HOLD[:2], "86400"]) for i in range(2)]
     node.apply(namespace, *big)
     node.wait_for(
         "the 80-unit pods Running",
@@ -150,4 +156,5 @@ def test_a_pod_larger_than_any_gpu_stays_pending_with_the_extenders_reason(names
         timeout=120,
     )
     assert node.get("pod", "too-large", namespace)["status"]["phase"] == "Pending"
-    assert re.search(r"no single GPU with 13000 MiB free", message), message
+    # The extender's reason: the size asked and the largest free GPU (12200 MiB: 122 units of 100).
+    assert re.search(r"13000 MiB.*largest free 12200 MiB", message), message

@@ -119,6 +119,36 @@ def test_sample_pod_asks_for_quota_over_unit_and_reads_nvidia_smi():
     assert applied and not any(k[0] == "Pod" and k[1] == "default" for k in api.store), "sample pod deleted"
 
 
+def test_without_nvidia_smi_the_sample_reads_libvgpus_own_report():
+    """A container the runtime gave no nvidia-smi (the e2e node's fake driver has none): the sample's
+    log holds what `manage --stats` printed instead, and that counts."""
+    api = FakeApi(healthy_cluster())
+    log = (
+        "allocated 1200 MiB on device 0; cuMemGetInfo: free 1288 MiB, total 3000 MiB; holding 20 s\n"
+        "/bin/sh: 1: nvidia-smi: not found\n"
+        "region /var/run/vgpu/vgpu.region (version 2, flags 0x3, context charge 512 MiB)\n"
+        "device 0 GPU-10111213-1415-1617-1819-1a1b1c1d1e1f: quota 3000 MiB, used 1200.0 MiB, contexts 512.0 MiB,"
+        " peak memory 1712.0 MiB\n"
+    )
+
+    def finish(kind, name, obj):
+        if kind == "Pod" and obj is not None and name.startswith("vgpu-sample-"):
+            obj["spec"]["nodeName"] = "edge"
+            obj["status"] = {"phase": "Succeeded"}
+            api.store[("Pod", "default", name)] = obj
+            api.logs[name] = log
+
+    api.on_get = finish
+    result = vgpu_cluster_facts.run(api, params(sample_app=True), False, extender_check=reachable)
+    assert (result["sample"]["used_mib"], result["sample"]["total_mib"]) == (1200, 3000)
+    assert result["problems"] == []
+
+
+def test_the_default_sample_prints_nvidia_smi_and_libvgpus_report_while_it_holds():
+    command = vgpu_cluster_facts.sample_pod_manifest(params(), "s")["spec"]["containers"][0]["command"][2]
+    assert command.index("nvidia-smi") < command.index("/opt/vgpu/manage --stats") < command.index("wait")
+
+
 def test_sample_manifest_requests_whole_units_of_the_prefix():
     manifest = vgpu_cluster_facts.sample_pod_manifest(params(resource_prefix="acme.dev", unit_mib=50), "s")
     container = manifest["spec"]["containers"][0]
@@ -131,7 +161,9 @@ def test_a_sample_that_sees_the_whole_gpu_is_a_problem():
     problems = vgpu_cluster_facts.sample_problems(
         params(), {"name": "s", "phase": "Succeeded", "node": "edge", "total_mib": 24000}
     )
-    assert problems == ["sample pod saw 24000 MiB of GPU memory in nvidia-smi, expected the quota 3000 MiB"]
+    assert problems == [
+        "sample pod saw 24000 MiB of GPU memory in nvidia-smi (or libvgpu's report), expected the quota 3000 MiB"
+    ]
 
 
 def test_sample_is_not_run_in_check_mode():
