@@ -25,7 +25,9 @@ IMAGE = "localhost/vgpu-components:0.1.0"
 T = TypeVar("T")
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 120, stderr: bool = False) -> str:
+def kubectl(
+    *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120, stderr: bool = False
+) -> str:
     """Run kubectl on the node with the cluster's admin kubeconfig; stdout (and stderr when asked), or
     CalledProcessError."""
     cmd = ["docker", "exec", "-i", NODE, "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", *args]
