@@ -259,24 +259,21 @@ def node_obj(
     on a node with compute shares `cores` gives each GPU's (cores, used cores)."""
     annotations = {}
     if gpus is not None:
-        doc = {
-            "unit_mib": unit,
-            "gpus": [
-                {
-                    "uuid": u,
-                    "index": i,
-                    "key": "k",
-                    "total_mib": t,
-                    "units": t // unit,
-                    "used_units": used,
-                    "healthy": True,
-                }
-                for i, (u, t, used) in enumerate(gpus)
-            ],
-        }
-        for gpu, (total, taken) in zip(doc["gpus"], cores or []):
+        entries: list[dict[str, Any]] = [
+            {
+                "uuid": u,
+                "index": i,
+                "key": "k",
+                "total_mib": t,
+                "units": t // unit,
+                "used_units": used,
+                "healthy": True,
+            }
+            for i, (u, t, used) in enumerate(gpus)
+        ]
+        for gpu, (total, taken) in zip(entries, cores or []):
             gpu.update(cores=total, used_cores=taken)
-        annotations["vgpu.io/gpus"] = json.dumps(doc)
+        annotations["vgpu.io/gpus"] = json.dumps({"unit_mib": unit, "gpus": entries})
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
 
 

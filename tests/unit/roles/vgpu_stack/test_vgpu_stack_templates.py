@@ -348,7 +348,10 @@ def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, 
     assert tuple(extender.get(key) for key in verbs) == expected
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
-    assert extender["managedResources"] == [{"name": f"{prefix}/gpu-memory", "ignoredByScheduler": False}]
+    assert extender["managedResources"] == [
+        {"name": f"{prefix}/gpu-memory", "ignoredByScheduler": False},
+        {"name": f"{prefix}/gpu-cores", "ignoredByScheduler": False},
+    ]
     assert extender["httpTimeout"] == "10s"
     assert config.get("percentageOfNodesToScore") == (100 if case == "kubeadm-custom" else None)
 
