@@ -41,8 +41,12 @@ done
 MODE_BEFORE=$(nvidia-smi -i "$GPU" --query-gpu=compute_mode --format=csv,noheader 2>>"$LOG")
 say "GPU $GPU: $(nvidia-smi -i "$GPU" --query-gpu=name,driver_version --format=csv,noheader 2>>"$LOG"), compute mode $MODE_BEFORE"
 
-# Every client sees one GPU; libvgpu is kept out (the driver's own limit is what is measured).
-export CUDA_VISIBLE_DEVICES=$GPU PYTHONUNBUFFERED=1
+# Every client and the daemon see one GPU, by UUID (the MPS server renumbers the devices it sees,
+# so an index would name another device for a client); libvgpu is kept out (the driver's own
+# limit is what is measured).
+GPU_UUID=$(nvidia-smi -i "$GPU" --query-gpu=uuid --format=csv,noheader 2>>"$LOG")
+[[ $GPU_UUID == GPU-* ]] || { fail "prerequisite: no UUID for GPU $GPU (got '$GPU_UUID')"; finish; }
+export CUDA_VISIBLE_DEVICES=$GPU_UUID PYTHONUNBUFFERED=1
 unset LD_PRELOAD CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 LD_LIBRARY_PATH=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -v -e '/opt/vgpu' -e vgpu | paste -sd: -)
 export LD_LIBRARY_PATH
@@ -55,12 +59,15 @@ MPS_STARTED=0
 stop_mps() {
     [[ $MPS_STARTED == 1 ]] || return 0
     MPS_STARTED=0
+    local pid
+    pid=$(cat "$PIPE/nvidia-cuda-mps-control.pid" 2>/dev/null)
     echo quit | CUDA_MPS_PIPE_DIRECTORY=$PIPE CUDA_MPS_LOG_DIRECTORY=$PIPE/log nvidia-cuda-mps-control >>"$LOG" 2>&1
     for _ in $(seq 100); do # the daemon removes its control socket as it exits
-        [[ -e $PIPE/control ]] || return 0
+        if [[ -n $pid ]]; then kill -0 "$pid" 2>/dev/null || return 0; elif [[ ! -e $PIPE/control ]]; then return 0; fi
         sleep 0.1
     done
-    say "warning: the MPS control daemon on $PIPE did not exit within 10 s"
+    say "warning: the MPS control daemon on $PIPE (pid ${pid:-unknown}) did not quit within 10 s; terminating it"
+    [[ -n $pid ]] && kill "$pid" 2>/dev/null
 }
 trap 'stop_mps; rm -rf "$TMP"' EXIT
 trap 'exit 130' INT TERM
