@@ -322,7 +322,9 @@ class DevicePlugin:
         services = protos.deviceplugin()[1]
         for endpoint in self.endpoints:
             if endpoint.server is not None:
-                endpoint.server.stop(grace=0)
+                # Wait: a server still shutting down unlinks its socket path, which by then could be
+                # the new server's socket (kubelet then finds none).
+                endpoint.server.stop(grace=0).wait(2)
             endpoint.socket_path.unlink(missing_ok=True)
             # One worker is pinned per ListAndWatch stream; keep spare workers for the unary calls.
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=GRPC_OPTIONS)
