@@ -22,6 +22,7 @@ import torch
 
 N = 8192
 WARMUP_S = 1.0
+BATCH = 20
 
 
 def libvgpu_loaded() -> bool:
@@ -51,10 +52,10 @@ def bench(seconds: float, folder: Path | None, peers: int) -> dict[str, float]:
     done = 0
     start = time.perf_counter()
     while True:
-        for _ in range(20):  # ~30 ms per batch at full speed: the clock is read rarely
+        for _batch in range(BATCH):  # ~30 ms per batch at full speed: the clock is read rarely
             torch.matmul(a, b)
         torch.cuda.synchronize()
-        done += 20
+        done += BATCH
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             break
