@@ -7,6 +7,9 @@
 #include <stdint.h>
 
 #define VGPU_HIDDEN __attribute__((visibility("hidden")))
+/* For code that runs before a sanitizer runtime has set itself up: ASan resolves its interceptors
+ * through dlsym while it initialises, so our dlsym hook runs before ASan's shadow memory exists. */
+#define VGPU_EARLY __attribute__((no_sanitize("address", "undefined")))
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define VGPU_MAX_DEVICES 16
 #define VGPU_MIB (1024ULL * 1024ULL)

@@ -226,8 +226,9 @@ def build_allocation(
         if mps.pinned_limit:
             # The driver's own limit under libvgpu's: device 0 is the one GPU the container sees.
             envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
-        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out.
-        mounts.append((mps.pipe_dir, mps.pipe_dir, False))
+        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out. Read-only:
+        # a client only connects to the daemon's sockets (tests/gpu/mps_readonly_pipe.sh, on the H200).
+        mounts.append((mps.pipe_dir, mps.pipe_dir, True))
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {slot.gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",
