@@ -180,6 +180,7 @@ def range_problems(settings):
         problems.append("vgpu_resource_prefix: %r must be a DNS subdomain such as 'vgpu.io'" % (prefix,))
     for name, low, high in (
         ("vgpu_mps_active_thread_percentage", 1, 100),
+        ("vgpu_compute_shares_total", 1, 1000),
         ("vgpu_enforcement_grace_seconds", 0, 24 * 3600),
     ):
         value = _whole_number(settings.get(name, low))

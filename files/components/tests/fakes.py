@@ -43,6 +43,7 @@ class FakeGpus:
         self.xids: list[XidEvent] = []
         self.xid_ready = threading.Event()
         self.process_mib: dict[str, dict[int, int]] = {g.uuid: {} for g in gpus}  # uuid -> pid -> MiB
+        self.cuda_version = 13000  # what the driver supports: 13.0 (R580); R470 is 11040
 
     def gpus(self) -> list[Gpu]:
         return list(self._gpus)
@@ -70,6 +71,9 @@ class FakeGpus:
     def set_compute_mode(self, uuid: str, mode: int) -> None:
         self.modes[uuid] = mode
 
+    def cuda_driver_version(self) -> int:
+        return self.cuda_version
+
     def close(self) -> None:
         pass
 
@@ -86,6 +90,8 @@ class FakeKubelet:
 
     It serves v1beta1.Registration on <dir>/kubelet.sock; on Register it dials the plugin's
     socket, reads its options and follows the ListAndWatch stream like kubelet's device manager.
+    `stub`, `options` and `updates` are those of the first resource registered (gpu-memory);
+    `stubs` and `streams` hold every resource's, by resource name.
     """
 
     def __init__(self, plugin_dir: Path) -> None:
@@ -99,6 +105,9 @@ class FakeKubelet:
         self.server: grpc.Server | None = None
         self.channel: grpc.Channel | None = None
         self.stub: Any = None
+        self.stubs: dict[str, Any] = {}
+        self.streams: dict[str, list[list[tuple[str, str]]]] = {}
+        self.channels: list[grpc.Channel] = []
 
     def start(self) -> FakeKubelet:
         kubelet = self
@@ -106,7 +115,9 @@ class FakeKubelet:
         class Registration:
             def Register(self, request: Any, context: Any) -> Any:
                 kubelet.registrations.append(request)
-                threading.Thread(target=kubelet._follow, args=(request.endpoint,), daemon=True).start()
+                first = request.resource_name == kubelet.registrations[0].resource_name
+                args = (request.endpoint, request.resource_name, first)
+                threading.Thread(target=kubelet._follow, args=args, daemon=True).start()
                 return kubelet.msgs.Empty()
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -116,15 +127,22 @@ class FakeKubelet:
         self.server = server
         return self
 
-    def _follow(self, endpoint: str) -> None:
+    def _follow(self, endpoint: str, resource: str, first: bool) -> None:
         channel = grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
-        self.channel = channel
-        self.stub = self.services.DevicePluginStub(channel)
-        self.options = self.stub.GetDevicePluginOptions(self.msgs.Empty(), timeout=5)
+        self.channels.append(channel)
+        stub = self.services.DevicePluginStub(channel)
+        options = stub.GetDevicePluginOptions(self.msgs.Empty(), timeout=5)
+        stream = self.streams[resource] = []
+        self.stubs[resource] = stub
+        if first:
+            self.channel, self.stub, self.options = channel, stub, options
         self.registered.set()
         try:
-            for response in self.stub.ListAndWatch(self.msgs.Empty()):
-                self.updates.append([(d.ID, d.health) for d in response.devices])
+            for response in stub.ListAndWatch(self.msgs.Empty()):
+                devices = [(d.ID, d.health) for d in response.devices]
+                stream.append(devices)
+                if first:
+                    self.updates.append(devices)
                 self.update_event.set()
         except grpc.RpcError:
             pass  # the stream ends when the plugin or this fake goes away
@@ -143,9 +161,19 @@ class FakeKubelet:
         assert len(self.updates) >= count, f"only {len(self.updates)} ListAndWatch updates, wanted {count}"
         return self.updates[-1]
 
+    def wait_stream(self, resource: str, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
+        """Block until `resource` got at least `count` ListAndWatch messages; return the latest."""
+        deadline = time.monotonic() + timeout
+        while len(self.streams.get(resource, ())) < count and time.monotonic() < deadline:
+            self.update_event.wait(0.05)
+            self.update_event.clear()
+        got = self.streams.get(resource, [])
+        assert len(got) >= count, f"only {len(got)} ListAndWatch updates of {resource}, wanted {count}"
+        return got[-1]
+
     def stop(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
+        for channel in self.channels:
+            channel.close()
         if self.server is not None:
             self.server.stop(grace=0).wait(2)
         (self.plugin_dir / "kubelet.sock").unlink(missing_ok=True)
@@ -171,13 +199,14 @@ class FakePodResources:
             def List(self, request: Any, context: Any) -> Any:
                 fake.calls += 1
                 pods: dict[tuple[str, str], Any] = {}
+                containers: dict[tuple[str, str, str], Any] = {}
                 for namespace, pod, container, resource, devices in fake.holders:
                     entry = pods.setdefault((namespace, pod), fake.msgs.PodResources(name=pod, namespace=namespace))
-                    entry.containers.append(
-                        fake.msgs.ContainerResources(
-                            name=container,
-                            devices=[fake.msgs.ContainerDevices(resource_name=resource, device_ids=devices)],
-                        )
+                    if (namespace, pod, container) not in containers:
+                        entry.containers.append(fake.msgs.ContainerResources(name=container))
+                        containers[namespace, pod, container] = entry.containers[-1]
+                    containers[namespace, pod, container].devices.append(
+                        fake.msgs.ContainerDevices(resource_name=resource, device_ids=devices)
                     )
                 return fake.msgs.ListPodResourcesResponse(pod_resources=list(pods.values()))
 
@@ -205,10 +234,14 @@ class RecordingNodeApi:
     The unit tests have no kube-apiserver; tests/k8s runs the components against a real one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, labels: dict[str, str] | None = None) -> None:
         self.annotations: list[tuple[str, dict[str, str]]] = []
         self.events: list[tuple[str, str, str]] = []
+        self.labels = dict(labels or {})
         self.changed = threading.Event()
+
+    def node_labels(self, node: str) -> dict[str, str]:
+        return dict(self.labels)
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
         self.annotations.append((node, annotations))
@@ -219,37 +252,45 @@ class RecordingNodeApi:
         self.changed.set()
 
 
-def node_obj(name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100) -> dict[str, Any]:
-    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation."""
+def node_obj(
+    name: str, gpus: list[tuple[str, int, int]] | None, unit: int = 100, cores: list[tuple[int, int]] | None = None
+) -> dict[str, Any]:
+    """A Node as the API returns it; gpus are (uuid, total MiB, used units) for the annotation, and
+    on a node with compute shares `cores` gives each GPU's (cores, used cores)."""
     annotations = {}
     if gpus is not None:
-        doc = {
-            "unit_mib": unit,
-            "gpus": [
-                {
-                    "uuid": u,
-                    "index": i,
-                    "key": "k",
-                    "total_mib": t,
-                    "units": t // unit,
-                    "used_units": used,
-                    "healthy": True,
-                }
-                for i, (u, t, used) in enumerate(gpus)
-            ],
-        }
-        annotations["vgpu.io/gpus"] = json.dumps(doc)
+        entries: list[dict[str, Any]] = [
+            {
+                "uuid": u,
+                "index": i,
+                "key": "k",
+                "total_mib": t,
+                "units": t // unit,
+                "used_units": used,
+                "healthy": True,
+            }
+            for i, (u, t, used) in enumerate(gpus)
+        ]
+        for gpu, (total, taken) in zip(entries, cores or []):
+            gpu.update(cores=total, used_cores=taken)
+        annotations["vgpu.io/gpus"] = json.dumps({"unit_mib": unit, "gpus": entries})
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations}}
 
 
-def pod_obj(name: str, mib: int | None, uid: str | None = None, **extra: Any) -> dict[str, Any]:
-    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod."""
+def pod_obj(
+    name: str, mib: int | None, uid: str | None = None, cores: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A pending Pod as kube-scheduler serializes it into ExtenderArgs.Pod (`cores`: its compute
+    share in percent)."""
     resources: dict[str, Any] = {}
     if mib is not None:
         resources = {
             "limits": {"vgpu.io/gpu-memory": str(mib // 100)},
             "requests": {"vgpu.io/gpu-memory": str(mib // 100)},
         }
+    if cores is not None:
+        for part in ("limits", "requests"):
+            resources.setdefault(part, {})["vgpu.io/gpu-cores"] = str(cores)
     pod: dict[str, Any] = {
         "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}", "annotations": {}},
         "spec": {
@@ -309,11 +350,22 @@ def make_config(root: Path, **plugin: Any) -> dict[str, Any]:
 class PluginNode:
     """A device plugin and its kubelet, started in a temp folder."""
 
-    def __init__(self, root: Path, gpus: list[Gpu] | None = None, **plugin: Any) -> None:
+    def __init__(
+        self,
+        root: Path,
+        gpus: list[Gpu] | None = None,
+        *,
+        mps_dir: Path | None = None,
+        cuda_version: int = 13000,
+        **plugin: Any,
+    ) -> None:
         self.root = root
         self.cfg = make_config(root, **plugin)
+        if mps_dir is not None:  # MPS's pipe folder (the ready file's), instead of /run/nvidia/mps
+            self.cfg["mps"].update(pipe_dir=str(mps_dir), log_dir=str(mps_dir / "log"))
         (root / "dp").mkdir(parents=True, exist_ok=True)
         self.backend = FakeGpus(gpus or two_gpus())
+        self.backend.cuda_version = cuda_version
         self.api = RecordingNodeApi()
         self.pod_resources = FakePodResources(root / "pr.sock").start()
         self.kubelet = FakeKubelet(root / "dp").start()
@@ -334,10 +386,12 @@ class PluginNode:
         self.pod_resources.stop()
 
 
-def allocate(node: PluginNode, device_ids: list[str]) -> Any:
+def allocate(node: PluginNode, device_ids: list[str], resource: str = "") -> Any:
+    """kubelet's Allocate of one container's device IDs (of gpu-memory, or of `resource`)."""
     msgs = node.kubelet.msgs
     request = msgs.AllocateRequest(container_requests=[msgs.ContainerAllocateRequest(devices_ids=device_ids)])
-    return node.kubelet.stub.Allocate(request, timeout=5)
+    stub = node.kubelet.stubs[resource] if resource else node.kubelet.stub
+    return stub.Allocate(request, timeout=5)
 
 
 GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from fakes import GPU0, GPU1, FakeClusterApi, Scheduler, node_obj, pod_obj
@@ -321,3 +322,74 @@ def test_a_bound_pods_status_updates_keep_its_count() -> None:
     pod["status"]["phase"] = "Succeeded"
     model.set_pod(pod)
     assert [g.free for g in model.nodes["gpu-a"].gpus] == [122, 122]
+
+
+def share_node(name: str = "gpu-s", used: tuple[int, int] = (0, 0), cores: int = 100) -> dict[str, Any]:
+    """A node with compute shares: two 12 GiB GPUs, each with `cores` and `used` cores taken."""
+    return node_obj(
+        name, [(GPU0 + name, 12288, 0), (GPU1 + name, 12288, 0)], cores=[(cores, used[0]), (cores, used[1])]
+    )
+
+
+def test_compute_shares_on_one_gpu_never_add_up_past_its_cores(cluster: Scheduler) -> None:
+    """Shares go where the most compute is free (placement.py); once no GPU has the share free,
+    the node fails the pod with the numbers, and a bound pod's share counts at once."""
+    cluster.extender.model.set_node(share_node())
+    placed = [cluster.schedule(pod_obj(f"s{i}", 1000, cores=60), ["gpu-s"])[1] for i in range(2)]
+    assert {a["vgpu.io/gpu-index"] for a in placed} == {"0", "1"}  # 60 + 60 > 100: one on each GPU
+    for name in ("s2", "s3"):  # 40 % each, filling both GPUs
+        cluster.schedule(pod_obj(name, 1000, cores=40), ["gpu-s"])
+    args = {"Pod": pod_obj("s4", 1000, cores=10), "Nodes": None, "NodeNames": ["gpu-s"]}
+    _status, result = cluster.post("/filter", args)
+    assert result["NodeNames"] == []
+    assert result["FailedNodes"] == {"gpu-s": "no GPU with 1000 MiB free has 10 % compute free (the most is 0 %)"}
+    cluster.extender.model.remove_pod("uid-s0")
+    _status, result = cluster.post("/filter", args)
+    assert result["NodeNames"] == ["gpu-s"]
+
+
+def test_published_compute_use_counts_and_oversubscription_lets_shares_add_up_past_100(cluster: Scheduler) -> None:
+    model = cluster.extender.model
+    model.set_node(share_node(used=(95, 90)))  # what the device plugin saw kubelet hand out
+    fit = model.fit("gpu-s", 10, cores=10)
+    assert fit.gpu is not None and fit.gpu.index == 1
+    assert (
+        model.fit("gpu-s", 10, cores=11).reason == "no GPU with 1000 MiB free has 11 % compute free (the most is 10 %)"
+    )
+    model.set_node(share_node(used=(95, 90), cores=200))
+    fit = model.fit("gpu-s", 10, cores=100)
+    assert fit.gpu is not None and fit.gpu.index == 1
+
+
+def test_shares_and_nodes_must_match_and_bad_shares_are_named(cluster: Scheduler) -> None:
+    cluster.extender.model.set_node(share_node())
+    args = {"Pod": pod_obj("s", 1000, cores=30), "Nodes": None, "NodeNames": ["gpu-a", "gpu-s", "cpu-b"]}
+    _status, result = cluster.post("/filter", args)
+    assert result["NodeNames"] == ["gpu-s"]
+    assert result["FailedAndUnresolvableNodes"]["gpu-a"] == (
+        "node has no compute shares (vgpu.io/gpu-cores needs MPS and compute shares on the node)"
+    )
+    args["Pod"] = pod_obj("m", 1000)
+    _status, result = cluster.post("/filter", args)
+    assert result["NodeNames"] == ["gpu-a"]
+    assert result["FailedAndUnresolvableNodes"]["gpu-s"] == (
+        "node shares its GPUs' compute: ask for vgpu.io/gpu-cores (percent of one GPU) with vgpu.io/gpu-memory"
+    )
+    lonely = pod_obj("c", None, cores=30)
+    status, body = cluster.post("/filter", {**args, "Pod": lonely})
+    assert status == 400 and "ask for vgpu.io/gpu-memory and vgpu.io/gpu-cores together" in body["Error"]
+    status, body = cluster.post("/filter", {**args, "Pod": pod_obj("big", 1000, cores=101)})
+    assert status == 400 and "vgpu.io/gpu-cores is a percentage of one GPU (1-100), got 101" in body["Error"]
+
+
+def test_a_bound_pods_share_is_counted_from_the_watch() -> None:
+    model = ClusterModel("vgpu.io")
+    model.set_node(share_node())
+    pod = pod_obj("p", 3000, cores=70)
+    pod["spec"]["nodeName"] = "gpu-s"
+    pod["metadata"]["annotations"] = {"vgpu.io/gpu-uuid": GPU1 + "gpu-s", "vgpu.io/gpu-index": "1"}
+    model.set_pod(pod)
+    assert [g.cores_free for g in model.nodes["gpu-s"].gpus] == [100, 30]
+    pod["status"]["phase"] = "Succeeded"
+    model.set_pod(pod)
+    assert [g.cores_free for g in model.nodes["gpu-s"].gpus] == [100, 100]

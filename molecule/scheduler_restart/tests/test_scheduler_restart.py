@@ -8,7 +8,10 @@ CONFIG = "/etc/kubernetes/vgpu-scheduler-config.yaml"
 def test_the_good_configuration_is_back_in_place(host):
     config = yaml.safe_load(host.file(CONFIG).content_string)
     assert config["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"
-    assert config["extenders"][0]["managedResources"] == [{"name": "vgpu.io/gpu-memory", "ignoredByScheduler": False}]
+    assert config["extenders"][0]["managedResources"] == [
+        {"name": "vgpu.io/gpu-memory", "ignoredByScheduler": False},
+        {"name": "vgpu.io/gpu-cores", "ignoredByScheduler": False},
+    ]
     assert host.file(CONFIG).mode == 0o600
 
 

@@ -39,6 +39,20 @@ class GpuUnits:
         return [ids.device_id(self.key, n) for n in range(self.units)]
 
 
+@dataclass(frozen=True)
+class MpsContract:
+    """What MPS adds to the container contract on this node (device_plugin.DevicePlugin decides)."""
+
+    pipe_dir: str
+    log_dir: str
+    # With compute shares each container's <prefix>/gpu-cores Allocate sets its thread percentage
+    # (kubelet keeps the first of two resources' values for one variable, in no set order, so the
+    # memory answer must not set it too); without, every container gets thread_percentage.
+    shares: bool = False
+    thread_percentage: int = 100
+    pinned_limit: bool = False  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = the quota (CUDA 11.5+)
+
+
 @dataclass
 class Allocation:
     """What one container gets: env, mounts (container path, host path, read-only) and its files."""
@@ -127,9 +141,16 @@ class DeviceTable:
             return False
         return key in self.by_key and unit < self.by_key[key].units
 
-    def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+    def preferred(
+        self,
+        available: Sequence[str],
+        must_include: Sequence[str],
+        size: int,
+        compute_free: Mapping[str, int] | None = None,
+    ) -> list[str]:
         """GetPreferredAllocation for one container: `size` units from one GPU, placed by the same
-        rule as the extender's (placement.py).
+        rule as the extender's (placement.py), with `compute_free` the compute share free per GPU
+        key on a node with compute shares.
 
         Units kubelet lists as available are free, so the free units per GPU are counted from them.
         """
@@ -146,7 +167,8 @@ class DeviceTable:
             key = next(iter(must_keys))
         else:
             ranking = Ranking(
-                (len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy
+                ((len(units), self.by_key[k].gpu.index, k) for k, units in free.items() if self.by_key[k].healthy),
+                compute=(lambda k: compute_free.get(k, 0)) if compute_free is not None else None,
             )
             chosen = ranking.pick(size)
             if chosen is None:
@@ -164,8 +186,11 @@ class DeviceTable:
         return picked
 
 
-def build_allocation(table: DeviceTable, device_ids: Sequence[str], cfg: Mapping[str, Any]) -> Allocation:
-    """The container contract of docs/architecture.md for one container's device IDs."""
+def build_allocation(
+    table: DeviceTable, device_ids: Sequence[str], cfg: Mapping[str, Any], mps: MpsContract | None = None
+) -> Allocation:
+    """The container contract of docs/architecture.md for one container's device IDs; `mps` when
+    MPS is on for the node."""
     slot = table.resolve(device_ids)
     if not slot.healthy:
         raise AllocationError(f"GPU {slot.gpu.uuid} is unhealthy: {slot.unhealthy_reason or 'unknown reason'}")
@@ -193,14 +218,17 @@ def build_allocation(table: DeviceTable, device_ids: Sequence[str], cfg: Mapping
         (config.CONTAINER_REGION_DIR, str(region_dir), False),
         (config.CONTAINER_QUOTA_FILE, str(quota_file), True),
     ]
-    if plugin["mps_enabled"]:
-        mps = cfg["mps"]
-        envs["CUDA_MPS_PIPE_DIRECTORY"] = mps["pipe_dir"]
-        envs["CUDA_MPS_LOG_DIRECTORY"] = mps["log_dir"]
-        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(plugin["mps_active_thread_percentage"])
+    if mps is not None:
+        envs["CUDA_MPS_PIPE_DIRECTORY"] = mps.pipe_dir
+        envs["CUDA_MPS_LOG_DIRECTORY"] = mps.log_dir
+        if not mps.shares:
+            envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps.thread_percentage)
+        if mps.pinned_limit:
+            # The driver's own limit under libvgpu's: device 0 is the one GPU the container sees.
+            envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
         # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out. Read-only:
         # a client only connects to the daemon's sockets (tests/gpu/mps_readonly_pipe.sh, on the H200).
-        mounts.append((mps["pipe_dir"], mps["pipe_dir"], True))
+        mounts.append((mps.pipe_dir, mps.pipe_dir, True))
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {slot.gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",

@@ -36,6 +36,8 @@ MONITOR_PORT = 9395
 DEVICE_PLUGIN_HEALTHZ_PORT = 9396
 MPS_HEALTHZ_PORT = 9397
 EXTENDER_PORT = 32766
+MAX_SHARE = 100  # a container's compute share (<prefix>/gpu-cores) is a percentage of one GPU
+MAX_CORES_PER_GPU = 1000  # shares of one GPU may add up to ten times the GPU at most
 
 DEFAULT_SWITCHES: dict[str, int] = {
     "gpu_virtual_memory": 1,
@@ -58,7 +60,14 @@ DEFAULTS: dict[str, Any] = {
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "healthz_port": DEVICE_PLUGIN_HEALTHZ_PORT,
         "mps_enabled": False,
+        # MPS nodes without compute shares: every container's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE.
         "mps_active_thread_percentage": 100,
+        # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = the quota, where the driver has it (CUDA 11.5+).
+        "mps_pinned_memory_limit": True,
+        # MPS nodes: advertise <prefix>/gpu-cores, each container's share of a GPU in percent.
+        "compute_shares": False,
+        # What the shares of one GPU may add up to: 100 = the GPU; more oversubscribes it.
+        "cores_per_gpu": 100,
         "switches": dict(DEFAULT_SWITCHES),
         "xid_recovery_s": 60,
         "annotation_refresh_s": 30,
@@ -223,6 +232,12 @@ def validate(config: Mapping[str, Any]) -> None:
     pct = config["device_plugin"]["mps_active_thread_percentage"]
     if not 1 <= pct <= 100:
         raise ConfigError(f"device_plugin.mps_active_thread_percentage: expected 1-100, got {pct}")
+    cores = config["device_plugin"]["cores_per_gpu"]
+    if not 1 <= cores <= MAX_CORES_PER_GPU:
+        raise ConfigError(
+            f"device_plugin.cores_per_gpu: expected 1-{MAX_CORES_PER_GPU} (100 = one GPU's SMs; more "
+            f"oversubscribes it), got {cores}"
+        )
     prefix = config["resource_prefix"]
     if not prefix or "/" in prefix or prefix.endswith("kubernetes.io"):
         raise ConfigError(f"resource_prefix: expected a domain such as vgpu.io, got {prefix!r}")

@@ -1,9 +1,11 @@
-"""nvidia-shared-device-plugin: advertises GPU memory to kubelet as <prefix>/gpu-memory units.
+"""nvidia-shared-device-plugin: advertises GPU memory to kubelet as <prefix>/gpu-memory units, and on
+nodes with compute shares each container's share of a GPU as <prefix>/gpu-cores.
 
-Device plugin API v1beta1 over gRPC on a unix socket in the kubelet's device-plugin folder.
-GPU choice travels in the device IDs (`<gpu-key>-<n>`), so Allocate needs no API call and no
-guess about which pod it serves. Per-GPU capacity and use go to the node annotation
-`<prefix>/gpus` for the scheduler extender, from the kubelet PodResources API.
+Device plugin API v1beta1 over gRPC, one unix socket per resource in the kubelet's device-plugin
+folder. GPU choice travels in the memory device IDs (`<gpu-key>-<n>`), so Allocate needs no API
+call and no guess about which pod it serves; a share is the number of its tokens (shares.py).
+Per-GPU capacity and use go to the node annotation `<prefix>/gpus` for the scheduler extender,
+from the kubelet PodResources API.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from vgpu_components import __version__, config, health, ids, kube, nvml, protos
-from vgpu_components.allocator import AllocationError, DeviceTable, build_allocation
+from vgpu_components.allocator import AllocationError, DeviceTable, MpsContract, build_allocation
 from vgpu_components.host_paths import HostPaths
+from vgpu_components.mps import READY_FILE
 from vgpu_components.nvml import APPLICATION_XIDS, Gpu, GpuBackend
 from vgpu_components.podresources import ContainerDevices, PodResourcesClient
+from vgpu_components.shares import ShareLedger, ShareTokens, holders, share_env
 
 log = logging.getLogger("vgpu.device_plugin")
 
@@ -35,6 +41,8 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT came with CUDA 11.5; R470 drivers support CUDA 11.4.
+PINNED_LIMIT_CUDA = 11050
 
 
 class AdvertiseError(RuntimeError):
@@ -45,18 +53,22 @@ def resource_name(cfg: dict[str, Any]) -> str:
     return f"{cfg['resource_prefix']}/gpu-memory"
 
 
-def socket_name(cfg: dict[str, Any]) -> str:
-    return f"{cfg['resource_prefix']}-gpu-memory.sock"
+def shares_resource_name(cfg: dict[str, Any]) -> str:
+    return f"{cfg['resource_prefix']}/gpu-cores"
 
 
-def list_and_watch_message(table: DeviceTable) -> Any:
+def socket_name(cfg: dict[str, Any], resource: str = "gpu-memory") -> str:
+    return f"{cfg['resource_prefix']}-{resource}.sock"
+
+
+def list_and_watch_message(devices: list[tuple[str, str]]) -> Any:
     msgs = protos.deviceplugin()[0]
-    return msgs.ListAndWatchResponse(devices=[msgs.Device(ID=dev, health=h) for dev, h in table.devices()])
+    return msgs.ListAndWatchResponse(devices=[msgs.Device(ID=dev, health=h) for dev, h in devices])
 
 
 def check_message_size(table: DeviceTable, budget: int) -> int:
     """Size in bytes of the full ListAndWatch message; AdvertiseError when it exceeds the budget."""
-    size = int(list_and_watch_message(table).ByteSize())
+    size = int(list_and_watch_message(table.devices()).ByteSize())
     if size > budget:
         units = sum(slot.units for slot in table.gpus())
         # The size is close to linear in the unit count, so scale the unit up by the overshoot.
@@ -69,15 +81,39 @@ def check_message_size(table: DeviceTable, budget: int) -> int:
     return size
 
 
-class DevicePluginService:
-    """The v1beta1 DevicePlugin service (method names are the gRPC ones)."""
+def pinned_limit(cfg: dict[str, Any], backend: GpuBackend | None) -> tuple[bool, str]:
+    """Whether containers get CUDA_MPS_PINNED_DEVICE_MEM_LIMIT here, and why (for the log)."""
+    if not cfg["device_plugin"]["mps_pinned_memory_limit"]:
+        return False, "off (device_plugin.mps_pinned_memory_limit is false)"
+    try:
+        version = backend.cuda_driver_version() if backend is not None else 0
+    except Exception as exc:
+        return False, f"off: the driver's CUDA version is unknown ({exc})"
+    found = f"{version // 1000}.{version % 1000 // 10}" if version else "unknown"
+    if version < PINNED_LIMIT_CUDA:
+        return False, (
+            f"off: the driver supports CUDA {found}; CUDA_MPS_PINNED_DEVICE_MEM_LIMIT needs CUDA 11.5 or newer "
+            "(R470 is CUDA 11.4), so libvgpu alone limits GPU memory"
+        )
+    return True, f"on (driver CUDA {found}): the driver refuses a client's allocations past its quota"
+
+
+class _Service:
+    """What every resource's v1beta1 DevicePlugin service shares (method names are the gRPC ones)."""
+
+    preferred_allocation = False
 
     def __init__(self, plugin: DevicePlugin) -> None:
         self.plugin = plugin
         self.msgs = protos.deviceplugin()[0]
 
+    def devices(self) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
     def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
-        return self.msgs.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+        return self.msgs.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=self.preferred_allocation
+        )
 
     def ListAndWatch(self, request: Any, context: Any) -> Any:
         plugin = self.plugin
@@ -86,21 +122,46 @@ class DevicePluginService:
         def news() -> bool:
             return plugin.version != sent or plugin.stopping.is_set()
 
-        log.info("kubelet opened ListAndWatch")
+        log.info("kubelet opened ListAndWatch", extra={"service": type(self).__name__})
         while context.is_active() and not plugin.stopping.is_set():
             with plugin.changed:
                 plugin.changed.wait_for(news, timeout=1.0)
                 version = plugin.version
             if version != sent and not plugin.stopping.is_set():
                 sent = version
-                yield list_and_watch_message(plugin.table)
+                yield list_and_watch_message(self.devices())
         log.info("ListAndWatch stream ended")
 
     def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        # Registered with get_preferred_allocation_available=False: kubelet does not ask.
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "this resource has no preferred allocation")
+
+    def PreStartContainer(self, request: Any, context: Any) -> Any:
+        return self.msgs.PreStartContainerResponse()
+
+    def _refuse(self, context: Any, exc: Exception, device_ids: list[str]) -> None:
+        log.error("Allocate refused: %s", exc, extra={"device_ids": device_ids[:8]})
+        self.plugin.ledger.forget_pending()
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+
+class DevicePluginService(_Service):
+    """<prefix>/gpu-memory: the units, placed by GetPreferredAllocation, and the container contract."""
+
+    preferred_allocation = True
+
+    def devices(self) -> list[tuple[str, str]]:
+        return self.plugin.table.devices()
+
+    def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        compute_free = self.plugin.compute_free()
         out = []
         for req in request.container_requests:
             picked = self.plugin.table.preferred(
-                list(req.available_deviceIDs), list(req.must_include_deviceIDs), int(req.allocation_size)
+                list(req.available_deviceIDs),
+                list(req.must_include_deviceIDs),
+                int(req.allocation_size),
+                compute_free,
             )
             out.append(self.msgs.ContainerPreferredAllocationResponse(deviceIDs=picked))
         return self.msgs.PreferredAllocationResponse(container_responses=out)
@@ -108,16 +169,16 @@ class DevicePluginService:
     def Allocate(self, request: Any, context: Any) -> Any:
         """Every container of the request gets its allocation, or the call is refused and leaves
         nothing on the host."""
+        plugin = self.plugin
         device_ids: list[str] = []
         try:
             allocations = []
             for req in request.container_requests:
                 device_ids = list(req.devices_ids)
-                allocations.append(build_allocation(self.plugin.table, device_ids, self.plugin.cfg))
-            self.plugin.host_paths.prepare(allocations)
+                allocations.append(build_allocation(plugin.table, device_ids, plugin.cfg, plugin.mps))
+            plugin.host_paths.prepare(allocations)
         except (AllocationError, OSError) as exc:
-            log.error("Allocate refused: %s", exc, extra={"device_ids": device_ids[:8]})
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self._refuse(context, exc, device_ids)
             raise  # abort() raises already; this keeps the flow explicit
         responses = []
         for alloc in allocations:
@@ -133,15 +194,57 @@ class DevicePluginService:
                     mounts=[self.msgs.Mount(container_path=c, host_path=h, read_only=ro) for c, h, ro in alloc.mounts],
                 )
             )
-        self.plugin.poke_publisher()
+        if len(allocations) == 1:  # kubelet asks for one container at a time
+            plugin.ledger.memory_allocated(allocations[0].alloc_id, ids.gpu_key(allocations[0].gpu.uuid))
+        else:
+            plugin.ledger.forget_pending()
+        plugin.poke_publisher()
         return self.msgs.AllocateResponse(container_responses=responses)
 
-    def PreStartContainer(self, request: Any, context: Any) -> Any:
-        return self.msgs.PreStartContainerResponse()
+
+class SharesService(_Service):
+    """<prefix>/gpu-cores: a container's share is the number of its tokens; any tokens will do."""
+
+    def devices(self) -> list[tuple[str, str]]:
+        plugin = self.plugin
+        assert plugin.tokens is not None
+        return plugin.tokens.devices(sum(s.healthy for s in plugin.table.gpus()), plugin.mps_ready)
+
+    def Allocate(self, request: Any, context: Any) -> Any:
+        plugin = self.plugin
+        assert plugin.tokens is not None
+        device_ids: list[str] = []
+        shares = []
+        try:
+            for req in request.container_requests:
+                device_ids = list(req.devices_ids)
+                shares.append(plugin.tokens.share(device_ids))
+        except AllocationError as exc:
+            self._refuse(context, exc, device_ids)
+            raise
+        if len(shares) == 1:
+            plugin.ledger.share_allocated(shares[0])
+            log.info("allocated a compute share of %d %%", shares[0])
+        else:
+            plugin.ledger.forget_pending()
+        plugin.poke_publisher()
+        return self.msgs.AllocateResponse(
+            container_responses=[self.msgs.ContainerAllocateResponse(envs=share_env(share)) for share in shares]
+        )
+
+
+@dataclass
+class Endpoint:
+    """One resource this plugin serves: its socket and the service behind it."""
+
+    resource: str
+    socket_path: Path
+    service: Callable[[DevicePlugin], _Service]
+    server: grpc.Server | None = None
 
 
 class DevicePlugin:
-    """Serves the plugin socket, registers with kubelet, follows kubelet restarts, health and use."""
+    """Serves the plugin sockets, registers with kubelet, follows kubelet restarts, health and use."""
 
     def __init__(
         self,
@@ -165,12 +268,18 @@ class DevicePlugin:
         self.table = DeviceTable(gpus, cfg["unit_mib"], cfg["reserved_mib"])
         self.host_paths = HostPaths(cfg["state_dir"], float(section["region_gc_grace_s"]))
         self.message_bytes = check_message_size(self.table, section["max_message_bytes"])
+        self.mps, self.tokens = self._mps_contract(backend)
+        self.ledger = ShareLedger()
+        self.endpoints = [Endpoint(resource_name(cfg), self.socket_path, DevicePluginService)]
+        if self.tokens is not None:
+            sock = self.plugin_dir / socket_name(cfg, "gpu-cores")
+            self.endpoints.append(Endpoint(shares_resource_name(cfg), sock, SharesService))
+        self.mps_ready = self._mps_ready()
         self.stopping = threading.Event()
         self.changed = threading.Condition()
         self.version = 0
         self.registered = False
         self.registrations = 0
-        self._server: grpc.Server | None = None
         self._kubelet_id: tuple[int, int] | None = None
         self._retry_at = 0.0  # after a failed registration, wait a moment before the next try
         self._unhealthy_since: dict[str, float] = {}
@@ -179,19 +288,51 @@ class DevicePlugin:
         self._last_publish = 0.0
         self._threads: list[threading.Thread] = []
 
-    # --- gRPC server and registration ------------------------------------------------------
+    def _mps_contract(self, backend: GpuBackend | None) -> tuple[MpsContract | None, ShareTokens | None]:
+        """What MPS adds to the containers of this node, and the share tokens when it has shares."""
+        section = self.cfg["device_plugin"]
+        if not section["mps_enabled"]:
+            return None, None
+        pinned, why = pinned_limit(self.cfg, backend)
+        log.info("MPS pinned device-memory limit %s", why)
+        shares = bool(section["compute_shares"])
+        contract = MpsContract(
+            pipe_dir=self.cfg["mps"]["pipe_dir"],
+            log_dir=self.cfg["mps"]["log_dir"],
+            shares=shares,
+            thread_percentage=int(section["mps_active_thread_percentage"]),
+            pinned_limit=pinned,
+        )
+        tokens = ShareTokens(len(self.table.gpus()), int(section["cores_per_gpu"])) if shares else None
+        return contract, tokens
+
+    def _mps_ready(self) -> bool:
+        """The MPS daemon answers (nvidia-mps keeps the ready file in the pipe folder meanwhile)."""
+        return self.mps is not None and (Path(self.mps.pipe_dir) / READY_FILE).exists()
+
+    def compute_free(self) -> dict[str, int] | None:
+        """Percent of each GPU (by key) no share holds; None on a node without compute shares."""
+        if self.tokens is None:
+            return None
+        used = self.ledger.used()
+        return {slot.key: self.tokens.cores_per_gpu - used.get(slot.key, 0) for slot in self.table.gpus()}
+
+    # --- gRPC servers and registration -----------------------------------------------------
     def _serve(self) -> None:
-        if self._server is not None:
-            self._server.stop(grace=0)
-        self.socket_path.unlink(missing_ok=True)
         services = protos.deviceplugin()[1]
-        # One worker is pinned per ListAndWatch stream; keep spare workers for the unary calls.
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=GRPC_OPTIONS)
-        services.add_DevicePluginServicer_to_server(DevicePluginService(self), server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
-        server.start()
-        self._server = server
-        log.info("serving %s on %s", resource_name(self.cfg), self.socket_path)
+        for endpoint in self.endpoints:
+            if endpoint.server is not None:
+                # Wait: a server still shutting down unlinks its socket path, which by then could be
+                # the new server's socket (kubelet then finds none).
+                endpoint.server.stop(grace=0).wait(2)
+            endpoint.socket_path.unlink(missing_ok=True)
+            # One worker is pinned per ListAndWatch stream; keep spare workers for the unary calls.
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=GRPC_OPTIONS)
+            services.add_DevicePluginServicer_to_server(endpoint.service(self), server)
+            server.add_insecure_port(f"unix://{endpoint.socket_path}")
+            server.start()
+            endpoint.server = server
+            log.info("serving %s on %s", endpoint.resource, endpoint.socket_path)
 
     def _kubelet_identity(self) -> tuple[int, int] | None:
         try:
@@ -204,25 +345,26 @@ class DevicePlugin:
         msgs, services = protos.deviceplugin()
         with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
             stub = services.RegistrationStub(channel)
-            stub.Register(
-                msgs.RegisterRequest(
-                    version=API_VERSION,
-                    endpoint=self.socket_path.name,
-                    resource_name=resource_name(self.cfg),
-                    options=msgs.DevicePluginOptions(get_preferred_allocation_available=True),
-                ),
-                timeout=5,
-            )
+            for endpoint in self.endpoints:
+                service = endpoint.service(self)
+                stub.Register(
+                    msgs.RegisterRequest(
+                        version=API_VERSION,
+                        endpoint=endpoint.socket_path.name,
+                        resource_name=endpoint.resource,
+                        options=msgs.DevicePluginOptions(
+                            get_preferred_allocation_available=service.preferred_allocation
+                        ),
+                    ),
+                    timeout=5,
+                )
+                log.info(
+                    "registered with kubelet",
+                    extra={"resource": endpoint.resource, "devices": len(service.devices())},
+                )
         self.registered = True
         self.registrations += 1
-        log.info(
-            "registered with kubelet",
-            extra={
-                "resource": resource_name(self.cfg),
-                "devices": len(self.table.devices()),
-                "message_bytes": self.message_bytes,
-            },
-        )
+        log.info("memory ListAndWatch message: %d bytes", self.message_bytes)
 
     def _ensure_registered(self) -> None:
         """Start or restart serving and registration after a kubelet (re)start or a lost socket."""
@@ -232,7 +374,7 @@ class DevicePlugin:
                 log.warning("kubelet socket %s is gone; waiting for kubelet", self.kubelet_socket)
             self.registered = False
             return
-        socket_lost = not self.socket_path.exists()
+        socket_lost = not all(e.socket_path.exists() for e in self.endpoints)
         if self.registered and kubelet_id == self._kubelet_id and not socket_lost:
             return
         if self.registered:
@@ -297,8 +439,12 @@ class DevicePlugin:
         self._publish_wake.set()
 
     def annotation(self, used: dict[str, int]) -> str:
-        gpus = [
-            {
+        """The `<prefix>/gpus` annotation; on a node with compute shares each GPU also carries
+        `cores` (what its shares may add up to) and `used_cores` (what they add up to)."""
+        used_cores = self.ledger.used() if self.tokens is not None else {}
+        gpus = []
+        for slot in self.table.gpus():
+            gpu: dict[str, Any] = {
                 "uuid": slot.gpu.uuid,
                 "index": slot.gpu.index,
                 "key": slot.key,
@@ -307,15 +453,22 @@ class DevicePlugin:
                 "used_units": used.get(slot.key, 0),
                 "healthy": slot.healthy,
             }
-            for slot in self.table.gpus()
-        ]
+            if self.tokens is not None:
+                gpu["cores"] = self.tokens.cores_per_gpu
+                gpu["used_cores"] = used_cores.get(slot.key, 0)
+            gpus.append(gpu)
         return kube.dumps({"unit_mib": self.table.unit_mib, "gpus": gpus})
 
     def holders(self) -> list[ContainerDevices] | None:
-        """The containers kubelet has handed our units to (PodResources API); None without one."""
+        """The containers kubelet has handed our units to (PodResources API), with their share
+        tokens on a node with compute shares; None without the API."""
         if self.pod_resources is None:
             return None
-        return self.pod_resources.list(resource_name(self.cfg))
+        shares = [shares_resource_name(self.cfg)] if self.tokens is not None else []
+        found = self.pod_resources.list(resource_name(self.cfg), also=shares)
+        if self.tokens is not None:
+            self.ledger.observe(holders((h.device_ids, h.others.get(shares[0], ())) for h in found))
+        return found
 
     @staticmethod
     def used_units(holders: list[ContainerDevices]) -> dict[str, int]:
@@ -376,12 +529,23 @@ class DevicePlugin:
         self._threads.append(thread)
 
     def _watch_loop(self) -> None:
-        # Polling at 100 ms re-registers well within a second of a kubelet restart.
+        # Polling at 100 ms re-registers well within a second of a kubelet restart, and turns the
+        # share tokens Unhealthy within as long of the MPS daemon going away.
         while not self.stopping.wait(0.1):
             try:
                 self._ensure_registered()
             except Exception as exc:
                 log.error("re-registration attempt failed: %s", exc)
+            ready = self._mps_ready()
+            if ready != self.mps_ready:
+                self.mps_ready = ready
+                if self.tokens is not None:
+                    (log.info if ready else log.warning)(
+                        "MPS daemon %s: compute shares %s",
+                        "ready" if ready else "not ready",
+                        "admitted again" if ready else "refused until it is back",
+                    )
+                    self.bump()
 
     def healthy(self) -> tuple[bool, str]:
         if not self.registered:
@@ -394,18 +558,35 @@ class DevicePlugin:
         with self.changed:
             self.changed.notify_all()
         self._publish_wake.set()
-        if self._server is not None:
-            self._server.stop(grace=1).wait(2)
+        for endpoint in self.endpoints:
+            if endpoint.server is not None:
+                endpoint.server.stop(grace=1).wait(2)
         for thread in self._threads:
             thread.join(timeout=3)
-        self.socket_path.unlink(missing_ok=True)
+        for endpoint in self.endpoints:
+            endpoint.socket_path.unlink(missing_ok=True)
 
 
 DESCRIPTION = (
     "Kubernetes device plugin that advertises GPU memory as <resource_prefix>/gpu-memory "
-    "units (config keys: resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the "
-    "device_plugin section). The node name comes from NODE_NAME."
+    "units, and on MPS nodes with compute shares <resource_prefix>/gpu-cores (config keys: "
+    "resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the device_plugin "
+    "section). The node name comes from NODE_NAME."
 )
+
+
+def node_mps(cfg: dict[str, Any], node_api: kube.NodeApi | None, node: str) -> None:
+    """MPS is on for this node where its `<prefix>/mps` label says so (roles/vgpu_stack sets it per
+    node, and the nvidia-mps DaemonSet runs only there); without the label, the config decides."""
+    key = f"{cfg['resource_prefix']}/mps"
+    try:
+        labels = node_api.node_labels(node) if node_api is not None else {}
+    except Exception as exc:
+        log.warning("could not read the labels of node %s (%s); MPS as the config says", node, exc)
+        return
+    if labels.get(key) in ("true", "false"):
+        cfg["device_plugin"]["mps_enabled"] = labels[key] == "true"
+        log.info("MPS is %s on this node (label %s)", "on" if labels[key] == "true" else "off", key)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -425,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         node_api = kube.KubeNodeApi(kube.api_client(args.kubeconfig), "nvidia-shared-device-plugin")
     except Exception as exc:
         log.warning("no Kubernetes API (%s): the node annotation and events are off", exc)
+    node_mps(cfg, node_api, node)
     try:
         backend = nvml.NvmlBackend()
         gpus = backend.gpus()

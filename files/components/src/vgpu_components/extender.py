@@ -26,7 +26,7 @@ import prometheus_client
 
 from vgpu_components import __version__, config, kube
 from vgpu_components.extender_http import BadRequest, ExtenderServer
-from vgpu_components.scheduling import ClusterModel, pod_units
+from vgpu_components.scheduling import ClusterModel, Request, pod_request
 from vgpu_components.tls import TlsFiles
 
 log = logging.getLogger("vgpu.extender")
@@ -94,9 +94,9 @@ class Extender:
             raise BadRequest(f"ExtenderArgs.NodeNames must be a list of node names, got {names!r:.200}")
         return pod, names, items
 
-    def _units(self, pod: Mapping[str, Any]) -> int:
+    def _request(self, pod: Mapping[str, Any]) -> Request:
         try:
-            return pod_units(pod, self.model.resource)
+            return pod_request(pod, self.model.prefix)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
 
@@ -105,16 +105,20 @@ class Extender:
         """The nodes where one GPU fits the pod; with `tightest`, only those of them where it packs
         tightest (the highest packing score), so that kube-scheduler needs no prioritize call."""
         pod, names, items = self._args(body)
-        units = self._units(pod)
+        request = self._request(pod)
+        units, cores = request.units, request.cores
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         with self.model.lock:
             for name in names:
-                if units == 0 or self.model.admits(name, units):
+                if units == 0 or self.model.admits(name, units, cores):
                     passed.append(name)
                     continue
-                fit = self.model.fit(name, units)
+                fit = self.model.fit(name, units, cores)
+                if fit.gpu is not None:
+                    passed.append(name)
+                    continue
                 if fit.unresolvable:
                     unresolvable[name] = fit.reason
                 else:
@@ -144,7 +148,7 @@ class Extender:
         """The HostPriorityList, encoded: kube-scheduler waits on this for every pod, and building
         and encoding hundreds of small objects was most of the verb's time."""
         pod, names, _items = self._args(body)
-        units = self._units(pod)
+        units = self._request(pod).units
         nodes = self.model.nodes
         with self.model.lock:
             scores = [
@@ -179,25 +183,25 @@ class Extender:
         BINDS.labels("error" if error else "bound").inc()
         return {"Error": error}
 
-    def _units_to_bind(self, namespace: str, name: str, uid: str, node: str) -> tuple[str, int]:
-        """(refusal, units) for a bind: the units of the pod, or why it must not be bound."""
+    def _units_to_bind(self, namespace: str, name: str, uid: str, node: str) -> tuple[str, Request]:
+        """(refusal, request) for a bind: what the pod asks of a GPU, or why it must not be bound."""
         assert self.api is not None
         what = f"{namespace}/{name}"
         pending = self.model.pending.get(uid)
         if pending is not None:
             if (pending.namespace, pending.name) != (namespace, name):
-                return f"refusing to bind {what}: pod uid {uid} is {pending.namespace}/{pending.name}", 0
-            units = pending.units
+                return f"refusing to bind {what}: pod uid {uid} is {pending.namespace}/{pending.name}", Request(0)
+            request = Request(pending.units, pending.cores)
         else:
             pod = self.api.get_pod(namespace, name)
             bound_to = (pod.get("spec") or {}).get("nodeName")
             if bound_to:
-                return f"refusing to bind {what} to {node}: it is already bound to {bound_to}", 0
-            units = pod_units(pod, self.model.resource)
-        if not units:
+                return f"refusing to bind {what} to {node}: it is already bound to {bound_to}", Request(0)
+            request = pod_request(pod, self.model.prefix)
+        if not request.units:
             resource = self.model.resource
-            return f"refusing to bind {what}: it requests no {resource}; the extender binds only GPU pods", 0
-        return "", units
+            return f"refusing to bind {what}: it requests no {resource}; the extender binds only GPU pods", request
+        return "", request
 
     def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Place the pod on the node's GPU and bind it; an error text instead when it must not be.
@@ -208,20 +212,21 @@ class Extender:
             return "the extender has no Kubernetes API connection"
         model = self.model
         what = f"{namespace}/{name}"
-        refusal, units = self._units_to_bind(namespace, name, uid, node)
+        refusal, request = self._units_to_bind(namespace, name, uid, node)
         if refusal:
             return refusal
+        units, cores = request.units, request.cores
         # The GPU is chosen and reserved under the model's lock, so concurrent binds never pick the
         # same free units; the API call then runs outside it, in parallel with other binds.
         with model.lock:
             placed = model.placements.get(uid)
             if placed is not None:
                 return f"refusing to bind {what} to {node}: it is already placed on {placed.node} GPU {placed.gpu_uuid}"
-            fit = model.fit(node, units)
+            fit = model.fit(node, units, cores)
             if fit.gpu is None:
                 return f"cannot bind {what} to {node}: {fit.reason}"
             gpu = fit.gpu
-            reservation = model.reserve(uid, namespace, name, node=node, gpu=gpu, units=units)
+            reservation = model.reserve(uid, namespace, name, node=node, gpu=gpu, units=units, cores=cores)
         # The API server copies the Binding's annotations onto the pod as it binds it: the GPU is
         # recorded without any pod PATCH.
         annotations = {
@@ -235,7 +240,12 @@ class Extender:
             model.release(reservation)
             raise
         log.info(
-            "bound %s/%s to %s GPU %d", namespace, name, node, gpu.index, extra={"gpu_uuid": gpu.uuid, "units": units}
+            "bound %s/%s to %s GPU %d",
+            namespace,
+            name,
+            node,
+            gpu.index,
+            extra={"gpu_uuid": gpu.uuid, "units": units, "cores": cores},
         )
         return ""
 

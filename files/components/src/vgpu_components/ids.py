@@ -1,6 +1,7 @@
 """The device ID and allocation ID contracts (docs/architecture.md).
 
 Device ID: `<gpu-key>-<n>`, gpu-key = first 6 hex digits of SHA-256(GPU UUID), n = unit number.
+Share ID (<prefix>/gpu-cores): `cores-<n>`, one percent of a GPU's SMs, not tied to a GPU.
 alloc-id: first 16 hex digits of SHA-256 of the sorted, comma-joined device IDs.
 """
 
@@ -13,6 +14,8 @@ from collections.abc import Iterable
 KEY_LEN = 6
 ALLOC_ID_LEN = 16
 _DEVICE_ID = re.compile(r"^([0-9a-f]{6})-(0|[1-9][0-9]*)$")
+SHARE_PREFIX = "cores-"
+_SHARE_ID = re.compile(r"^cores-(0|[1-9][0-9]*)$")
 
 
 def gpu_key(uuid: str) -> str:
@@ -29,6 +32,18 @@ def parse_device_id(device: str) -> tuple[str, int]:
     if not match:
         raise ValueError(f"device ID {device!r} is not of the form <6 hex digits>-<unit number>")
     return match.group(1), int(match.group(2))
+
+
+def share_id(n: int) -> str:
+    return f"{SHARE_PREFIX}{n}"
+
+
+def parse_share_id(device: str) -> int:
+    """The number of a share ID; ValueError naming the ID when it is not one of ours."""
+    match = _SHARE_ID.match(device)
+    if not match:
+        raise ValueError(f"device ID {device!r} is not of the form cores-<number>")
+    return int(match.group(1))
 
 
 def alloc_id(device_ids: Iterable[str]) -> str:

@@ -42,6 +42,8 @@ class NodeApi(Protocol):
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None: ...
 
+    def node_labels(self, node: str) -> dict[str, str]: ...
+
 
 class KubeNodeApi:
     def __init__(self, client: Any, component: str) -> None:
@@ -50,6 +52,10 @@ class KubeNodeApi:
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
         self.core.patch_node(node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)
+
+    def node_labels(self, node: str) -> dict[str, str]:
+        response: Any = self.core.read_node(node, _preload_content=False, _request_timeout=10)
+        return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         involved = k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node)

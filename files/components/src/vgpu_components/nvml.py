@@ -65,6 +65,9 @@ class GpuBackend(Protocol):
 
     def compute_mode(self, uuid: str) -> int: ...
 
+    def cuda_driver_version(self) -> int:
+        """The CUDA version the driver supports, as 1000 * major + 10 * minor (11040 = 11.4)."""
+
     def set_compute_mode(self, uuid: str, mode: int) -> None: ...
 
     def close(self) -> None: ...
@@ -142,6 +145,9 @@ class NvmlBackend:
 
     def set_compute_mode(self, uuid: str, mode: int) -> None:
         self.nvml.nvmlDeviceSetComputeMode(self._handles[uuid], mode)
+
+    def cuda_driver_version(self) -> int:
+        return int(self.nvml.nvmlSystemGetCudaDriverVersion_v2())
 
     def close(self) -> None:
         with self._lock:

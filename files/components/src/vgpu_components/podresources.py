@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -18,6 +19,8 @@ class ContainerDevices:
     pod: str
     container: str
     device_ids: tuple[str, ...]
+    # with list(..., also=...): the container's IDs of those other resources, by resource name
+    others: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class PodResourcesClient:
@@ -35,17 +38,23 @@ class PodResourcesClient:
             )
         return services.PodResourcesListerStub(self._channel)
 
-    def list(self, resource_name: str) -> list[ContainerDevices]:
-        """Every container on the node holding devices of resource_name."""
+    def list(self, resource_name: str, also: Sequence[str] = ()) -> list[ContainerDevices]:
+        """Every container on the node holding devices of resource_name (with its devices of the
+        resources in `also`, read in the same call)."""
         msgs, _services = protos.podresources()
         stub = self._stub()
         response = stub.List(msgs.ListPodResourcesRequest(), timeout=self.timeout_s)
         out = []
         for pod in response.pod_resources:
             for container in pod.containers:
-                held = [d for dev in container.devices if dev.resource_name == resource_name for d in dev.device_ids]
-                if held:
-                    out.append(ContainerDevices(pod.namespace, pod.name, container.name, tuple(held)))
+                held: dict[str, list[str]] = {}
+                for dev in container.devices:
+                    held.setdefault(dev.resource_name, []).extend(dev.device_ids)
+                if held.get(resource_name):
+                    others = {name: tuple(held.get(name, ())) for name in also}
+                    out.append(
+                        ContainerDevices(pod.namespace, pod.name, container.name, tuple(held[resource_name]), others)
+                    )
         return out
 
     def close(self) -> None:

@@ -4,6 +4,10 @@ Per GPU, used units = max(what the node's device plugin published in the `<prefi
 annotation, the units of pods the extender placed there and that still run or wait to start).
 The annotation is kubelet's truth but lags by a few seconds; the pod side covers binds that
 kubelet has not allocated yet. Taking the larger never over-admits.
+
+Compute shares (`<prefix>/gpu-cores`, percent of one GPU) are counted the same way, per GPU, on the
+nodes whose annotation gives each GPU `cores`: there every GPU container asks for a share, and the
+shares on one GPU add up to `cores` at most (100, or more where oversubscription is configured).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_components import config
 from vgpu_components.placement import Ranking
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -29,6 +34,9 @@ class GpuState:
     published_used: int
     healthy: bool
     placed: int = 0  # units of pods the extender knows are on this GPU
+    cores: int = 0  # what the compute shares on this GPU may add up to; 0: the node has no shares
+    published_cores: int = 0
+    placed_cores: int = 0
 
     @property
     def used(self) -> int:
@@ -38,6 +46,11 @@ class GpuState:
     def free(self) -> int:
         return max(0, self.units - self.used) if self.healthy else 0
 
+    @property
+    def cores_free(self) -> int:
+        used = max(self.published_cores, self.placed_cores)
+        return max(0, self.cores - used) if self.healthy else 0
+
 
 @dataclass
 class NodeState:
@@ -46,6 +59,7 @@ class NodeState:
     gpus: list[GpuState]
     max_free: int = 0
     max_units: int = 0
+    shares: bool = False  # its GPUs are shared by compute share too (its device plugin says so)
     # The healthy GPUs in placement order (placement.py), rebuilt after every change.
     ranking: Ranking[GpuState] = field(default_factory=lambda: Ranking(()))
     # prioritize's score per request size. A bind changes one node, so the next pod of the same
@@ -57,9 +71,10 @@ class NodeState:
         """Recompute the summaries after any change; requests then cost O(log GPUs)."""
         self.scores.clear()
         healthy = [g for g in self.gpus if g.healthy]
-        self.ranking = Ranking((g.free, g.index, g) for g in healthy)
+        self.ranking = Ranking(((g.free, g.index, g) for g in healthy), compute=lambda g: g.cores_free)
         self.max_free = self.ranking.max_free
         self.max_units = max((g.units for g in healthy), default=0)
+        self.shares = any(g.cores for g in self.gpus)
 
     def score(self, units: int) -> int:
         """0..10 bin-packing score of the placed GPU for `units` (0 when none fits)."""
@@ -82,6 +97,7 @@ class Placement:
     node: str
     gpu_uuid: str
     units: int
+    cores: int = 0
     reserved_at: float | None = None  # monotonic time of our bind; None once seen bound
 
 
@@ -100,6 +116,7 @@ class PendingPod:
     namespace: str
     name: str
     units: int
+    cores: int = 0
     annotations: dict[str, str] = field(default_factory=dict)
 
 
@@ -151,6 +168,38 @@ def pod_units(pod: Mapping[str, Any], resource: str) -> int:
     return max(app, init)
 
 
+@dataclass(frozen=True)
+class Request:
+    """What a pod asks of one GPU: memory units and a compute share in percent (0: none)."""
+
+    units: int
+    cores: int = 0
+
+
+def pod_request(pod: Mapping[str, Any], prefix: str) -> Request:
+    """A pod's memory units and compute share; ValueError when a container asks for one without
+    the other (a share is of the GPU its memory is on, and a GPU container on a node with shares
+    needs one)."""
+    memory, cores = f"{prefix}/gpu-memory", f"{prefix}/gpu-cores"
+    units = pod_units(pod, memory)
+    share = pod_units(pod, cores)
+    if share:
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            mine = container_units(container, cores)
+            if bool(container_units(container, memory)) != bool(mine):
+                raise ValueError(
+                    f"container {container.get('name')!r}: ask for {memory} and {cores} together "
+                    "(a compute share is of the GPU the container's memory is on)"
+                )
+            if mine > config.MAX_SHARE:
+                raise ValueError(
+                    f"container {container.get('name')!r}: {cores} is a percentage of one GPU (1-{config.MAX_SHARE}), "
+                    f"got {mine}"
+                )
+    return Request(units, share)
+
+
 def parse_annotation(text: str) -> tuple[int, list[GpuState]]:
     """The device plugin's node annotation -> (unit_mib, GPUs); ValueError when malformed."""
     doc = json.loads(text)
@@ -164,6 +213,8 @@ def parse_annotation(text: str) -> tuple[int, list[GpuState]]:
             units=int(g["units"]),
             published_used=int(g.get("used_units", 0)),
             healthy=bool(g.get("healthy", True)),
+            cores=int(g.get("cores", 0)),
+            published_cores=int(g.get("used_cores", 0)),
         )
         for g in doc["gpus"]
     ]
@@ -176,6 +227,7 @@ class ClusterModel:
     def __init__(self, resource_prefix: str = "vgpu.io", reservation_ttl_s: float = 300.0) -> None:
         self.prefix = resource_prefix
         self.resource = f"{resource_prefix}/gpu-memory"
+        self.cores_resource = f"{resource_prefix}/gpu-cores"
         self.annotation_key = f"{resource_prefix}/gpus"
         self.uuid_key = f"{resource_prefix}/gpu-uuid"
         self.index_key = f"{resource_prefix}/gpu-index"
@@ -222,12 +274,13 @@ class ClusterModel:
         if state is None or self._bulk:
             return
         for gpu in state.gpus:
-            gpu.placed = 0
+            gpu.placed = gpu.placed_cores = 0
         for placement in self.placements.values():
             if placement.node == name:
                 target = state.gpu(placement.gpu_uuid)
                 if target is not None:
                     target.placed += placement.units
+                    target.placed_cores += placement.cores
         state.refresh()
 
     # --- pods ----------------------------------------------------------------------------------
@@ -236,9 +289,10 @@ class ClusterModel:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         try:
-            units = pod_units(pod, self.resource)
+            request = pod_request(pod, self.prefix)
         except ValueError:
-            units = 0
+            request = Request(0)
+        units = request.units
         phase = (pod.get("status") or {}).get("phase", "")
         # A terminating pod still holds its memory until it is gone (DELETED event) or has ended.
         ended = phase in TERMINAL_PHASES
@@ -250,16 +304,23 @@ class ClusterModel:
             annotations = meta.get("annotations") or {}
             gpu_uuid = annotations.get(self.uuid_key)
             if not node:
-                self.pending[uid] = PendingPod(str(meta.get("namespace", "")), str(meta.get("name", "")), units)
+                self.pending[uid] = PendingPod(
+                    str(meta.get("namespace", "")), str(meta.get("name", "")), units, request.cores
+                )
                 return
             self.pending.pop(uid, None)
             if not gpu_uuid:
                 return  # not placed by us: the node annotation counts it
             old = self.placements.get(uid)
             self.placements[uid] = Placement(
-                uid, str(meta.get("namespace", "")), str(meta.get("name", "")), node, gpu_uuid, units
+                uid, str(meta.get("namespace", "")), str(meta.get("name", "")), node, gpu_uuid, units, request.cores
             )
-            if old is not None and (old.node, old.gpu_uuid, old.units) == (node, gpu_uuid, units):
+            if old is not None and (old.node, old.gpu_uuid, old.units, old.cores) == (
+                node,
+                gpu_uuid,
+                units,
+                request.cores,
+            ):
                 return  # a status change, or our reservation now seen bound: same count
             if old is not None and old.node != node:
                 self._recount(old.node)
@@ -296,12 +357,13 @@ class ClusterModel:
         """One pass over all placements (start-up and relists), instead of one per node."""
         for state in self.nodes.values():
             for gpu in state.gpus:
-                gpu.placed = 0
+                gpu.placed = gpu.placed_cores = 0
         for placement in self.placements.values():
             holder = self.nodes.get(placement.node)
             target = holder.gpu(placement.gpu_uuid) if holder else None
             if target is not None:
                 target.placed += placement.units
+                target.placed_cores += placement.cores
         for state in self.nodes.values():
             state.refresh()
 
@@ -319,14 +381,18 @@ class ClusterModel:
             return len(stale)
 
     # --- decisions -----------------------------------------------------------------------------
-    def fit(self, node_name: str, units: int) -> Fit:
-        """Can one GPU of this node take `units`? With the placed GPU and a bin-packing score."""
+    def fit(self, node_name: str, units: int, cores: int = 0) -> Fit:
+        """Can one GPU of this node take `units` and a compute share of `cores` percent? With the
+        placed GPU and a bin-packing score."""
         state = self.nodes.get(node_name)
         if state is None:
             why = self.node_errors.get(node_name) or (
                 f"node has no {self.annotation_key} annotation (is the device plugin running there?)"
             )
             return Fit(None, why, unresolvable=False)
+        mismatch = self._share_mismatch(state, units, cores)
+        if mismatch is not None:
+            return mismatch
         if state.max_free < units:
             unit = state.unit_mib
             largest = f"largest free {state.max_free * unit} MiB"
@@ -336,18 +402,53 @@ class ClusterModel:
             return Fit(None, f"no single GPU with {units * unit} MiB free; {largest}")
         gpu = state.ranking.pick(units)
         assert gpu is not None  # max_free >= units guarantees one
+        if cores > gpu.cores_free:
+            return self._no_share(state, gpu, units, cores)
         return Fit(gpu, score=state.score(units))
 
-    def admits(self, node_name: str, units: int) -> bool:
-        """filter's fast path: does any GPU of the node have `units` free?"""
-        state = self.nodes.get(node_name)
-        return state is not None and state.max_free >= units
+    def _share_mismatch(self, state: NodeState, units: int, cores: int) -> Fit | None:
+        """A pod with a share on a node without shares, or a GPU pod without one on a node with."""
+        if cores and not state.shares:
+            return Fit(
+                None,
+                f"node has no compute shares ({self.cores_resource} needs MPS and compute shares on the node)",
+                unresolvable=True,
+            )
+        if units and not cores and state.shares:
+            return Fit(
+                None,
+                f"node shares its GPUs' compute: ask for {self.cores_resource} (percent of one GPU) "
+                f"with {self.resource}",
+                unresolvable=True,
+            )
+        return None
 
-    def reserve(self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int) -> Placement:
+    @staticmethod
+    def _no_share(state: NodeState, gpu: GpuState, units: int, cores: int) -> Fit:
+        """Why `cores` % does not fit where the memory goes: the placed GPU has the most compute free
+        of those where the memory fits (placement.py), so it fits on none of them."""
+        most = max((g.cores for g in state.gpus if g.healthy), default=0)
+        if cores > most:
+            return Fit(None, f"a compute share of {cores} % is more than one GPU's {most} %", unresolvable=True)
+        return Fit(
+            None,
+            f"no GPU with {units * state.unit_mib} MiB free has {cores} % compute free (the most is "
+            f"{gpu.cores_free} %)",
+        )
+
+    def admits(self, node_name: str, units: int, cores: int = 0) -> bool:
+        """filter's fast path: does any GPU of the node have `units` free (nodes without compute
+        shares, pods without a share; the rest go through fit)?"""
+        state = self.nodes.get(node_name)
+        return state is not None and not cores and not state.shares and state.max_free >= units
+
+    def reserve(
+        self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int, cores: int = 0
+    ) -> Placement:
         """Count a pod on a GPU from its bind until the watch shows it bound (or the TTL ends)."""
         with self.lock:
             self.pending.pop(uid, None)
-            placement = Placement(uid, namespace, name, node, gpu.uuid, units, reserved_at=time.monotonic())
+            placement = Placement(uid, namespace, name, node, gpu.uuid, units, cores, reserved_at=time.monotonic())
             self.placements[uid] = placement
             self._recount(node)
             return placement

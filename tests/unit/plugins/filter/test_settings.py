@@ -114,6 +114,7 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
         ({"vgpu_memory_unit_mib": "100MB"}, "vgpu_memory_unit_mib: '100MB' has an unknown unit"),
         ({"vgpu_reserved_memory_mib": -1}, "vgpu_reserved_memory_mib: -1 must be at least 0 MiB"),
         ({"vgpu_mps_active_thread_percentage": 101}, "vgpu_mps_active_thread_percentage: 101 must be from 1 to 100"),
+        ({"vgpu_compute_shares_total": 0}, "vgpu_compute_shares_total: 0 must be from 1 to 1000"),
         ({"vgpu_sample_app_quota": "3000MB"}, "vgpu_sample_app_quota: '3000MB'"),
         ({"vgpu_sample_app_quota": "2950MiB"}, "2950 MiB is not a multiple of vgpu_memory_unit_mib (100 MiB)"),
         ({"vgpu_sample_app_use": "4GiB"}, "vgpu_sample_app_use: 4096 MiB is more than vgpu_sample_app_quota"),

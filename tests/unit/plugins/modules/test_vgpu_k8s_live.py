@@ -243,7 +243,7 @@ def test_kube_scheduler_accepts_the_configuration(tmp_path, flavour):
     (extender,) = yaml.safe_load(written.read_text())["extenders"]
     assert extender["urlPrefix"] == "https://127.0.0.1:32766"
     assert extender["tlsConfig"]["certFile"] == str(tls / "client.crt")
-    assert extender["managedResources"] == [{"name": "vgpu.io/gpu-memory"}]
+    assert extender["managedResources"] == [{"name": "vgpu.io/gpu-memory"}, {"name": "vgpu.io/gpu-cores"}]
 
     config["extenders"][0]["bogusField"] = True
     source.write_text(yaml.safe_dump(config))

@@ -14,6 +14,14 @@ from role_render import ROLE, ROOT, render
 CASES: dict[str, dict] = {
     "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
     "kubeadm-defaults": {"vgpu_kubernetes_flavour": "kubeadm"},
+    "kubeadm-shares": {
+        "vgpu_kubernetes_flavour": "kubeadm",
+        "vgpu_mps_enabled": True,
+        "vgpu_driver_branch": "580",
+        "vgpu_driver_version": "580.95.05",
+        "vgpu_compute_shares": True,
+        "vgpu_compute_shares_total": 150,
+    },
     "kubeadm-custom": {
         "vgpu_kubernetes_flavour": "kubeadm",
         "vgpu_resource_prefix": "acme.dev",
@@ -256,6 +264,9 @@ def test_configmap_follows_the_architecture_schema(rendered):
         "healthz_port": 9396,
         "mps_enabled": True,
         "mps_active_thread_percentage": 100,
+        "mps_pinned_memory_limit": False,  # the default driver branch, 470, has no CUDA 11.5
+        "compute_shares": False,
+        "cores_per_gpu": 100,
         "switches": {
             "gpu_virtual_memory": 1,
             "limit": 1,
@@ -284,6 +295,17 @@ def test_configmap_follows_the_architecture_schema(rendered):
         "tls_key_file": "/etc/vgpu/tls/server.key",
         "client_ca_file": "/etc/vgpu/tls/ca.crt",
     }
+
+
+def test_compute_shares_and_the_pinned_limit_reach_the_device_plugin_where_the_driver_has_it(rendered):
+    """The 470 branch (CUDA 11.4) renders the pinned limit off; 580 keeps it, and the shares."""
+    config = yaml.safe_load(by_name(rendered, "kubeadm-shares", "ConfigMap")["vgpu-config"]["data"]["config.yaml"])
+    section = config["device_plugin"]
+    assert (section["mps_pinned_memory_limit"], section["compute_shares"], section["cores_per_gpu"]) == (
+        True,
+        True,
+        150,
+    )
 
 
 def test_pods_roll_when_the_configuration_changes(rendered):
@@ -326,7 +348,10 @@ def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, 
     assert tuple(extender.get(key) for key in verbs) == expected
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
-    assert extender["managedResources"] == [{"name": f"{prefix}/gpu-memory", "ignoredByScheduler": False}]
+    assert extender["managedResources"] == [
+        {"name": f"{prefix}/gpu-memory", "ignoredByScheduler": False},
+        {"name": f"{prefix}/gpu-cores", "ignoredByScheduler": False},
+    ]
     assert extender["httpTimeout"] == "10s"
     assert config.get("percentageOfNodesToScore") == (100 if case == "kubeadm-custom" else None)
 
