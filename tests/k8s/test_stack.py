@@ -241,6 +241,8 @@ def test_device_plugin_account_may_annotate_its_own_node_and_nothing_more(
 
 def check_own_node_only(core: Any, sa_core: Any, own: str, other: str, stack: Path) -> None:
     key = f"{cluster.PREFIX}/gpus"
+    # It reads its node's labels: the <prefix>/mps label turns MPS on for that node (issue 14 item 1).
+    assert isinstance(sa_core.read_node(own).metadata.labels, dict)
     sa_core.patch_node(own, {"metadata": {"annotations": {key: cluster.gpus_annotation(own, [80000])}}})
     assert "80000" in core.read_node(own).metadata.annotations[key]
 

@@ -206,7 +206,11 @@ class RecordingNodeApi:
     def __init__(self) -> None:
         self.annotations: list[tuple[str, dict[str, str]]] = []
         self.events: list[tuple[str, str, str]] = []
+        self.labels: dict[str, str] = {}
         self.changed = threading.Event()
+
+    def node_labels(self, node: str) -> dict[str, str]:
+        return dict(self.labels)
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
         self.annotations.append((node, annotations))

@@ -309,3 +309,27 @@ def test_main_explains_a_missing_driver(monkeypatch: pytest.MonkeyPatch, short_t
     assert device_plugin.main(["--config", str(short_tmp / "missing.yaml")]) == 1
     assert api.events and api.events[0][1] == "GPUMemoryNotAdvertised"
     assert "NVML is not usable" in api.events[0][2]
+
+
+@pytest.mark.parametrize(
+    ("label", "configured", "expected"),
+    [("true", False, True), ("false", True, False), (None, True, True), (None, False, False)],
+)
+def test_mps_is_per_node_from_the_node_label(label: str | None, configured: bool, expected: bool) -> None:
+    """Issue 14 item 1: MPS is a per-node setting. The node label <prefix>/mps, which vgpu_stack sets
+    from each host's vgpu_mps_enabled and which places nvidia-mps, decides over the ConfigMap's
+    cluster-wide device_plugin.mps_enabled; without the label the ConfigMap's value stands."""
+    api = RecordingNodeApi()
+    api.labels = {"vgpu.io/mps": label} if label is not None else {"kubernetes.io/os": "linux"}
+    cfg = make_config(Path("/nonexistent"), mps_enabled=configured)
+    assert device_plugin.node_settings(cfg, api, "node-a")["device_plugin"]["mps_enabled"] is expected
+
+
+def test_mps_keeps_the_configured_value_when_the_node_cannot_be_read() -> None:
+    class Unreachable(RecordingNodeApi):
+        def node_labels(self, node: str) -> dict[str, str]:
+            raise ConnectionError("connection refused")
+
+    cfg = make_config(Path("/nonexistent"), mps_enabled=True)
+    assert device_plugin.node_settings(cfg, Unreachable(), "node-a")["device_plugin"]["mps_enabled"] is True
+    assert device_plugin.node_settings(cfg, None, "node-a")["device_plugin"]["mps_enabled"] is True

@@ -69,6 +69,25 @@ def check_message_size(table: DeviceTable, budget: int) -> int:
     return size
 
 
+def node_settings(cfg: dict[str, Any], node_api: kube.NodeApi | None, node: str) -> dict[str, Any]:
+    """The config with this node's own settings: MPS is per node (docs/variables.md).
+
+    The node label <prefix>/mps, which vgpu_stack sets from each host's vgpu_mps_enabled and which
+    places nvidia-mps on the node, decides whether containers get the MPS pipe; without the label
+    (or without the API) the ConfigMap's device_plugin.mps_enabled stands."""
+    if node_api is None:
+        return cfg
+    try:
+        label = node_api.node_labels(node).get(f"{cfg['resource_prefix']}/mps")
+    except Exception as exc:
+        log.warning("cannot read the labels of node %s (%s): MPS as configured", node, exc)
+        return cfg
+    if label in ("true", "false"):
+        cfg["device_plugin"]["mps_enabled"] = label == "true"
+    log.info("MPS for containers: %s", "on" if cfg["device_plugin"]["mps_enabled"] else "off", extra={"label": label})
+    return cfg
+
+
 class DevicePluginService:
     """The v1beta1 DevicePlugin service (method names are the gRPC ones)."""
 
@@ -437,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         kube.try_event(node_api, node, "GPUMemoryNotAdvertised", "NVML found no GPU")
         return 1
     log.info("found %d GPU(s)", len(gpus), extra={"gpus": [g.uuid for g in gpus]})
+    cfg = node_settings(cfg, node_api, node)
     try:
         plugin = DevicePlugin(
             cfg,
