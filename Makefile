@@ -14,11 +14,11 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
-# The collections we depend on (galaxy.yml: community.general, community.crypto, ansible.posix)
+# The collections we depend on (galaxy.yml: kubernetes.core, community.general, community.crypto, ansible.posix)
 # and those molecule's docker driver needs (community.docker, ansible.posix) come from this pinned
 # PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
 ANSIBLE_COMMUNITY := ansible==12.3.0
-DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto
+DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto kubernetes/core
 DEP_COLL_STAMPS := $(foreach c,$(DEP_COLLECTIONS),$(COLLECTIONS)/ansible_collections/$(c)/MANIFEST.json)
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)

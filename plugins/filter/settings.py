@@ -210,7 +210,7 @@ CLUSTER_WIDE = {
 # Per node, and why that makes sense: GPUs of different generations need different driver branches
 # (docs/platforms.md); a node's GPUs are its own; MPS suits nodes of many small pods (the node label
 # <prefix>/mps places nvidia-mps and tells that node's device plugin); nodes of different releases
-# need bundles built for their release; verification runs on each node.
+# need bundles built for their release; verification runs on each node; paths on the hosts.
 PER_NODE = (
     "vgpu_driver_branch",
     "vgpu_driver_version",
@@ -225,6 +225,8 @@ PER_NODE = (
     "vgpu_component_image_tarball",
     "vgpu_sample_app_quota",
     "vgpu_sample_app_use",
+    "vgpu_kubeconfig",
+    "vgpu_kubernetes_client_venv",
 )
 _MEMORY_SIZES = ("vgpu_memory_unit_mib", "vgpu_reserved_memory_mib", "vgpu_enforcement_context_allowance_mib")
 
