@@ -6,7 +6,8 @@
 #   3. a second site.yml, which must report changed=0;
 #   4. uninstall.yml (the stack), its rerun, then uninstall.yml with vgpu_uninstall_cluster (the
 #      cluster too) and its rerun: nothing may be left and each rerun must change nothing.
-# KEEP=1 stops after step 3 and leaves the cluster up (kubeconfig: build/node/admin.conf);
+# KEEP=1 stops after step 3 and leaves the cluster up, also after a failure (kubeconfig:
+# build/node/admin.conf);
 # `make e2e-node-down` removes it. Logs of every step and of the node are in build/node/.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,9 +26,9 @@ log() { echo ">> $(date +%T) $*"; }
 
 finish() {
     local rc=$?
-    if [[ ${KEEP:-0} == 1 && $rc == 0 ]]; then
+    if [[ ${KEEP:-0} == 1 ]]; then
         "$here/node.sh" logs
-        log "the cluster stays up: KUBECONFIG=$state/admin.conf kubectl get nodes (make e2e-node-down removes it)"
+        log "the node stays up: KUBECONFIG=$state/admin.conf kubectl get nodes (make e2e-node-down removes it)"
     else
         "$here/node.sh" down
     fi
@@ -71,7 +72,7 @@ docker exec "$NODE" cat /etc/kubernetes/admin.conf \
 chmod 0600 "$state/admin.conf"
 
 log "the e2e node suite"
-(cd "$root" && VGPU_E2E_NODE="$NODE" timeout 1800 pytest -p no:cacheprovider -q tests/node)
+(cd "$root" && PYTHONPATH="$root" VGPU_E2E_NODE="$NODE" timeout 1800 pytest -p no:cacheprovider -q tests/node)
 play verify-cluster "$root/playbooks/verify_cluster.yml"
 play site-again "$root/playbooks/site.yml"
 unchanged site-again

@@ -31,11 +31,12 @@ def test_the_components_run_and_mps_is_off() -> None:
     """kubectl get pod -n kube-system: the device plugin, the monitor and the extender Running;
     nvidia-mps is not enabled on this node, so its DaemonSet has no pod."""
     wanted = ["nvidia-shared-device-plugin", "cgpu-monitor", "gpushare-scheduler-extender"]
-    found = node.wait_for(
-        f"{wanted} Running in kube-system",
-        lambda: (c := component_pods()) if all(any(node.running(p) for p in c.get(w, [])) for w in wanted) else None,
-        timeout=300,
-    )
+
+    def all_running() -> dict[str, list[dict[str, Any]]] | None:
+        found = component_pods()
+        return found if all(any(node.running(p) for p in found.get(w, [])) for w in wanted) else None
+
+    found = node.wait_for(f"{wanted} Running in kube-system", all_running, timeout=300)
     assert "nvidia-mps" not in found
     mps = node.get("daemonset", "nvidia-mps", "kube-system")
     assert mps["status"]["desiredNumberScheduled"] == 0
@@ -150,4 +151,5 @@ def test_a_pod_larger_than_any_gpu_stays_pending_with_the_extenders_reason(names
         timeout=120,
     )
     assert node.get("pod", "too-large", namespace)["status"]["phase"] == "Pending"
-    assert re.search(r"no single GPU with 13000 MiB free", message), message
+    # The extender's reason: the size asked and the largest free GPU (12200 MiB: 122 units of 100).
+    assert re.search(r"13000 MiB.*largest free 12200 MiB", message), message
