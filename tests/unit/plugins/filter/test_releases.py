@@ -16,7 +16,8 @@ RELEASES = [release("a", 1), release("b", 2), release("c", 3), release("d", 4)]
 
 
 def test_the_current_and_the_newest_others_are_kept_up_to_the_count():
-    assert releases_to_prune(RELEASES, "/opt/vgpu-releases/d", [], 2) == ["/opt/vgpu-releases/a", "/opt/vgpu-releases/b"]
+    pruned = releases_to_prune(RELEASES, "/opt/vgpu-releases/d", [], 2)
+    assert pruned == ["/opt/vgpu-releases/a", "/opt/vgpu-releases/b"]
     assert releases_to_prune(RELEASES, "/opt/vgpu-releases/d", [], 1) == [
         "/opt/vgpu-releases/a",
         "/opt/vgpu-releases/b",
