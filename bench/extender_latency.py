@@ -31,8 +31,9 @@ from typing import Any
 import _components_path
 from fakes import make_pki
 from vgpu_components.extender import Extender
-from vgpu_components.extender_http import ExtenderServer, TlsFiles
+from vgpu_components.extender_http import ExtenderServer
 from vgpu_components.scheduling import ClusterModel
+from vgpu_components.tls import TlsFiles
 
 UNIT_MIB = 100
 GPU_MIB = 81920  # an 80 GiB card

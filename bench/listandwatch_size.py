@@ -15,7 +15,8 @@ from typing import Any
 
 import _components_path
 from vgpu_components import protos
-from vgpu_components.allocator import DeviceTable, Gpu
+from vgpu_components.allocator import DeviceTable
+from vgpu_components.nvml import Gpu
 
 GPU_MIB = 141 * 1024
 BUDGET = 2 * 1024 * 1024

@@ -28,7 +28,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -119,10 +118,11 @@ class BindWatch(threading.Thread):
 
 def extender_metrics() -> dict[str, float]:
     """The extender's counters that explain its rate: refused binds, time and count per verb."""
-    url = f"http://127.0.0.1:{cluster.extender_port()}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:  # loopback, fixed scheme
-        text = response.read().decode()
-    wanted = {'vgpu_extender_binds_total{outcome="error"}': "failed_binds"}
+    text = cluster.extender_get("/metrics").decode()
+    wanted = {
+        'vgpu_extender_binds_total{outcome="error"}': "failed_binds",
+        "vgpu_extender_connections_total": "connections",
+    }
     for verb in VERBS:
         wanted[f'vgpu_extender_request_seconds_sum{{verb="{verb}"}}'] = f"{verb}_s"
         wanted[f'vgpu_extender_request_seconds_count{{verb="{verb}"}}'] = f"{verb}_n"
@@ -162,6 +162,7 @@ def run_once(
         after = extender_metrics()
         # Binds the extender refused because the GPU filled up after filter said it fit.
         result["failed_binds"] = int(after["failed_binds"] - before["failed_binds"])
+        result["connections"] = int(after["connections"] - before["connections"])
         for verb in VERBS:
             calls = after[f"{verb}_n"] - before[f"{verb}_n"]
             spent = after[f"{verb}_s"] - before[f"{verb}_s"]

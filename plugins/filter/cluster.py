@@ -13,15 +13,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
-from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import parse_smi_memory
+from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
+    parse_smi_memory,
+    parse_vgpu_report_memory,
+)
 
 COMPONENTS = ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps", "gpushare-scheduler-extender")
 NAME_LABEL = "app.kubernetes.io/name"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
-# libvgpu's own report (manage --stats), for nodes without nvidia-smi: "quota 3000 MiB, used 1200.0 MiB".
-_MANAGE_STATS = re.compile(r"quota (\d+) MiB, used (\d+(?:\.\d+)?) MiB")
 
 
 def _meta(obj):
@@ -164,14 +163,12 @@ def mps_label_changes(nodes, gpu_nodes, prefix="vgpu.io"):
 def sample_memory(log):
     """``{used_mib, total_mib}`` the verification pod saw: nvidia-smi's table, or libvgpu's own
     report (manage --stats) where the node has no nvidia-smi; both None when the log has neither."""
-    try:
-        used, total = parse_smi_memory(str(log))
+    for parse in (parse_smi_memory, parse_vgpu_report_memory):
+        try:
+            used, total = parse(str(log))
+        except ValueError:
+            continue
         return {"used_mib": used, "total_mib": total}
-    except ValueError:
-        pass
-    match = _MANAGE_STATS.search(str(log))
-    if match:
-        return {"used_mib": int(float(match.group(2))), "total_mib": int(match.group(1))}
     return {"used_mib": None, "total_mib": None}
 
 

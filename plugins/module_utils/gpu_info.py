@@ -122,6 +122,18 @@ def parse_smi_memory(text: str) -> Tuple[int, int]:
     raise ValueError(f"nvidia-smi did not print 'used, total' or 'usedMiB / totalMiB': {text.strip()[:200]!r}")
 
 
+# libvgpu's own report (`/opt/vgpu/manage --stats`): "device 0 GPU-...: quota 3000 MiB, used 1200.0 MiB, ..."
+_VGPU_REPORT_MEMORY = re.compile(r"quota (\d+) MiB, used (\d+(?:\.\d+)?) MiB")
+
+
+def parse_vgpu_report_memory(text: str) -> Tuple[int, int]:
+    """``used, quota`` MiB of the first GPU in libvgpu's report, for containers without nvidia-smi."""
+    match = _VGPU_REPORT_MEMORY.search(text)
+    if not match:
+        raise ValueError(f"no libvgpu report ('quota N MiB, used M MiB') in: {text.strip()[:200]!r}")
+    return round(float(match.group(2))), int(match.group(1))
+
+
 def parse_lspci(text: str) -> List[Dict[str, str]]:
     """NVIDIA display and 3D controllers from ``lspci -Dnn``."""
     devices = []

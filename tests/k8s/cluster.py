@@ -8,8 +8,10 @@ kwok keeps Ready; they carry the `vgpu.io/gpus` annotation the device plugin wou
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
+import ssl
 import subprocess
 import time
 import uuid
@@ -190,6 +192,33 @@ def extender_port() -> int:
         if key == "VGPU_E2E_EXTENDER_PORT":
             return int(value)
     raise KeyError(f"VGPU_E2E_EXTENDER_PORT is not in {STATE_DIR / 'env'}")
+
+
+def extender_request(method: str, path: str, body: Any = None, timeout: float = 10) -> tuple[int, bytes]:
+    """One request to the running extender as kube-scheduler makes it: HTTPS with kube-scheduler's
+    client certificate for the extender (plain HTTP when a test started it plain)."""
+    conn: http.client.HTTPConnection
+    if (STATE_DIR / "extender-plain").exists():
+        conn = http.client.HTTPConnection("127.0.0.1", extender_port(), timeout=timeout)
+    else:
+        pki = STATE_DIR / "pki"
+        context = ssl.create_default_context(cafile=str(pki / "extender-ca.crt"))
+        context.load_cert_chain(str(pki / "scheduler-extender-client.crt"), str(pki / "scheduler-extender-client.key"))
+        conn = http.client.HTTPSConnection("127.0.0.1", extender_port(), timeout=timeout, context=context)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def extender_get(path: str) -> bytes:
+    status, body = extender_request("GET", path)
+    if status != 200:
+        raise RuntimeError(f"extender GET {path}: {status} {body[:200]!r}")
+    return body
 
 
 def token_kubeconfig(path: Path, token: str) -> Path:

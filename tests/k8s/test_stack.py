@@ -36,9 +36,9 @@ PLAYBOOK = """\
   gather_facts: true
   roles:
     - role: vgpu.isolation.vgpu_stack
-  # The harness's extender serves plain HTTP unless told otherwise (tests/k8s/scripts/lib.sh): the
-  # plain configurations run against it as it is, the mutual-TLS one (the role's default) against
-  # the harness extender restarted with the role's certificates.
+  # The harness's extender speaks mTLS with the harness's own CA (tests/k8s/scripts/lib.sh): the
+  # plain configurations run against it restarted plain, the mutual-TLS one (the role's default)
+  # against it restarted with the role's certificates.
   post_tasks:
     - name: Render the kube-scheduler configuration the role ships, with mutual TLS
       ansible.builtin.template:
@@ -272,7 +272,7 @@ def test_kube_scheduler_calls_the_extender_over_mutual_tls_with_the_roles_certif
     """Issue 12 finding 7, end to end: the real kube-scheduler with the role's tlsConfig and the
     real extender with the role's certificates (which requires kube-scheduler's client certificate)."""
     tls = stack / "tls"
-    plain = (cluster.STATE_DIR / "vgpu-config.yaml").read_text()
+    plain = (cluster.STATE_DIR / "vgpu-config-plain.yaml").read_text()  # the harness's, without its own TLS
     config = stack / "extender-tls.yaml"
     config.write_text(
         plain.replace(
@@ -292,7 +292,7 @@ def test_kube_scheduler_calls_the_extender_over_mutual_tls_with_the_roles_certif
         two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
     finally:
         cluster.ctl("stop-scheduler")
-        cluster.ctl("stop-extender")  # extender_back_up restarts it plain
+        cluster.ctl("stop-extender")  # extender_back_up restarts it as the harness runs it
         cluster.ctl("start-scheduler")
 
 
@@ -302,12 +302,20 @@ def test_the_shipped_scheduler_configuration_works(
 ) -> None:
     """kube-scheduler started with the role's own KubeSchedulerConfiguration (either packing)
     places GPU pods."""
+    # The harness's extender speaks mTLS; a configuration without tlsConfig gets a plain one.
+    plain = "urlPrefix: http://" in (stack / config).read_text()
     cluster.ctl("stop-scheduler")
+    if plain:
+        cluster.ctl("stop-extender")
+        cluster.ctl("start-extender", "plain")
     try:
         cluster.ctl("start-scheduler", str(stack / config))
         two_big_pods_get_two_gpus(core, namespace, gpu_nodes)
     finally:
         cluster.ctl("stop-scheduler")
+        if plain:
+            cluster.ctl("stop-extender")
+            cluster.ctl("start-extender")
         cluster.ctl("start-scheduler")
 
 

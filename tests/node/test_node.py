@@ -80,18 +80,22 @@ def test_the_reference_deployment_runs_under_its_quota(namespace: str) -> None:
         },
     }
     node.apply(namespace, deployment)
-    pods = node.wait_for(
-        "2 reference pods Running",
-        lambda: p if len(p := [x for x in node.pods(namespace, "app=reference") if node.running(x)]) == 2 else None,
-        timeout=240,
-    )
-    for p in pods:
+
+    def both_running() -> list[dict[str, Any]] | None:
+        ready = [p for p in node.pods(namespace, "app=reference") if node.running(p)]
+        return ready if len(ready) == 2 else None
+
+    pods = node.wait_for("2 reference pods Running", both_running, timeout=240)
+    for pod in pods:
         # Only the extender's bind writes these: kube-scheduler called it.
-        assert f"{node.PREFIX}/gpu-uuid" in p["metadata"]["annotations"]
-        name = p["metadata"]["name"]
-        report = node.wait_for(
-            f"{name} holding 1200 MiB", lambda n=name: r if (r := stats(namespace, n))["used_mib"] >= 1200 else None, 60
-        )
+        assert f"{node.PREFIX}/gpu-uuid" in pod["metadata"]["annotations"]
+        name = pod["metadata"]["name"]
+
+        def holding(name: str = name) -> dict[str, int] | None:
+            report = stats(namespace, name)
+            return report if report["used_mib"] >= 1200 else None
+
+        report = node.wait_for(f"{name} holding 1200 MiB", holding, 60)
         assert report["quota_mib"] == 3000
         assert report["used_mib"] == 1200
 
@@ -99,11 +103,12 @@ def test_the_reference_deployment_runs_under_its_quota(namespace: str) -> None:
 def test_the_reference_app_fails_under_a_smaller_quota(namespace: str) -> None:
     """The same app with 10 units (1000 MiB) fails with the out-of-memory message in its log."""
     node.apply(namespace, node.gpu_pod("too-small", 10, HOLD))
-    phase = node.wait_for(
-        "too-small to finish",
-        lambda: p if (p := node.get("pod", "too-small", namespace)["status"].get("phase")) in ("Failed", "Succeeded") else None,
-        timeout=180,
-    )
+
+    def finished() -> str | None:
+        phase = node.get("pod", "too-small", namespace)["status"].get("phase")
+        return str(phase) if phase in ("Failed", "Succeeded") else None
+
+    phase = node.wait_for("too-small to finish", finished, timeout=180)
     log = node.kubectl("logs", "-n", namespace, "too-small")
     assert phase == "Failed"
     assert "CUDA_ERROR_OUT_OF_MEMORY" in log
@@ -115,7 +120,7 @@ def placed_gpu(namespace: str, name: str) -> str:
 
 def test_the_multi_gpu_reference(namespace: str) -> None:
     """Two 80-unit pods land on the two GPUs, one each; two 20-unit pods share one GPU."""
-    big = [node.gpu_pod(f"big-{i}", 80, HOLD[:2] + ["86400"]) for i in range(2)]
+    big = [node.gpu_pod(f"big-{i}", 80, [*HOLD[:2], "86400"]) for i in range(2)]
     node.apply(namespace, *big)
     node.wait_for(
         "the 80-unit pods Running",
@@ -153,3 +158,27 @@ def test_a_pod_larger_than_any_gpu_stays_pending_with_the_extenders_reason(names
     assert node.get("pod", "too-large", namespace)["status"]["phase"] == "Pending"
     # The extender's reason: the size asked and the largest free GPU (12200 MiB: 122 units of 100).
     assert re.search(r"13000 MiB.*largest free 12200 MiB", message), message
+
+
+def test_a_pod_that_bypasses_libvgpu_is_evicted_by_the_monitor(namespace: str) -> None:
+    """Issue 12's ground truth on a real cluster: a container that loads the driver itself instead of
+    libvgpu (LD_LIBRARY_PATH unset) and takes 3000 MiB under a 1000 MiB quota is seen by cgpu-monitor
+    through NVML (the fake driver reports each process's memory, as the real one does), reported
+    with an Event on the pod and evicted after the grace period (vgpu_enforcement: evict, 30 s)."""
+    bypass = ["/usr/bin/env", "-u", "LD_LIBRARY_PATH", "/opt/vgpu/vgpu-memory-usage", "3000", "600"]
+    node.apply(namespace, node.gpu_pod("bypass", 10, bypass))
+
+    def over_quota_event() -> str | None:
+        for event in node.get("events", namespace=namespace)["items"]:
+            if event["reason"] == "GPUMemoryOverQuota" and event["involvedObject"]["name"] == "bypass":
+                return str(event["message"])
+        return None
+
+    message = node.wait_for("the monitor's GPUMemoryOverQuota Event on the bypass pod", over_quota_event, 180)
+    assert "evicting the pod" in message, message
+    # The Eviction API deletes the pod (gracefully): it goes away.
+    node.wait_for(
+        "the bypass pod to be evicted",
+        lambda: "NotFound" in node.kubectl("get", "pod", "bypass", "-n", namespace, check=False, stderr=True),
+        timeout=120,
+    )

@@ -1,26 +1,22 @@
 """The security regression layer (`make security`): one test per finding of the adversarial
-review (issue 12), each written to fail before its fix. Tests of the components use the
-components' package and test peers (files/components/src and files/components/tests/fakes.py).
+review (issue 12), each written to fail before its fix. Tests of the components run with the
+component tests' own set-up (files/components/tests/conftest.py: the package and the test peers
+on sys.path, the gRPC stubs, the shared fixtures), loaded here as it is.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
-import pytest
+COMPONENT_TESTS = Path(__file__).resolve().parents[2] / "files" / "components" / "tests"
+if str(COMPONENT_TESTS) not in sys.path:
+    sys.path.insert(0, str(COMPONENT_TESTS))
+_spec = importlib.util.spec_from_file_location("component_conftest", COMPONENT_TESTS / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+_components = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_components)
 
-ROOT = Path(__file__).resolve().parents[2]
-for path in (ROOT / "files" / "components" / "src", ROOT / "files" / "components" / "tests"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    importlib.import_module("vgpu_components.protos").generate()
-
-
-short_tmp = importlib.import_module("fakes").short_tmp
-cluster = importlib.import_module("fakes").cluster
-apiserver = importlib.import_module("fakes").apiserver
+pytest_configure = _components.pytest_configure
+short_tmp, cluster, apiserver = _components.short_tmp, _components.cluster, _components.apiserver

@@ -97,13 +97,15 @@ def https_extender(short_tmp: Path, pki: dict[str, Path]) -> Iterator[ExtenderPr
     extender.stop()
 
 
-def tls_post(port: int, pki: dict[str, Path], client: str | None, path: str = "/filter") -> int:
+def tls_request(
+    port: int, pki: dict[str, Path], client: str | None, method: str = "POST", path: str = "/filter"
+) -> int:
     context = ssl.create_default_context(cafile=str(pki["ca.crt"]))
     if client is not None:
         context.load_cert_chain(str(pki[f"{client}.crt"]), str(pki[f"{client}.key"]))
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
-    body = json.dumps({"Pod": pod_obj("p", 1000), "Nodes": None, "NodeNames": ["gpu-a"]})
-    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    body = json.dumps({"Pod": pod_obj("p", 1000), "Nodes": None, "NodeNames": ["gpu-a"]}) if method == "POST" else None
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
     status = conn.getresponse().status
     conn.close()
     return status
@@ -112,10 +114,13 @@ def tls_post(port: int, pki: dict[str, Path], client: str | None, path: str = "/
 def test_with_the_three_tls_keys_only_clients_of_the_ca_are_answered(
     https_extender: ExtenderProcess, pki: dict[str, Path]
 ) -> None:
-    assert tls_post(https_extender.port, pki, "client") == 200
-    for client in (None, "stranger"):
-        with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
-            tls_post(https_extender.port, pki, client)
+    port = https_extender.port
+    assert tls_request(port, pki, "client") == 200
+    assert tls_request(port, pki, None) == 403  # no certificate: no verb
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+        tls_request(port, pki, "stranger")  # another CA's certificate: no handshake
+    # kubelet's probes present no certificate: health answers, over HTTPS only.
+    assert tls_request(port, pki, None, "GET", "/healthz") == 200
     # Plain HTTP gets no answer from the TLS port.
     with socket.create_connection(("127.0.0.1", https_extender.port), timeout=5) as sock:
         sock.sendall(b"POST /bind HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")

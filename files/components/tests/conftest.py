@@ -21,7 +21,6 @@ def pytest_configure(config: pytest.Config) -> None:
     importlib.import_module("vgpu_components.protos").generate()
 
 
-# The fixtures every component test shares live with the test peers (also used by tests/security).
-short_tmp = importlib.import_module("fakes").short_tmp
-cluster = importlib.import_module("fakes").cluster
-apiserver = importlib.import_module("fakes").apiserver
+# Fixtures shared with tests/security (component_fixtures.py; the peers in fakes.py need no pytest).
+_fixtures = importlib.import_module("component_fixtures")
+short_tmp, cluster, apiserver = _fixtures.short_tmp, _fixtures.cluster, _fixtures.apiserver

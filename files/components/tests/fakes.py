@@ -1,4 +1,5 @@
-"""Test doubles and peers shared by the component tests (imported as `fakes`; conftest sets the path)."""
+"""Test doubles and peers shared by the component tests, tests/security, tests/k8s and the GPU smoke
+test (imported as `fakes`; the conftests set the path). No pytest here: the GPU host runs it without."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import http.client
 import json
 import queue
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,17 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
-from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from vgpu_components import config, monitor, protos
-from vgpu_components.allocator import Gpu
 from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.extender import Extender
 from vgpu_components.extender_http import ExtenderServer
-from vgpu_components.kube import Gone
-from vgpu_components.nvml import Memory, XidEvent
+from vgpu_components.kube import EvictionRefused, Gone
+from vgpu_components.nvml import Gpu, Memory, ProcessMemory, XidEvent
 from vgpu_components.podresources import PodResourcesClient
 from vgpu_components.scheduling import ClusterModel
 
@@ -44,6 +42,7 @@ class FakeGpus:
         self.modes: dict[str, int] = {g.uuid: 0 for g in gpus}
         self.xids: list[XidEvent] = []
         self.xid_ready = threading.Event()
+        self.process_mib: dict[str, dict[int, int]] = {g.uuid: {} for g in gpus}  # uuid -> pid -> MiB
 
     def gpus(self) -> list[Gpu]:
         return list(self._gpus)
@@ -51,6 +50,9 @@ class FakeGpus:
     def memory(self, uuid: str) -> Memory:
         gpu = next(g for g in self._gpus if g.uuid == uuid)
         return Memory(total_mib=gpu.total_mib, used_mib=self.used_mib[uuid])
+
+    def processes(self, uuid: str) -> list[ProcessMemory]:
+        return [ProcessMemory(pid, mib * 1024 * 1024) for pid, mib in sorted(self.process_mib[uuid].items())]
 
     def inject_xid(self, uuid: str, xid: int) -> None:
         self.xids.append(XidEvent(uuid, xid))
@@ -342,13 +344,6 @@ def allocate(node: PluginNode, device_ids: list[str]) -> Any:
     return node.kubelet.stub.Allocate(request, timeout=5)
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short folder path: unix socket paths are limited to 107 bytes."""
-    with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
-        yield Path(tmp)
-
-
 GPU0 = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 GPU1 = "GPU-bbbbbbbb-1111-1111-1111-111111111111"
 
@@ -471,12 +466,6 @@ def extender_cluster(packing: str = "tightest", **server: Any) -> Iterator[Sched
         http.server_close()
 
 
-@pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[Scheduler]:
-    with extender_cluster(getattr(request, "param", "tightest")) as scheduler:
-        yield scheduler
-
-
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-a", "resourceVersion": "7"}}
 
 
@@ -553,17 +542,6 @@ class _ApiHandler(BaseHTTPRequestHandler):
         """Quiet test output."""
 
 
-@pytest.fixture
-def apiserver() -> Iterator[tuple[RecordingApiServer, Any]]:
-    server = RecordingApiServer()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    configuration = k8s.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-    yield server, k8s.ApiClient(configuration)
-    server.shutdown()
-    server.server_close()
-
-
 def make_pki(folder: Path) -> dict[str, Path]:
     """A throw-away PKI made with openssl: a CA, the extender's serving certificate for 127.0.0.1,
     a client certificate from that CA (kube-scheduler's), and a client certificate from another CA.
@@ -596,3 +574,51 @@ def make_pki(folder: Path) -> dict[str, Path]:
     sign("client", "ca", "/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n")
     sign("stranger", "other-ca", "/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n")
     return {p.name: p for p in folder.iterdir()}
+
+
+class RecordingPodApi:
+    """Plays the API server for the monitor's enforcement: serves this node's pods, records Events
+    and evictions (the unit tests have no kube-apiserver; tests/k8s uses the real one)."""
+
+    def __init__(self, pods: list[dict[str, Any]] | None = None) -> None:
+        self.pods = pods or []
+        self.events: list[tuple[str, str, str]] = []  # (pod name, reason, message)
+        self.evictions: list[tuple[str, str]] = []
+        self.refuse_evictions = False
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods if p["spec"].get("nodeName") == node]
+
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
+        self.events.append((pod["metadata"]["name"], reason, message))
+
+    def evict(self, namespace: str, name: str) -> None:
+        if self.refuse_evictions:
+            raise EvictionRefused(f"Cannot evict pod {name} as it would violate the pod's disruption budget.")
+        self.evictions.append((namespace, name))
+
+
+def gpu_pod(
+    name: str, units: int, *, node: str = "node-a", container_id: str = "", namespace: str = "team"
+) -> dict[str, Any]:
+    """A running pod whose container `main` holds `units` of vgpu.io/gpu-memory; its container
+    status carries `container_id` (containerd) when given."""
+    uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{namespace}.{name}"))
+    limits = {"vgpu.io/gpu-memory": str(units)} if units else {}
+    status: dict[str, Any] = {"phase": "Running", "containerStatuses": []}
+    if container_id:
+        status["containerStatuses"] = [{"name": "main", "containerID": f"containerd://{container_id}"}]
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "status": status,
+    }
+
+
+def cgroup_of(proc: Path, pid: int, pod: dict[str, Any], container_id: str) -> None:
+    """/proc/<pid>/cgroup of a process in that pod's container (cgroup v2, systemd driver)."""
+    uid = pod["metadata"]["uid"].replace("-", "_")
+    pod_slice = f"kubepods-burstable-pod{uid}.slice"
+    path = f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{container_id}.scope"
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "cgroup").write_text(f"0::{path}\n")

@@ -30,8 +30,9 @@ from fakes import (
     two_gpus,
 )
 from vgpu_components import device_plugin, ids, kube, nvml
-from vgpu_components.allocator import DeviceTable, Gpu
+from vgpu_components.allocator import DeviceTable
 from vgpu_components.device_plugin import AdvertiseError, DevicePlugin, check_message_size
+from vgpu_components.nvml import Gpu
 
 UUID0 = two_gpus()[0].uuid
 UUID1 = two_gpus()[1].uuid

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 from fakes import node_obj
-from vgpu_components.allocator import DeviceTable, Gpu
+from vgpu_components.allocator import DeviceTable
+from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
 from vgpu_components.scheduling import ClusterModel
 

@@ -24,6 +24,8 @@ export SCHEDULER_PORT="${VGPU_E2E_SCHEDULER_PORT:-20259}"
 export EXTENDER_PORT="${VGPU_E2E_EXTENDER_PORT:-29766}"
 export KWOK_PORT="${VGPU_E2E_KWOK_PORT:-20247}"
 export PKI="$STATE_DIR/pki"
+# 1 (default): kube-scheduler reaches the extender over mTLS, as shipped; 0: plain HTTP on loopback.
+export EXTENDER_TLS="${VGPU_E2E_EXTENDER_TLS:-1}"
 
 log() { echo ">> $*"; }
 die() { echo "!! $*" >&2; exit 1; }
@@ -91,22 +93,43 @@ api_get() {
         "https://127.0.0.1:$APISERVER_PORT$1"
 }
 
+# A request to the extender as kube-scheduler makes it: HTTPS with kube-scheduler's client
+# certificate for the extender (mTLS), or plain HTTP when the extender was started plain.
+extender_curl() {
+    if [[ -f "$STATE_DIR/extender-plain" ]]; then
+        curl -sf --max-time 5 "http://127.0.0.1:$EXTENDER_PORT$1"
+    else
+        curl -sf --max-time 5 --cacert "$PKI/extender-ca.crt" --cert "$PKI/scheduler-extender-client.crt" \
+            --key "$PKI/scheduler-extender-client.key" "https://127.0.0.1:$EXTENDER_PORT$1"
+    fi
+}
+
+# start_extender [plain]: the extender with mTLS (as roles/vgpu_stack runs it), or plain HTTP on
+# 127.0.0.1 for a scheduler configuration without tlsConfig (also with VGPU_E2E_EXTENDER_TLS=0).
 start_extender() {
     [[ -f "$COMPONENTS_SRC/vgpu_components/extender.py" || -d "$COMPONENTS_SRC/vgpu_components/extender" ]] \
         || die "the extender is not in $COMPONENTS_SRC (vgpu_components.extender is missing)"
-    # VGPU_E2E_EXTENDER_CONFIG: another config file (e.g. with mTLS); VGPU_E2E_EXTENDER_TLS_DIR: the
-    # folder of its CA and of a client certificate it accepts (roles/vgpu_stack's layout).
+    # VGPU_E2E_EXTENDER_CONFIG: another config file (e.g. with the role's certificates);
+    # VGPU_E2E_EXTENDER_TLS_DIR: the folder of its CA and of a client certificate it accepts
+    # (roles/vgpu_stack's layout). Otherwise the harness's own mTLS, or plain HTTP.
+    local config="$STATE_DIR/vgpu-config.yaml"
+    rm -f "$STATE_DIR/extender-plain"
+    if [[ -n "${VGPU_E2E_EXTENDER_CONFIG:-}" ]]; then
+        config="$VGPU_E2E_EXTENDER_CONFIG"
+    elif [[ "${1:-}" == plain || "$EXTENDER_TLS" == 0 ]]; then
+        config="$STATE_DIR/vgpu-config-plain.yaml"
+        touch "$STATE_DIR/extender-plain"
+    fi
     start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
         "$VENV/bin/python" -m vgpu_components.extender \
-        --config "${VGPU_E2E_EXTENDER_CONFIG:-$STATE_DIR/vgpu-config.yaml}" \
-        --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
+        --config "$config" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
     # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
     if [[ -n "${VGPU_E2E_EXTENDER_TLS_DIR:-}" ]]; then
         local tls="$VGPU_E2E_EXTENDER_TLS_DIR"
         wait_until extender 60 curl -sf --max-time 2 --cacert "$tls/ca.crt" --cert "$tls/client.crt" \
             --key "$tls/client.key" "https://127.0.0.1:$EXTENDER_PORT/readyz"
     else
-        wait_until extender 60 curl -sf --max-time 2 "http://127.0.0.1:$EXTENDER_PORT/readyz"
+        wait_until extender 60 extender_curl /readyz
     fi
 }
 

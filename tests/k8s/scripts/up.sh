@@ -50,6 +50,7 @@ cp "$STATE_DIR/admin.kubeconfig" "$STATE_DIR/extender.kubeconfig"
 #   none: no extender; tightest (as roles/vgpu_stack ships it): filter-tightest and bind;
 #   weighted: filter, prioritize and bind. managedResources ignoredByScheduler is false, as shipped
 #   (kube-scheduler also counts the node's sum), or true with "ignored" (only the extender counts).
+#   kube-scheduler reaches the extender over HTTPS with its client certificate (mTLS).
 scheduler_config() {
     cat >"$1" <<SC
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -64,9 +65,16 @@ SC
     [[ "$2" != none ]] || return 0
     local verbs="  filterVerb: filter-tightest"
     [[ "$2" == tightest ]] || verbs=$'  filterVerb: filter\n  prioritizeVerb: prioritize\n  weight: 1'
+    local wire="- urlPrefix: http://127.0.0.1:$EXTENDER_PORT"
+    [[ "$EXTENDER_TLS" == 0 ]] || wire="- urlPrefix: https://127.0.0.1:$EXTENDER_PORT
+  enableHTTPS: true
+  tlsConfig:
+    certFile: $PKI/scheduler-extender-client.crt
+    keyFile: $PKI/scheduler-extender-client.key
+    caFile: $PKI/extender-ca.crt"
     cat >>"$1" <<SC
 extenders:
-- urlPrefix: http://127.0.0.1:$EXTENDER_PORT
+$wire
 $verbs
   bindVerb: bind
   nodeCacheCapable: true
@@ -81,13 +89,19 @@ scheduler_config "$STATE_DIR/scheduler-extender-weighted.yaml" weighted
 scheduler_config "$STATE_DIR/scheduler-extender-ignored.yaml" tightest ignored
 scheduler_config "$STATE_DIR/scheduler-plain.yaml" none
 
-cat >"$STATE_DIR/vgpu-config.yaml" <<VC
+cat >"$STATE_DIR/vgpu-config-plain.yaml" <<VC
 resource_prefix: vgpu.io
 unit_mib: 100
 log_format: text
 extender:
   address: 127.0.0.1
   port: $EXTENDER_PORT
+VC
+# As shipped: mTLS, only kube-scheduler's certificate (signed by the extender's own CA) answered.
+cat "$STATE_DIR/vgpu-config-plain.yaml" - >"$STATE_DIR/vgpu-config.yaml" <<VC
+  tls_cert_file: $PKI/extender.crt
+  tls_key_file: $PKI/extender.key
+  client_ca_file: $PKI/extender-ca.crt
 VC
 
 # etcd: Debian's etcd-server binary, never its system service; data in RAM, thrown away by down.

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import config, ids
+from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
 
 HEALTHY = "Healthy"
@@ -22,16 +23,6 @@ SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mo
 
 class AllocationError(ValueError):
     """Allocate was asked for something it cannot honour; the message says what and why."""
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One physical GPU as NVML reports it."""
-
-    uuid: str
-    index: int
-    total_mib: int
-    name: str = ""
 
 
 @dataclass

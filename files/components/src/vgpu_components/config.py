@@ -70,6 +70,13 @@ DEFAULTS: dict[str, Any] = {
         "port": MONITOR_PORT,
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "scrape_timeout_s": 10.0,
+        # Ground truth (enforcement.py): each container's real GPU memory from NVML against its
+        # quota plus context_allowance_mib per process; over for grace_seconds: an Event on the
+        # pod, then evict (the Eviction API) or report.
+        "enforcement": "evict",
+        "grace_seconds": 30.0,
+        "context_allowance_mib": 512,
+        "check_interval_s": 5.0,
     },
     "mps": {
         "pipe_dir": MPS_PIPE_DIR,
@@ -223,7 +230,23 @@ def validate(config: Mapping[str, Any]) -> None:
         port = config[section][key]
         if not 0 <= port <= 65535:
             raise ConfigError(f"{section}.{key}: expected a TCP port 0-65535, got {port}")
-    extender = config["extender"]
+    _validate_monitor(config["monitor"])
+    _validate_extender(config["extender"])
+
+
+def _validate_monitor(monitor: Mapping[str, Any]) -> None:
+    if monitor["enforcement"] not in ("evict", "report"):
+        raise ConfigError(f"monitor.enforcement: expected evict or report, got {monitor['enforcement']!r}")
+    for key in ("grace_seconds", "context_allowance_mib"):
+        if monitor[key] < 0:
+            raise ConfigError(f"monitor.{key}: expected 0 or more, got {monitor[key]}")
+    if monitor["check_interval_s"] <= 0:
+        raise ConfigError(
+            f"monitor.check_interval_s: expected a positive number of seconds, got {monitor['check_interval_s']}"
+        )
+
+
+def _validate_extender(extender: Mapping[str, Any]) -> None:
     if not 0 <= extender["port"] <= 65535:
         raise ConfigError(f"extender.port: expected a TCP port 0-65535, got {extender['port']}")
     tls_keys = ("tls_cert_file", "tls_key_file", "client_ca_file")

@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 
 from vgpu_components import __version__, config, health, ids, kube, nvml, protos
-from vgpu_components.allocator import AllocationError, DeviceTable, Gpu, build_allocation
+from vgpu_components.allocator import AllocationError, DeviceTable, build_allocation
 from vgpu_components.host_paths import HostPaths
-from vgpu_components.nvml import APPLICATION_XIDS, GpuBackend
+from vgpu_components.nvml import APPLICATION_XIDS, Gpu, GpuBackend
 from vgpu_components.podresources import ContainerDevices, PodResourcesClient
 
 log = logging.getLogger("vgpu.device_plugin")

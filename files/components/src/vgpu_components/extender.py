@@ -25,8 +25,9 @@ from typing import Any
 import prometheus_client
 
 from vgpu_components import __version__, config, kube
-from vgpu_components.extender_http import BadRequest, ExtenderServer, TlsFiles
+from vgpu_components.extender_http import BadRequest, ExtenderServer
 from vgpu_components.scheduling import ClusterModel, pod_units
+from vgpu_components.tls import TlsFiles
 
 log = logging.getLogger("vgpu.extender")
 

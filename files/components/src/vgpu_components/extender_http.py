@@ -17,9 +17,10 @@ The rule: nothing a peer sends can hold a thread, or more memory than the body c
   waiting for one; beyond that the answer is 503 at once. The other verbs are CPU only
   (milliseconds) and run on the loop itself, with no thread hand-off on the hot path.
 - At most MAX_CONNECTIONS connections are open; the listen backlog is BACKLOG.
-- With TLS (TlsFiles), every client presents a certificate signed by the client CA, and the
-  handshake, too, must finish within REQUEST_TIMEOUT_S. Renewed certificate files are loaded
-  without a restart.
+- With TLS (TlsFiles), a verb is answered only to a client whose certificate the client CA
+  signed (kube-scheduler's); a certificate from another CA fails the handshake. GET /healthz,
+  /readyz and /metrics need no certificate, so kubelet's HTTPS probes work. The handshake, too,
+  must finish within REQUEST_TIMEOUT_S. Renewed certificate files are loaded without a restart.
 
 MAX_BODY is sized from the largest cluster supported, 5000 nodes (docs/architecture.md says how).
 """
@@ -31,7 +32,6 @@ import collections
 import contextlib
 import json
 import logging
-import os
 import re
 import signal
 import socket
@@ -46,6 +46,8 @@ from typing import Any, Protocol
 
 import prometheus_client
 
+from vgpu_components.tls import TlsFiles, TlsStream
+
 log = logging.getLogger("vgpu.extender")
 
 MAX_BODY = 5 * 1024 * 1024
@@ -55,6 +57,7 @@ REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 120.0
 WORKERS = 16
 QUEUED = 64
+HANDSHAKE_WORKERS = 4
 MAX_CONNECTIONS = 512
 BACKLOG = 1024
 TLS_RELOAD_S = 60.0
@@ -65,11 +68,34 @@ REQUESTS = prometheus_client.Histogram(
     ["verb"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0),
 )
+CONNECTIONS = prometheus_client.Counter(
+    "vgpu_extender_connections", "Connections accepted (with TLS, each one cost a handshake)"
+)
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,10}", re.ASCII)
 
 
 class BadRequest(ValueError):
     """A request body that is not what kube-scheduler sends; answered with 400."""
+
+
+class _Reader(Protocol):
+    """What a request is read with: asyncio's StreamReader, or tls.TlsStream."""
+
+    async def readexactly(self, n: int, /) -> bytes: ...
+
+    async def readuntil(self, separator: bytes = ..., /) -> bytes: ...
+
+
+class _Writer(Protocol):
+    """What an answer is written with: asyncio's StreamWriter, or tls.TlsStream."""
+
+    def write(self, data: bytes, /) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def get_extra_info(self, name: str, default: Any = ..., /) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class Verbs(Protocol):
@@ -83,44 +109,6 @@ class Verbs(Protocol):
     def blocking(self) -> frozenset[str]: ...
 
     def ready(self) -> tuple[bool, str]: ...
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """The extender's serving certificate and key, and the CA that signs its clients' certificates."""
-
-    cert_file: str
-    key_file: str
-    client_ca_file: str
-
-    def context(self) -> ssl.SSLContext:
-        """A server context that requires a client certificate from the CA; ValueError naming the
-        file that cannot be used."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.verify_mode = ssl.CERT_REQUIRED
-        self.load(context)
-        return context
-
-    def load(self, context: ssl.SSLContext) -> None:
-        try:
-            context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"extender.tls_cert_file {self.cert_file} / tls_key_file {self.key_file}: {exc}") from None
-        try:
-            context.load_verify_locations(cafile=self.client_ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"extender.client_ca_file {self.client_ca_file}: {exc}") from None
-
-    def stamp(self) -> tuple[float, ...]:
-        return tuple(_mtime(p) for p in (self.cert_file, self.key_file, self.client_ca_file))
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
 
 
 class _Refusal(Exception):
@@ -232,6 +220,7 @@ class ExtenderServer:
         self._connections = 0
         self._in_pool = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._handshakes: ThreadPoolExecutor | None = None
         self._budget: _Budget | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -260,10 +249,8 @@ class ExtenderServer:
                 self._loop.add_signal_handler(number, self._stop.set)
         self._budget = _Budget(MAX_BODY)
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="extender-worker")
-        tls: dict[str, Any] = {}
-        if self._context is not None:
-            tls = {"ssl": self._context, "ssl_handshake_timeout": REQUEST_TIMEOUT_S}
-        server = await asyncio.start_server(self._connection, sock=self.socket, backlog=BACKLOG, limit=MAX_HEAD, **tls)
+        self._handshakes = ThreadPoolExecutor(HANDSHAKE_WORKERS, thread_name_prefix="extender-tls")
+        server = await asyncio.start_server(self._connection, sock=self.socket, backlog=BACKLOG, limit=MAX_HEAD)
         reloader = asyncio.create_task(self._reload_tls()) if self.tls is not None else None
         self._started.set()
         try:
@@ -273,6 +260,7 @@ class ExtenderServer:
                 reloader.cancel()
             server.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._handshakes.shutdown(wait=False, cancel_futures=True)
 
     async def _reload_tls(self) -> None:
         """Load renewed certificate files into the serving context: new handshakes use them."""
@@ -290,16 +278,26 @@ class ExtenderServer:
                 log.error("renewed TLS files are not usable; keeping the loaded ones: %s", exc)
 
     # --- connections ---------------------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, raw_reader: asyncio.StreamReader, raw_writer: asyncio.StreamWriter) -> None:
         if self._connections >= MAX_CONNECTIONS:
-            writer.transport.abort()
+            raw_writer.transport.abort()
             return
         self._connections += 1
-        sock = writer.get_extra_info("socket")
+        CONNECTIONS.inc()
+        sock = raw_writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader: _Reader = raw_reader
+        writer: _Writer = raw_writer
         try:
+            if self._context is not None:
+                assert self._handshakes is not None
+                stream = TlsStream(self._context, raw_reader, raw_writer, MAX_HEAD)
+                writer = stream  # from here on, closing sends close_notify
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    await stream.handshake(self._handshakes)
+                reader = stream
             while await self._one_request(reader, writer):
                 pass
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError):
@@ -310,7 +308,7 @@ class ExtenderServer:
             self._connections -= 1
             writer.close()
 
-    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _one_request(self, reader: _Reader, writer: _Writer) -> bool:
         """Serve one request; False when the connection is to be closed."""
         try:
             async with asyncio.timeout(IDLE_TIMEOUT_S):
@@ -325,16 +323,14 @@ class ExtenderServer:
             return False
         assert self._budget is not None
         try:
-            status, payload, content_type, label = await self._dispatch(request, body)
+            status, payload, content_type, label = await self._dispatch(request, body, writer)
         finally:
             self._budget.give(request.length)
         await self._send(writer, status, payload, content_type, keep_alive=request.keep_alive)
         REQUESTS.labels(label).observe(time.perf_counter() - started)
         return request.keep_alive
 
-    async def _receive(
-        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[_Request, bytes]:
+    async def _receive(self, first: bytes, reader: _Reader, writer: _Writer) -> tuple[_Request, bytes]:
         """The rest of a request whose first byte came: its head and body, within the request
         timeout and the body budget (taken here; the caller gives it back)."""
         assert self._budget is not None
@@ -364,13 +360,15 @@ class ExtenderServer:
             raise
         return request, body
 
-    async def _dispatch(self, request: _Request, body: bytes) -> tuple[int, Any, str, str]:
+    async def _dispatch(self, request: _Request, body: bytes, writer: _Writer) -> tuple[int, Any, str, str]:
         """(status, payload, content type, metric label) for one request."""
         path = request.path.rstrip("/")
         if request.method == "GET":
             return self._get(path)
         if request.method != "POST":
             return 405, {"Error": f"method {request.method[:20]!r} is not served; POST a verb"}, "", "unknown"
+        if self._context is not None and not writer.get_extra_info("peercert"):
+            return 403, {"Error": "a verb needs a client certificate from extender.client_ca_file"}, "", "unknown"
         verb = path.rsplit("/", 1)[-1]
         handler = self.app.verbs.get(verb)
         if handler is None:
@@ -401,9 +399,7 @@ class ExtenderServer:
         return 404, b"not found\n", "text/plain", "unknown"
 
     @staticmethod
-    async def _send(
-        writer: asyncio.StreamWriter, status: int, payload: Any, content_type: str = "", *, keep_alive: bool
-    ) -> None:
+    async def _send(writer: _Writer, status: int, payload: Any, content_type: str = "", *, keep_alive: bool) -> None:
         data = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
         head = [
             f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",

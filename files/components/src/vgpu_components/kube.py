@@ -58,19 +58,81 @@ class KubeNodeApi:
         self.core.patch_node(node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
-        now = datetime.datetime.now(datetime.timezone.utc)
-        body = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(generate_name=f"{node}.{self.component}.", namespace="default"),
-            involved_object=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node),
-            reason=reason,
-            message=message[:1024],
-            type=event_type,
-            source=k8s.V1EventSource(component=self.component, host=node),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        involved = k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node)
+        body = event(
+            involved, namespace="default", component=self.component, host=node, reason=reason, message=message,
+            event_type=event_type,
+        )  # fmt: skip
         self.core.create_namespaced_event("default", body)
+
+
+def event(
+    involved: Any, *, namespace: str, component: str, host: str, reason: str, message: str, event_type: str
+) -> Any:
+    """A core/v1 Event about `involved` (an object reference), as kubelet posts them."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(generate_name=f"{involved.name}.{component}.", namespace=namespace),
+        involved_object=involved,
+        reason=reason,
+        message=message[:1024],
+        type=event_type,
+        source=k8s.V1EventSource(component=component, host=host),
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+    )
+
+
+# --- the monitor's reads, events and evictions --------------------------------------------------
+class EvictionRefused(RuntimeError):
+    """The API server would not evict the pod now (HTTP 429: a PodDisruptionBudget)."""
+
+
+class PodApi(Protocol):
+    """What cgpu-monitor's enforcement asks of the API server."""
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]: ...
+
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None: ...
+
+    def evict(self, namespace: str, name: str) -> None: ...
+
+
+class KubePodApi:
+    def __init__(self, client: Any, component: str, node: str) -> None:
+        self.core = k8s.CoreV1Api(client)
+        self.component = component
+        self.node = node
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        response: Any = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=30
+        )
+        return list(json.loads(response.data).get("items") or [])
+
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
+        meta = pod["metadata"]
+        involved = k8s.V1ObjectReference(
+            api_version="v1", kind="Pod", name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]
+        )
+        body = event(
+            involved, namespace=meta["namespace"], component=self.component, host=self.node, reason=reason,
+            message=message, event_type=event_type,
+        )  # fmt: skip
+        self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=10)
+
+    def evict(self, namespace: str, name: str) -> None:
+        """Evict through the Eviction API (PodDisruptionBudgets apply); a pod already gone is fine."""
+        body = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace))
+        try:
+            self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=10)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            if exc.status == 429:
+                raise EvictionRefused(f"the API server refused to evict {namespace}/{name} now: {exc.body}") from None
+            raise
 
 
 def try_event(api: NodeApi | None, node: str, reason: str, message: str) -> None:

@@ -3,6 +3,8 @@
 Per GPU (NVML): total and used memory. Per container holding <prefix>/gpu-memory units (kubelet
 PodResources API): quota, used, context and peak from the interposer's region file, found by the
 alloc-id rule of docs/architecture.md. Containers that have not touched the GPU yet export zeros.
+The region is the container's own account; the ground truth, each process's memory as the driver
+reports it, is checked against the quota by enforcement.py on its own thread and exported here.
 Label names follow dcgm-exporter where they overlap (gpu, UUID, modelName, Hostname, namespace,
 pod, container).
 
@@ -26,8 +28,9 @@ import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vgpu_components import __version__, config, health, ids, nvml, region
-from vgpu_components.allocator import Gpu
+from vgpu_components import __version__, config, health, ids, kube, nvml, region
+from vgpu_components.enforcement import Enforcer
+from vgpu_components.nvml import Gpu
 from vgpu_components.podresources import PodResourcesClient
 
 log = logging.getLogger("vgpu.monitor")
@@ -45,8 +48,10 @@ class MonitorCollector(Collector):
         node: str,
         backend: nvml.GpuBackend | None,
         pod_resources: PodResourcesClient | None,
+        enforcer: Enforcer | None = None,
     ) -> None:
         self.cfg = cfg
+        self.enforcer = enforcer
         self.node = node
         self.backend = backend
         self.pod_resources = pod_resources
@@ -67,7 +72,7 @@ class MonitorCollector(Collector):
             raise ScrapeStuck(self.stuck_reason())
         try:
             self._scrape_started = time.monotonic()
-            families = [*self._gpu_metrics(), *self._container_metrics()]
+            families = [*self._gpu_metrics(), *self._container_metrics(), *self._ground_truth_metrics()]
             errors = CounterMetricFamily("vgpu_monitor_errors", "Failed reads by source", labels=["source"])
             errors.add_metric(["region"], self.region_errors)
             errors.add_metric(["pod_resources"], self.pod_resources_errors)
@@ -157,6 +162,45 @@ class MonitorCollector(Collector):
             alloc.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], allocated.get(gpu.uuid, 0))
         yield alloc
 
+    def _ground_truth_metrics(self) -> Iterator[Any]:
+        """What the enforcer's last check saw: NVML's per-process truth, summed per container."""
+        if self.enforcer is None:
+            return
+        seen = self.enforcer.latest
+        names = {
+            "real": (
+                "vgpu_container_memory_real_bytes",
+                "GPU memory the container's processes hold (NVML, per process)",
+            ),
+            "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of its processes"),
+            "over": ("vgpu_container_over_quota_seconds", "How long the container has been over its limit (0: not)"),
+        }
+        families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
+        index = {g.uuid: str(g.index) for g in self.gpus}
+        for usage in seen.usages:
+            who = usage.container
+            uuids = sorted(usage.gpus)
+            gpus = ",".join(index.get(u, "") for u in uuids)
+            labels = [who.namespace, who.pod, who.container, gpus, ",".join(uuids), self.node]
+            families["real"].add_metric(labels, usage.used_bytes)
+            families["limit"].add_metric(labels, seen.limits.get(who, 0))
+            families["over"].add_metric(labels, seen.over_seconds.get(who, 0.0))
+        yield from families.values()
+        unaccounted = GaugeMetricFamily(
+            "vgpu_gpu_memory_unaccounted_bytes",
+            "GPU memory of processes in no container with a quota (the host, the MPS server, pods without units)",
+            labels=GPU_LABELS,
+        )
+        for gpu in self.gpus:
+            unaccounted.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], seen.unaccounted.get(gpu.uuid, 0))
+        yield unaccounted
+        actions = CounterMetricFamily(
+            "vgpu_quota_violations", "Containers found over their limit past the grace period", labels=["action"]
+        )
+        for action, count in self.enforcer.actions.items():
+            actions.add_metric([action], count)
+        yield actions
+
     def _read_region(self, alloc_id: str) -> region.RegionSample | None:
         path = region.region_path(self.cfg["state_dir"], alloc_id)
         try:
@@ -183,8 +227,9 @@ def _ours(device: str) -> bool:
 
 
 DESCRIPTION = (
-    "Prometheus exporter of per-GPU and per-container GPU memory (config keys: "
-    "resource_prefix, unit_mib, state_dir and the monitor section). The node name comes from NODE_NAME."
+    "Prometheus exporter of per-GPU and per-container GPU memory, and enforcer of the quotas from the "
+    "driver's per-process accounting (config keys: resource_prefix, unit_mib, state_dir and the monitor "
+    "section). The node name comes from NODE_NAME."
 )
 
 
@@ -204,21 +249,38 @@ def serve(collector: MonitorCollector, port: int, address: str = "") -> health.H
 
 
 def main(argv: list[str] | None = None) -> int:
-    started = config.start("cgpu-monitor", DESCRIPTION, __version__, argv)
+    started = config.start(
+        "cgpu-monitor",
+        DESCRIPTION,
+        __version__,
+        argv,
+        kubeconfig_help="kubeconfig for the ground-truth enforcement (default: in-cluster config)",
+    )
     if started is None:
         return 2
-    _args, cfg = started
+    args, cfg = started
+    node = config.node_name()
     backend: nvml.GpuBackend | None = None
     try:
         backend = nvml.NvmlBackend()
     except Exception as exc:
         log.error("NVML unavailable (%s): exporting container metrics only", exc)
+    enforcer = None
+    if backend is not None:
+        pods: kube.PodApi | None = None
+        try:
+            pods = kube.KubePodApi(kube.api_client(args.kubeconfig), "cgpu-monitor", node)
+        except Exception as exc:
+            log.error("no Kubernetes API (%s): GPU memory outside quotas is measured but not tied to pods", exc)
+        enforcer = Enforcer(cfg, node, backend, pods)
     collector = MonitorCollector(
-        cfg, config.node_name(), backend, PodResourcesClient(cfg["monitor"]["pod_resources_socket"])
+        cfg, node, backend, PodResourcesClient(cfg["monitor"]["pod_resources_socket"]), enforcer
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if enforcer is not None:
+        threading.Thread(target=enforcer.run, args=(stop,), name="ground-truth", daemon=True).start()
     server = serve(collector, cfg["monitor"]["port"])
     log.info("serving /metrics on port %d", server.server_address[1], extra={"gpus": len(collector.gpus)})
     config.wait_for_stop(stop)

@@ -13,8 +13,6 @@ from typing import Any, Protocol
 
 import pynvml
 
-from vgpu_components.allocator import Gpu
-
 # Xids that come from applications, not from a failing GPU (same list NVIDIA's plugin skips):
 # 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing,
 # 45 preemptive cleanup, 68 video processor exception, 109 context switch timeout.
@@ -22,6 +20,24 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
 COMPUTE_MODE_DEFAULT = 0
 COMPUTE_MODE_EXCLUSIVE_PROCESS = 3
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as NVML reports it."""
+
+    uuid: str
+    index: int
+    total_mib: int
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """GPU memory one host process really holds (NVML's per-process accounting)."""
+
+    pid: int
+    used_bytes: int
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,9 @@ class GpuBackend(Protocol):
     def gpus(self) -> list[Gpu]: ...
 
     def memory(self, uuid: str) -> Memory: ...
+
+    def processes(self, uuid: str) -> list[ProcessMemory]:
+        """Every process with memory on the GPU (compute and MPS clients), by host PID."""
 
     def wait_xid(self, timeout_ms: int) -> list[XidEvent]:
         """Block up to timeout_ms for critical Xid events; [] on timeout or when unsupported."""
@@ -81,6 +100,20 @@ class NvmlBackend:
     def memory(self, uuid: str) -> Memory:
         mem = self.nvml.nvmlDeviceGetMemoryInfo(self._handles[uuid])
         return Memory(total_mib=int(mem.total) // (1024 * 1024), used_mib=int(mem.used) // (1024 * 1024))
+
+    def processes(self, uuid: str) -> list[ProcessMemory]:
+        handle = self._handles[uuid]
+        seen: dict[int, int] = {}
+        for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+            try:
+                entries = getattr(self.nvml, query)(handle)
+            except (AttributeError, self.nvml.NVMLError_NotSupported):
+                continue
+            for entry in entries:
+                used = entry.usedGpuMemory  # None when the driver cannot tell (e.g. some vGPU guests)
+                if used is not None:
+                    seen[int(entry.pid)] = max(seen.get(int(entry.pid), 0), int(used))
+        return [ProcessMemory(pid, used) for pid, used in sorted(seen.items())]
 
     def _event_set(self) -> Any:
         if self._events is None:

@@ -119,7 +119,8 @@ def parse_quantity(value: Any, what: str) -> int:
     return int(match.group(1)) * _SUFFIX[match.group(2)]
 
 
-def _container_units(container: Mapping[str, Any], resource: str) -> int:
+def container_units(container: Mapping[str, Any], resource: str) -> int:
+    """Units of `resource` one container asks for (its limit, else its request)."""
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise ValueError(f"container {container.get('name')!r}: resources must be an object")
@@ -145,8 +146,8 @@ def pod_units(pod: Mapping[str, Any], resource: str) -> int:
         for index, container in enumerate(items):
             if not isinstance(container, Mapping):
                 raise ValueError(f"Pod.spec.{field_name}[{index}] must be a container object, got {container!r:.40}")
-    app = sum(_container_units(c, resource) for c in containers)
-    init = max((_container_units(c, resource) for c in inits), default=0)
+    app = sum(container_units(c, resource) for c in containers)
+    init = max((container_units(c, resource) for c in inits), default=0)
     return max(app, init)
 
 

@@ -9,6 +9,7 @@ kubeadm/ folder on a node then removed systemd.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from typing import Any
 
 import pytest
@@ -19,8 +20,6 @@ class AptModule:
     """What apt_download needs of AnsibleModule, running the real commands."""
 
     def run_command(self, args: list[str], **_kwargs: Any) -> tuple[int, str, str]:
-        import subprocess
-
         done = subprocess.run(args, capture_output=True, text=True, check=False)
         return done.returncode, done.stdout, done.stderr
 

@@ -54,6 +54,15 @@ PLAYBOOK = """
     - {role}/defaults/main.yml
     - {role}/vars/main.yml
   tasks:
+    - name: Unmerge the live document as it is
+      ansible.builtin.include_role:
+        name: vgpu.isolation.kubeadm
+        tasks_from: cluster_config_without_scheduler.yml
+    - name: Keep it
+      ansible.builtin.copy:
+        content: "{{ kubeadm_plain_cluster_config | to_json }}"
+        dest: "{out}/live-without.json"
+        mode: "0644"
     - name: Merge
       ansible.builtin.include_role:
         name: vgpu.isolation.kubeadm
@@ -114,6 +123,24 @@ def run(tmp_path, live, extra=None):
     return with_scheduler, without, init
 
 
+# kubeadm's ClusterConfiguration after the wiring left it: no scheduler arguments or volumes at all.
+UNWIRED = """
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: v1.36.3
+controlPlaneEndpoint: 172.31.250.2:6443
+networking: {podSubnet: 10.244.0.0/16, serviceSubnet: 10.96.0.0/12, dnsDomain: cluster.local}
+scheduler: {}
+"""
+
+
+def test_a_configuration_without_the_wiring_is_left_as_it_is(tmp_path):
+    """Found by make e2e-node: a second uninstall stored the ClusterConfiguration again and re-rendered
+    kube-scheduler, because the unmerge added empty extraArgs and extraVolumes."""
+    run(tmp_path, UNWIRED)
+    assert json.loads((tmp_path / "live-without.json").read_text()) == yaml.safe_load(UNWIRED)
+
+
 @pytest.fixture(scope="module")
 def v1beta4(tmp_path_factory):
     return run(tmp_path_factory.mktemp("v1beta4"), LIVE_V1BETA4)
@@ -158,7 +185,7 @@ def test_init_configuration_mounts_the_scheduler_configuration(v1beta4):
     assert init_config["apiVersion"] == cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4"
     assert init_config["nodeRegistration"]["name"] == "cp-1"
     assert init_config["localAPIEndpoint"] == {"advertiseAddress": "10.0.0.10"}
-    assert cluster["kubernetesVersion"] == "v1.31.4"
+    assert cluster["kubernetesVersion"] == "v1.36.3"
     assert cluster["controlPlaneEndpoint"] == "10.0.0.10:6443"
     assert cluster["scheduler"]["extraArgs"] == [{"name": "config", "value": CONFIG}]
     volume, tls = cluster["scheduler"]["extraVolumes"]
@@ -207,7 +234,8 @@ def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_do
     tomllib = pytest.importorskip("tomllib")
     (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
     (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
-    run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"))
+    facts = json.dumps({"ansible_facts": {"os_family": "Debian"}})
+    run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", facts)
     runtimes = {}
     for host in ("cp-1", "gpu-1"):
         config = tomllib.loads((tmp_path / f"{host}.toml").read_text())
@@ -219,6 +247,13 @@ def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_do
         "SystemdCgroup": True,
     }
     assert runtimes["gpu-1"]["runc"]["options"]["SystemdCgroup"] is True
+    # nvidia is the GPU node's default runtime (vgpu_nvidia_runtime_default), runc the others'.
+    defaults = {h: tomllib.loads((tmp_path / f"{h}.toml").read_text()) for h in ("cp-1", "gpu-1")}
+    cri = {h: c["plugins"]["io.containerd.grpc.v1.cri"] for h, c in defaults.items()}
+    assert cri["gpu-1"]["containerd"]["default_runtime_name"] == "nvidia"
+    assert cri["cp-1"]["containerd"]["default_runtime_name"] == "runc"
+    assert cri["gpu-1"]["sandbox_image"] == "registry.k8s.io/pause:3.10.2"
+    assert cri["gpu-1"]["cni"]["bin_dir"] == "/usr/lib/cni"
 
 
 def test_the_mounted_certificate_folder_is_the_one_vgpu_stack_fills():

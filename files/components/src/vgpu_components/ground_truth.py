@@ -1,0 +1,239 @@
+"""Ground truth: each container's real GPU memory, from the driver, against its quota.
+
+libvgpu counts inside the container, in a region the container can write; NVML on the host
+reports what each process really holds, and nothing in a container can change that. The rule:
+
+  A container is over its quota when the memory its processes hold on the GPUs exceeds
+      quota + context allowance x (its processes on the GPUs).
+  Each process has a CUDA context that libvgpu charges against the quota at a fixed size
+  (context_reserve, 512 MiB by default) while the real one differs (527 MiB with the driver API,
+  619 MiB with PyTorch on an H200, more once libraries load their kernels): the allowance
+  (monitor.context_allowance_mib) absorbs that difference for an honest process.
+  A container over for longer than the grace period (monitor.grace_seconds) is a violation,
+  reported once until it is back under.
+
+The core is pure, observations in and violations out, so it runs the same in cgpu-monitor
+(enforcement.py maps processes to pods through their cgroups and the API server) and on a GPU
+host without kubelet over a given pid -> container mapping:
+
+    python3 -m vgpu_components.ground_truth --pid 4242=ns/pod/main:1000 --grace 10 --until-violation
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vgpu_components import nvml
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Container:
+    namespace: str
+    pod: str
+    container: str
+    pod_uid: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose a process is: its container and that container's quota in bytes."""
+
+    container: Container
+    quota_bytes: int
+
+
+@dataclass
+class Usage:
+    """One container's real use of GPU memory at one moment."""
+
+    container: Container
+    quota_bytes: int
+    used_bytes: int = 0
+    processes: int = 0
+    gpus: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Violation:
+    container: Container
+    used_bytes: int
+    limit_bytes: int
+    quota_bytes: int
+    processes: int
+    over_seconds: float
+    gpus: tuple[str, ...]
+
+    def describe(self) -> str:
+        return (
+            f"container {self.container.container} holds {self.used_bytes // MIB} MiB of GPU memory "
+            f"({self.processes} process(es) on {', '.join(self.gpus)}) over its quota of "
+            f"{self.quota_bytes // MIB} MiB plus the context allowance ({self.limit_bytes // MIB} MiB in all) "
+            f"for {self.over_seconds:.0f} s"
+        )
+
+
+def usages(
+    processes: Iterable[tuple[str, int, int]], owner: Callable[[int], Owner | None]
+) -> tuple[list[Usage], dict[str, int]]:
+    """Sum (GPU UUID, pid, bytes) per container; also the bytes per GPU that no container with a
+    quota accounts for (the host, system daemons such as the MPS server, pods without units)."""
+    by_container: dict[Container, Usage] = {}
+    unaccounted: dict[str, int] = {}
+    for gpu, pid, used in processes:
+        who = owner(pid)
+        if who is None or who.quota_bytes <= 0:
+            unaccounted[gpu] = unaccounted.get(gpu, 0) + used
+            continue
+        usage = by_container.setdefault(who.container, Usage(who.container, who.quota_bytes))
+        usage.used_bytes += used
+        usage.processes += 1
+        usage.gpus.add(gpu)
+    return list(by_container.values()), unaccounted
+
+
+class Tracker:
+    """Follows containers over time and reports each one over its limit past the grace period."""
+
+    def __init__(self, grace_s: float, allowance_bytes: int) -> None:
+        self.grace_s = grace_s
+        self.allowance_bytes = allowance_bytes
+        self.over_since: dict[Container, float] = {}
+        self._reported: set[Container] = set()
+
+    def limit(self, usage: Usage) -> int:
+        return usage.quota_bytes + self.allowance_bytes * usage.processes
+
+    def observe(self, current: Iterable[Usage], now: float | None = None) -> list[Violation]:
+        """The violations that became due with this observation (each container once)."""
+        now = time.monotonic() if now is None else now
+        due = []
+        seen = set()
+        for usage in current:
+            key = usage.container
+            seen.add(key)
+            limit = self.limit(usage)
+            if usage.used_bytes <= limit:
+                self.over_since.pop(key, None)
+                self._reported.discard(key)
+                continue
+            since = self.over_since.setdefault(key, now)
+            if now - since >= self.grace_s and key not in self._reported:
+                self._reported.add(key)
+                due.append(
+                    Violation(
+                        key,
+                        usage.used_bytes,
+                        limit,
+                        usage.quota_bytes,
+                        usage.processes,
+                        now - since,
+                        tuple(sorted(usage.gpus)),
+                    )
+                )
+        for key in set(self.over_since) - seen:  # its processes are gone
+            del self.over_since[key]
+            self._reported.discard(key)
+        return due
+
+    def retry(self, container: Container) -> None:
+        """Report this container again at the next observation (its action did not happen)."""
+        self._reported.discard(container)
+
+    def over_seconds(self, container: Container, now: float | None = None) -> float:
+        since = self.over_since.get(container)
+        return 0.0 if since is None else (time.monotonic() if now is None else now) - since
+
+
+# --- the command line: a given pid -> container mapping, on a host without kubelet -----------
+def _parent(pid: int, proc: Path) -> int:
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the command name
+
+
+def owner_from_pids(mapping: dict[int, Owner], proc: Path = Path("/proc")) -> Callable[[int], Owner | None]:
+    """Processes given by pid, and their descendants, belong to the given containers."""
+
+    def owner(pid: int) -> Owner | None:
+        for _depth in range(64):
+            if pid in mapping:
+                return mapping[pid]
+            pid = _parent(pid, proc)
+            if pid <= 1:
+                return None
+        return None
+
+    return owner
+
+
+def _pid_argument(text: str) -> tuple[int, Owner]:
+    """PID=NAMESPACE/POD/CONTAINER:QUOTA_MIB (or PID=NAME:QUOTA_MIB)."""
+    try:
+        pid, rest = text.split("=", 1)
+        name, quota = rest.rsplit(":", 1)
+        parts = name.split("/")
+        container = Container(*parts) if len(parts) == 3 else Container("", "", name)
+        return int(pid), Owner(container, int(quota) * MIB)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"expected PID=NAMESPACE/POD/CONTAINER:QUOTA_MIB, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m vgpu_components.ground_truth",
+        description="Compare the real GPU memory (NVML, per process) of given processes with their quotas; "
+        "prints one JSON line per container and check, and one per violation.",
+    )
+    parser.add_argument(
+        "--pid", type=_pid_argument, action="append", required=True, help="PID=NS/POD/CONTAINER:QUOTA_MIB"
+    )
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds over the limit before a violation")
+    parser.add_argument("--allowance-mib", type=int, default=512, help="context allowance per process (MiB)")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
+    parser.add_argument("--duration", type=float, default=120.0, help="stop after this many seconds")
+    parser.add_argument("--until-violation", action="store_true", help="exit 0 at the first violation, 1 if none")
+    args = parser.parse_args(argv)
+    backend = nvml.NvmlBackend()
+    owner = owner_from_pids(dict(args.pid))
+    tracker = Tracker(args.grace, args.allowance_mib * MIB)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < args.duration:
+            now = time.monotonic()
+            seen = [(gpu.uuid, p.pid, p.used_bytes) for gpu in backend.gpus() for p in backend.processes(gpu.uuid)]
+            current, _unaccounted = usages(seen, owner)
+            for usage in current:
+                line = {
+                    "t": round(now - started, 2),
+                    "container": str(usage.container),
+                    "used_mib": usage.used_bytes // MIB,
+                    "limit_mib": tracker.limit(usage) // MIB,
+                    "processes": usage.processes,
+                    "over_s": round(tracker.over_seconds(usage.container, now), 2),
+                }
+                print(json.dumps(line), flush=True)
+            for violation in tracker.observe(current, now):
+                print(json.dumps({"t": round(now - started, 2), "violation": violation.describe()}), flush=True)
+                if args.until_violation:
+                    return 0
+            time.sleep(args.interval)
+    finally:
+        backend.close()
+    return 1 if args.until_violation else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
