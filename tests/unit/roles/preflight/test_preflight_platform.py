@@ -92,3 +92,12 @@ def test_a_driver_from_the_mirror_on_an_air_gapped_site_is_named_before_the_run(
     )
     assert "vgpu_driver_method auto installs the driver from the package mirror http://127.0.0.1:9/Release" in out
     assert "set vgpu_driver_method: offline" in out
+
+
+def test_a_kubeadm_network_manifest_missing_on_the_controller_is_named_before_the_run(tmp_path):
+    """Issue 14: the CNI for kubeadm. A manifest named by kubeadm_cni_manifest_src that is not on the
+    controller failed only after kubeadm init had built the control plane."""
+    missing = tmp_path / "flannel.yml"
+    out = preflight(tmp_path, vgpu_kubernetes_flavour="kubeadm", kubeadm_cni_manifest_src=str(missing))
+    assert "Preflight found 2 problem(s)" in out
+    assert f"kubeadm_cni_manifest_src: {missing} (the pod network of the cluster) is not on the controller" in out
