@@ -96,6 +96,11 @@ UNINSTALL = """
         name: vgpu.isolation.vgpu_stack
         tasks_from: uninstall.yml
 """
+PREFLIGHT = """
+    - name: Preflight, as upgrade.yml and stack.yml run it first
+      ansible.builtin.include_role:
+        name: vgpu.isolation.preflight
+"""
 INFO = """
     - name: The cluster check
       ansible.builtin.include_role:
@@ -175,6 +180,22 @@ def test_a_unit_change_is_refused_while_a_pod_holds_gpu_memory(
     assert f"{namespace}/holder on {gpu_node} (30 units)" in output
     config = core.read_namespaced_config_map("vgpu-config", NS)
     assert "unit_mib: 100" in config.data["config.yaml"], "nothing may change when it is refused"
+
+    # upgrade.yml and stack.yml (and a rerun of site.yml) refuse it in preflight, before any node changes.
+    image = stacked / "vgpu-components.tar"
+    image.write_bytes(b"")
+    early = playbook(
+        stacked,
+        PREFLIGHT,
+        gpu_node,
+        vgpu_memory_unit_mib=200,
+        preflight_check_network=False,
+        vgpu_component_image_tarball=str(image),
+    )
+    assert early.returncode != 0
+    assert "vgpu_memory_unit_mib would change from 100 MiB to 200 MiB while 1 pod(s) hold GPU memory" in (
+        early.stdout + early.stderr
+    )
 
     forced = playbook(stacked, STACK, gpu_node, vgpu_memory_unit_mib=200, vgpu_stack_force_unit_change=True)
     ok(forced)
