@@ -105,8 +105,12 @@ bundle: collection host-packages ## the offline bundle of a kubeadm site in buil
 
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: host-packages venv lint sanity unit security libvgpu-test images molecule e2e e2e-node ## the complete offline test suite
+test: host-packages venv prebuild lint sanity unit security libvgpu-test images molecule e2e e2e-node ## the complete offline test suite
 	@echo ">> make test: all layers passed"
+
+.PHONY: prebuild
+prebuild: ## start the Go builds of the upstream binaries in the background (make test: they use the idle core)
+	tests/harness/prebuild.sh
 
 .PHONY: lint
 lint: venv collection ## ruff, mypy, ansible-lint (production profile)
