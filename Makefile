@@ -14,11 +14,11 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
-# The collections we depend on (galaxy.yml: community.general, community.crypto, ansible.posix)
+# The collections we depend on (galaxy.yml: kubernetes.core, community.general, community.crypto, ansible.posix)
 # and those molecule's docker driver needs (community.docker, ansible.posix) come from this pinned
 # PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
 ANSIBLE_COMMUNITY := ansible==12.3.0
-DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto
+DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto kubernetes/core
 DEP_COLL_STAMPS := $(foreach c,$(DEP_COLLECTIONS),$(COLLECTIONS)/ansible_collections/$(c)/MANIFEST.json)
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
@@ -81,6 +81,18 @@ site: collection ## provision the inventory's nodes (default: this machine)
 .PHONY: verify
 verify: collection ## verify the inventory's nodes
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)
+
+.PHONY: stack
+stack: collection ## add the GPU stack to the inventory's existing cluster (kubespray, k3s-ansible, kubeadm)
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/stack.yml $(ARGS)
+
+.PHONY: upgrade
+upgrade: collection ## bring the inventory's site to this version and its settings, node by node
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/upgrade.yml $(ARGS)
+
+.PHONY: uninstall
+uninstall: collection ## remove the stack (ARGS='-e vgpu_uninstall_cluster=true -e vgpu_uninstall_driver=true' for more)
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/uninstall.yml $(ARGS)
 
 .PHONY: image
 image: venv host-packages ## the component image tarball, build/images/vgpu-components-<version>.tar
@@ -152,6 +164,7 @@ e2e: collection ## end-to-end tests against a real local Kubernetes control plan
 .PHONY: e2e-node
 e2e-node: collection images bundle ## a real kubeadm node provisioned by site.yml, air-gapped (KEEP=1 leaves it up)
 	$(MAKE) -C files/libvgpu fake-driver
+	@echo ">> make e2e-node: a kubeadm node provisioned and tested end to end (about 15 minutes)"
 	tests/node/run-e2e.sh
 
 .PHONY: e2e-node-down

@@ -6,12 +6,15 @@
 #                        their Debian dependencies
 #   container-toolkit/   nvidia-container-toolkit-base (built here from NVIDIA's Go sources)
 #   build-tools/         gcc, make, libc6-dev: the node builds libvgpu with them
-#   python-client/       python3-kubernetes, python3-yaml for the cluster modules
+#   python-client/       python3-cryptography (the extender's certificates); wheels/: the pinned
+#                        Kubernetes client, its dependencies and pip for the Kubernetes modules'
+#                        virtualenv on the control plane
 #   images/              the component image; kube-apiserver, controller-manager, scheduler,
 #                        kube-proxy, etcd and pause as kubeadm names them
 #   SHA256SUMS
 # The R470 driver packages are added with BUNDLE_PARTS="... driver" (Debian's contrib and non-free
-# components must be in this machine's apt sources). Sites that reach pkgs.k8s.io and
+# components must be in this machine's apt sources), K3s for K3s sites with BUNDLE_PARTS="... k3s"
+# (its release downloads, checked against the release's sha256sum file; GitHub must be reachable). Sites that reach pkgs.k8s.io and
 # registry.k8s.io can fill kubeadm/ and images/ from there instead (offline_bundle_downloads).
 #
 # Usage: files/bundle/build.sh [BUNDLE_DIR]   (default build/bundle)

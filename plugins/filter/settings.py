@@ -189,6 +189,90 @@ def range_problems(settings):
     return problems
 
 
+# Settings that must be equal on every host of k8s_control_plane and gpu_nodes, each with why: the
+# components read one ConfigMap rendered on the first control-plane host, and a pod's request means
+# the same on every node. The others are per node (PER_NODE): each host acts on its own value.
+CLUSTER_WIDE = {
+    "vgpu_kubernetes_flavour": "one cluster runs one distribution",
+    "vgpu_kubernetes_version": "every node joins at the control plane's version",
+    "vgpu_k3s_version": "every K3s server and agent runs the same release",
+    "vgpu_resource_prefix": "pods request <prefix>/gpu-memory, and kube-scheduler's extender manages it",
+    "vgpu_memory_unit_mib": "one ConfigMap for every node, and every pod's request counts in it",
+    "vgpu_reserved_memory_mib": "one ConfigMap for every node: the device plugins advertise what it leaves",
+    "vgpu_install_prefix": "one ConfigMap tells every device plugin which folder to mount into containers",
+    "vgpu_component_image": "one DaemonSet per component runs it on every node",
+    "vgpu_mps_active_thread_percentage": "one ConfigMap for every node's device plugin",
+    "vgpu_mps_set_exclusive_process": "one nvidia-mps DaemonSet runs on every MPS node",
+    "vgpu_enforcement": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
+}
+# Per node, and why that makes sense: GPUs of different generations need different driver branches
+# (docs/platforms.md); a node's GPUs are its own; MPS suits nodes of many small pods (the node label
+# <prefix>/mps places nvidia-mps and tells that node's device plugin); nodes of different releases
+# need bundles built for their release; verification runs on each node; paths on the hosts.
+PER_NODE = (
+    "vgpu_driver_branch",
+    "vgpu_driver_version",
+    "vgpu_cuda_version",
+    "vgpu_driver_policy",
+    "vgpu_driver_method",
+    "vgpu_driver_reboot",
+    "vgpu_driver_reboot_local",
+    "vgpu_gpu_memory_mib",
+    "vgpu_mps_enabled",
+    "vgpu_offline_bundle_dir",
+    "vgpu_component_image_tarball",
+    "vgpu_sample_app_quota",
+    "vgpu_sample_app_use",
+    "vgpu_kubeconfig",
+    "vgpu_kubernetes_client_venv",
+)
+_MEMORY_SIZES = ("vgpu_memory_unit_mib", "vgpu_reserved_memory_mib", "vgpu_enforcement_context_allowance_mib")
+
+
+def _comparable(name, value, option):
+    """The value as it acts (256 and "256MiB" agree), and how to show it; the raw value when invalid
+    (the per-host check reports that)."""
+    if name in _MEMORY_SIZES:
+        try:
+            mib = parse_mib(value, name, 0)
+            return mib, "%d MiB" % mib
+        except ValueError:
+            return repr(value), repr(value)
+    kind = option.get("type", "str")
+    if kind == "bool" and str(value).lower() in _BOOLEANS:
+        flag = str(value).lower() in ("true", "yes", "on", "1")
+        return flag, str(flag).lower()
+    if kind == "int" and _whole_number(value) is not None:
+        return _whole_number(value), str(_whole_number(value))
+    return str(value), str(value)
+
+
+def cluster_problems(values_by_host, spec):
+    """One problem per cluster-wide setting whose value differs between hosts.
+
+    ``values_by_host`` maps each host of the cluster to the settings its inventory sets (a setting
+    it does not set has its default from ``spec``, roles/vgpu's argument spec options).
+    """
+    problems = []
+    for name, reason in CLUSTER_WIDE.items():
+        option = spec.get(name, {})
+        groups: dict = {}  # comparable value -> (shown, [hosts]) in host order
+        for host, values in values_by_host.items():
+            value = values[name] if name in values else option.get("default")
+            key, shown = _comparable(name, value, option)
+            groups.setdefault(key, (shown, []))[1].append(host)
+        if len(groups) > 1:
+            found = "; ".join("%s on %s" % (shown, ", ".join(hosts)) for shown, hosts in groups.values())
+            problems.append(
+                "%s differs between hosts (%s): it is cluster-wide (%s); set it once for all of them, "
+                "e.g. in group_vars/all" % (name, found, reason)
+            )
+    return problems
+
+
 def settings_problems(settings, spec=None, given=None, prefixes=()):
     """Every problem of the settings, one message each (empty when valid).
 
@@ -208,4 +292,4 @@ class FilterModule(object):
     """The settings check of vgpu.isolation."""
 
     def filters(self):
-        return {"settings_problems": settings_problems}
+        return {"settings_problems": settings_problems, "cluster_problems": cluster_problems}

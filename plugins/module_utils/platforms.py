@@ -141,7 +141,8 @@ def platform_problems(
             problems.append(
                 f"GPU 10de:{device_id:04x} ({generation}) needs driver branch {needed} or newer; "
                 f"vgpu_driver_branch is {branch}: set vgpu_driver_branch to {needed_offer(needed)} "
-                f"(and vgpu_driver_version, vgpu_cuda_version to match)"
+                f"(and vgpu_driver_version, vgpu_cuda_version to match; the offered branches that support it: "
+                f"{', '.join(b for b in BRANCHES if int(b) >= int(needed))})"
             )
     adequate = policy == "minimum" and installed and int(installed.split(".")[0]) >= int(branch)
     if platform is not None and not adequate:

@@ -25,6 +25,14 @@ K8S_DIR = Path(__file__).resolve().parent
 REPO_ROOT = K8S_DIR.parent.parent
 STATE_DIR = Path(os.environ.get("VGPU_K8S_STATE_DIR", str(REPO_ROOT / "build" / "k8s"))).resolve()
 CTL = K8S_DIR / "scripts" / "ctl.sh"
+_VERSIONS = dict(
+    line.split("=", 1) for line in (REPO_ROOT / "files/bundle/versions.env").read_text().splitlines() if "=" in line
+)
+# The control plane's binaries (tests/k8s/scripts/lib.sh exports BIN_DIR to the suite).
+BIN_DIR = Path(
+    os.environ.get("BIN_DIR")
+    or Path(os.environ.get("VGPU_CACHE_DIR", Path.home() / ".cache/vgpu-isolation")) / "k8s" / _VERSIONS["K8S_VERSION"]
+)
 
 PREFIX = "vgpu.io"
 RESOURCE = f"{PREFIX}/gpu-memory"

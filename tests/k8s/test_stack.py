@@ -2,9 +2,10 @@
 
 roles/vgpu_stack runs through ansible-playbook (the collection is the working tree) with its
 image import and kube-scheduler restart switched off (no containerd or static pods here); it
-applies the manifests with the vgpu_k8s_apply module. The components' service accounts then get
-real tokens (TokenRequest) and act with them: the extender schedules a pod end to end, the device
-plugin annotates a node, and anything beyond their roles is refused by the API server.
+applies the manifests with kubernetes.core.k8s (server-side apply) in this machine's Python. The
+components' service accounts then get real tokens (TokenRequest) and act with them: the extender
+schedules a pod end to end, the device plugin annotates a node, and anything beyond their roles is
+refused by the API server.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from role_render import render  # tests/unit, on the path through tests/conftest.py
 
 from tests.k8s import cluster
 
@@ -85,6 +88,8 @@ def run_playbook(work: Path) -> str:
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
         "vgpu_stack_install_python_client": False,
+        # The Kubernetes modules run in this machine's virtualenv, which has the client.
+        "vgpu_kubernetes_client_venv": sys.prefix,
         "vgpu_stack_label_nodes": False,
         "vgpu_stack_wait": True,
         "vgpu_stack_wait_timeout": 60,
@@ -241,6 +246,8 @@ def test_device_plugin_account_may_annotate_its_own_node_and_nothing_more(
 
 def check_own_node_only(core: Any, sa_core: Any, own: str, other: str, stack: Path) -> None:
     key = f"{cluster.PREFIX}/gpus"
+    # It reads its node's labels: the <prefix>/mps label turns MPS on for that node (issue 14 item 1).
+    assert isinstance(sa_core.read_node(own).metadata.labels, dict)
     sa_core.patch_node(own, {"metadata": {"annotations": {key: cluster.gpus_annotation(own, [80000])}}})
     assert "80000" in core.read_node(own).metadata.annotations[key]
 
@@ -310,3 +317,60 @@ def test_the_shipped_scheduler_configuration_works(
             cluster.ctl("stop-extender")
             cluster.ctl("start-extender")
         cluster.ctl("start-scheduler")
+
+
+def allowed(core: Any, account: str, verb: str, resource: str, *, namespace: str = "", subresource: str = "") -> bool:
+    """Whether the API server's authorizer lets the component's service account do this (SubjectAccessReview)."""
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{NS}:{account}",
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{NS}", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, subresource=subresource, namespace=namespace
+            ),
+        )
+    )
+    authz: Any = client.AuthorizationV1Api(core.api_client)
+    return bool(authz.create_subject_access_review(review).status.allowed)
+
+
+def test_each_service_account_gets_what_it_needs_and_nothing_more(stack: Path, core: Any) -> None:
+    assert allowed(core, PLUGIN_SA, "patch", "nodes")
+    assert allowed(core, PLUGIN_SA, "create", "events", namespace="default")
+    assert allowed(core, PLUGIN_SA, "get", "nodes")
+    assert not allowed(core, PLUGIN_SA, "list", "pods")
+    assert not allowed(core, PLUGIN_SA, "get", "secrets", namespace=NS)
+    assert allowed(core, EXTENDER_SA, "watch", "pods")
+    assert allowed(core, EXTENDER_SA, "create", "pods", namespace="default", subresource="binding")
+    assert not allowed(core, EXTENDER_SA, "delete", "pods", namespace="default")
+    assert not allowed(core, "cgpu-monitor", "list", "pods")
+    assert not allowed(core, "nvidia-mps", "get", "nodes")
+
+
+@pytest.mark.parametrize("flavour", ["k3s", "kubeadm"])
+def test_kube_scheduler_accepts_the_configuration_strictly(stack: Path, flavour: str) -> None:
+    """The real kube-scheduler loads the file the role renders for each flavour (strict decoding)
+    and writes back its extender, with the mutual-TLS files of the role."""
+    work = stack / f"strict-{flavour}"
+    work.mkdir(exist_ok=True)
+    rendered = render(work, {"vgpu_kubernetes_flavour": flavour, "vgpu_stack_tls_dir": str(stack / "tls")})
+    (config,) = rendered["kube-scheduler-config.yaml"]
+    # kube-scheduler opens the kubeconfig the file names; point it at the test API server's.
+    config["clientConnection"]["kubeconfig"] = str(cluster.STATE_DIR / "admin.kubeconfig")
+    binary = cluster.BIN_DIR / "kube-scheduler"
+
+    def load(doc: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        source, written = work / "in.yaml", work / "out.yaml"
+        source.write_text(yaml.safe_dump(doc))
+        args = [str(binary), "--config", str(source), "--write-config-to", str(written)]
+        return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+
+    proc = load(config)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (extender,) = yaml.safe_load((work / "out.yaml").read_text())["extenders"]
+    assert extender["urlPrefix"] == "https://127.0.0.1:32766"
+    assert extender["tlsConfig"]["certFile"] == str(stack / "tls" / "client.crt")
+    assert extender["managedResources"] == [{"name": "vgpu.io/gpu-memory"}, {"name": "vgpu.io/gpu-cores"}]
+    config["extenders"][0]["bogusField"] = True
+    proc = load(config)
+    assert proc.returncode != 0 and "bogusField" in proc.stderr

@@ -3,9 +3,12 @@
 # kubeadm through the air-gapped path (the offline bundle of `make bundle`, no network), then:
 #   1. the suite tests/node/test_node.py against the real cluster;
 #   2. playbooks/verify_cluster.yml;
-#   3. a second site.yml, which must report changed=0;
-#   4. uninstall.yml (the stack), its rerun, then uninstall.yml with vgpu_uninstall_cluster (the
-#      cluster too) and its rerun: nothing may be left and each rerun must change nothing.
+#   3. a second site.yml, which must report changed=0, and upgrade.yml with nothing new (changed=0);
+#   4. uninstall.yml (the stack) and its rerun; stack.yml puts the GPU stack back on the cluster that
+#      is left (an existing cluster), verify_cluster.yml checks it, a rerun of stack.yml changes
+#      nothing, and uninstall.yml removes it again;
+#   5. uninstall.yml with vgpu_uninstall_cluster (the cluster too) and its rerun: nothing may be left
+#      and each rerun must change nothing.
 # KEEP=1 stops after step 3 and leaves the cluster up, also after a failure (kubeconfig:
 # build/node/admin.conf);
 # `make e2e-node-down` removes it. Logs of every step and of the node are in build/node/.
@@ -78,11 +81,19 @@ log "the e2e node suite"
 play verify-cluster "$root/playbooks/verify_cluster.yml"
 play site-again "$root/playbooks/site.yml"
 unchanged site-again
+play upgrade "$root/playbooks/upgrade.yml"
+unchanged upgrade
 [[ ${KEEP:-0} == 1 ]] && exit 0
 
 play uninstall "$root/playbooks/uninstall.yml"
 play uninstall-again "$root/playbooks/uninstall.yml"
 unchanged uninstall-again
+"$here/check-uninstalled.sh" stack
+play stack "$root/playbooks/stack.yml"
+play stack-verify "$root/playbooks/verify_cluster.yml"
+play stack-again "$root/playbooks/stack.yml"
+unchanged stack-again
+play stack-uninstall "$root/playbooks/uninstall.yml"
 "$here/check-uninstalled.sh" stack
 play uninstall-cluster "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
 play uninstall-cluster-again "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true

@@ -6,21 +6,20 @@ import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.vgpu.isolation.plugins.modules import apt_download, vgpu_cluster_facts
+from ansible_collections.vgpu.isolation.plugins.modules import apt_download
+from role_render import render
 
 
-def cluster_params(**overrides):
-    base = {key: spec.get("default") for key, spec in vgpu_cluster_facts.ARGUMENT_SPEC.items()}
-    base.update(overrides)
-    return base
-
-
-def test_a_sample_command_with_shell_variables_is_kept_as_written():
+def test_a_sample_command_with_shell_variables_is_kept_as_written(tmp_path):
     # Before the fix: str.format read "${HOME}" as a format field and raised KeyError (a traceback).
-    params = cluster_params(sample_command="cd ${HOME} && /opt/vgpu/vgpu-memory-usage {use_mib} 5 && echo {quota_mib}")
-    manifest = vgpu_cluster_facts.sample_pod_manifest(params, "s")
-    command = manifest["spec"]["containers"][0]["command"]
-    assert command == ["/bin/sh", "-c", "cd ${HOME} && /opt/vgpu/vgpu-memory-usage 1200 5 && echo 3000"]
+    # The sample pod is vgpu_stack's template now: "${HOME}" and "{a,b}" stay as written, quoted.
+    command = "cd ${HOME} && /opt/vgpu/vgpu-memory-usage {use_mib} 5 && echo {quota_mib} {a,b} 'q' \"d\""
+    (pod,) = render(tmp_path, {"vgpu_stack_sample_command": command})["sample-pod.yaml"]
+    assert pod["spec"]["containers"][0]["command"] == [
+        "/bin/sh",
+        "-c",
+        "cd ${HOME} && /opt/vgpu/vgpu-memory-usage 1200 5 && echo 3000 {a,b} 'q' \"d\"",
+    ]
 
 
 class RecordingModule:

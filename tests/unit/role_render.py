@@ -14,12 +14,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 # The settings every role reads (each role depends on roles/vgpu).
 VGPU_DEFAULTS = ROOT / "roles" / "vgpu" / "defaults" / "main.yml"
+VGPU_VARS = ROOT / "roles" / "vgpu" / "vars" / "main.yml"
 ROLE = ROOT / "roles" / "vgpu_stack"
 TEMPLATES = [
     "components.yaml.j2",
     "kube-scheduler-config.yaml.j2",
     "node-labels.yaml.j2",
     "k3s-scheduler-dropin.yaml.j2",
+    "sample-pod.yaml.j2",
 ]
 
 PLAYBOOK = """
@@ -28,6 +30,7 @@ PLAYBOOK = """
   gather_facts: false
   vars_files:
     - {vgpu_defaults}
+    - {vgpu_vars}
     - {role}/defaults/main.yml
     - {role}/vars/main.yml
     - {extra}
@@ -71,7 +74,12 @@ def render(folder: Path, extra: dict) -> dict:
     playbook = folder / "render.yml"
     playbook.write_text(
         PLAYBOOK.format(
-            vgpu_defaults=VGPU_DEFAULTS, role=ROLE, extra=folder / "extra.yml", out=folder, templates=TEMPLATES
+            vgpu_defaults=VGPU_DEFAULTS,
+            vgpu_vars=VGPU_VARS,
+            role=ROLE,
+            extra=folder / "extra.yml",
+            out=folder,
+            templates=TEMPLATES,
         )
     )
     run_playbook(str(playbook))

@@ -313,3 +313,16 @@ def test_main_explains_a_missing_driver(monkeypatch: pytest.MonkeyPatch, short_t
     assert device_plugin.main(["--config", str(short_tmp / "missing.yaml")]) == 1
     assert api.events and api.events[0][1] == "GPUMemoryNotAdvertised"
     assert "NVML is not usable" in api.events[0][2]
+
+
+def test_mps_keeps_the_configured_value_when_the_node_cannot_be_read() -> None:
+    class Unreachable(RecordingNodeApi):
+        def node_labels(self, node: str) -> dict[str, str]:
+            raise ConnectionError("connection refused")
+
+    """MPS per node comes from the node label (test_compute_shares); without the API the config stands."""
+    cfg = make_config(Path("/nonexistent"), mps_enabled=True)
+    device_plugin.node_mps(cfg, Unreachable(), "node-a")
+    assert cfg["device_plugin"]["mps_enabled"] is True
+    device_plugin.node_mps(cfg, None, "node-a")
+    assert cfg["device_plugin"]["mps_enabled"] is True

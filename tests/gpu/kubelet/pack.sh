@@ -12,7 +12,8 @@
 #   image.tar.xz   the component image tarball exactly as `make image` wrote it (checked by sha256 on
 #                  the host), and the pause image
 #   python.tar.xz  ansible-core, the Kubernetes Python client and cryptography for the GPU host's
-#                  Python (VGPU_KUBELET_PYTHON, default 3.12), and the community.crypto collection
+#                  Python (VGPU_KUBELET_PYTHON, default 3.12), and the community.crypto and
+#                  kubernetes.core collections
 # Pieces are cached in $VGPU_CACHE_DIR/gpu-kubelet by what went into them. Needs `make image` (or
 # VGPU_KUBELET_IMAGE_TAR), `make collection` and Docker (the pause image).
 # Environment: VGPU_KUBELET_CARRY (folder prefix, default <checkout>/.gpu-kubelet),
@@ -31,7 +32,7 @@ LIMIT_MIB=${VGPU_KUBELET_CALL_MIB:-58}
 PY=$ROOT/.venv/bin/python
 # Debian 12's packages (bookworm and its security updates), as the offline bundle has them.
 DEBS="containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1 containernetworking-plugins=1.1.1+ds1-3+b5"
-# What ansible-core, the vgpu_k8s_apply and cluster-facts modules and community.crypto need that the
+# What ansible-core, kubernetes.core's modules and community.crypto need that the
 # GPU host's Python lacks (it has Jinja2, PyYAML, packaging, requests, urllib3, certifi, six and
 # python-dateutil). The Kubernetes client 35 is the last without pydantic and aiohttp.
 WHEELS="ansible-core==2.19.14 resolvelib==1.2.1 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
@@ -58,6 +59,8 @@ xz_piece() {
 [[ -s $IMAGE_TAR ]] || die "$IMAGE_TAR is missing: run 'make image' (or set VGPU_KUBELET_IMAGE_TAR)"
 crypto=$ROOT/.collections/ansible_collections/community/crypto
 [[ -f $crypto/MANIFEST.json ]] || die "$crypto is missing: run 'make collection' first"
+k8s_core=$ROOT/.collections/ansible_collections/kubernetes/core
+[[ -f $k8s_core/MANIFEST.json ]] || die "$k8s_core is missing: run 'make collection' first"
 "$ROOT/files/bundle/build-binaries.sh" >/dev/null
 
 # The multi-call executable, from the same pinned go.mod as the five upstream binaries.
@@ -121,7 +124,7 @@ cp "$pause" "$stage/image/images/pause.tar"
 image_key=$(cat "$stage/image/images/SHA256SUMS" <(sha256sum <"$pause") | hash_of)
 pieces+=("$(xz_piece image "$image_key" "$stage/image")")
 
-py_key=$(echo "$PYTHON_VERSION $WHEELS $(sha256sum <"$crypto/MANIFEST.json")" | hash_of)
+py_key=$(echo "$PYTHON_VERSION $WHEELS $(cat "$crypto/MANIFEST.json" "$k8s_core/MANIFEST.json" | sha256sum)" | hash_of)
 if [[ ! -s $PACK/python-$py_key.tar.xz ]]; then
     log "the Python libraries for CPython $PYTHON_VERSION"
     # shellcheck disable=SC2086 # one argument per pinned wheel
@@ -132,6 +135,10 @@ if [[ ! -s $PACK/python-$py_key.tar.xz ]]; then
     rm -rf "$stage/python/site/ansible_test"
     mkdir -p "$stage/python/collections/ansible_collections/community"
     cp -a "$crypto" "$stage/python/collections/ansible_collections/community/"
+    mkdir -p "$stage/python/collections/ansible_collections/kubernetes"
+    cp -a "$k8s_core" "$stage/python/collections/ansible_collections/kubernetes/"
+    # Not needed to run playbooks: kubernetes.core's own tests and docs.
+    rm -rf "$stage/python/collections/ansible_collections/kubernetes/core/"{tests,docs}
     find "$stage/python" -name __pycache__ -prune -exec rm -rf {} +
 fi
 pieces+=("$(xz_piece python "$py_key" "$stage/python")")

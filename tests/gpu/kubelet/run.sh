@@ -142,7 +142,8 @@ section "payload (unpack.sh) and the host"
 for f in k8s/k8s-multicall bin/containerd bin/containerd-shim-runc-v2 bin/ctr bin/runc bin/etcd bin/nvidia-ctk \
     bin/nvidia-container-runtime bin/nvidia-cdi-hook cni/bridge cni/host-local cni/loopback \
     images/vgpu-components-0.1.0.tar images/pause.tar site/bin/ansible-playbook \
-    collections/ansible_collections/community/crypto/MANIFEST.json; do
+    collections/ansible_collections/community/crypto/MANIFEST.json \
+    collections/ansible_collections/kubernetes/core/MANIFEST.json; do
     [[ -e $PAYLOAD/$f ]] || stop_here "the payload lacks $f: run the carry calls (unpack.sh) first"
 done
 if (cd "$PAYLOAD/images" && sha256sum -c --quiet SHA256SUMS) >>"$LOG" 2>&1; then
@@ -175,6 +176,12 @@ install -m 0755 "$PAYLOAD/k8s/k8s-multicall" "$BIN_DIR/"
 for name in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do ln -sf k8s-multicall "$BIN_DIR/$name"; done
 ln -sfn "$ROOT" "$WORK/collections/ansible_collections/vgpu/isolation"
 ln -sfn "$PAYLOAD/collections/ansible_collections/community" "$WORK/collections/ansible_collections/community"
+ln -sfn "$PAYLOAD/collections/ansible_collections/kubernetes" "$WORK/collections/ansible_collections/kubernetes"
+# The Kubernetes modules (kubernetes.core) run with <vgpu_kubernetes_client_venv>/bin/python: here the
+# host's python3, which finds the carried client through PYTHONPATH (no virtualenv, nothing to install).
+install -d "$WORK/kubernetes-python/bin"
+ln -sfn "$(command -v python3)" "$WORK/kubernetes-python/bin/python"
+export VGPU_KUBELET_K8S_PYTHON=$WORK/kubernetes-python
 # Hosts without curl or the openssl command: the Python stand-ins (VGPU_KUBELET_PYTHON_TOOLS=1 forces
 # them, as emulate.sh does, so that they are tried before a GPU host needs them).
 python_tools=${VGPU_KUBELET_PYTHON_TOOLS:-0}

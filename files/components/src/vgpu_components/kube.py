@@ -36,7 +36,9 @@ def api_client(kubeconfig: str | None = None) -> Any:
 
 
 class NodeApi(Protocol):
-    """What the device plugin writes to the API server (never in the Allocate path)."""
+    """What the device plugin reads from and writes to the API server (never in the Allocate path)."""
+
+    def node_labels(self, node: str) -> dict[str, str]: ...
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None: ...
 
@@ -49,6 +51,10 @@ class KubeNodeApi:
     def __init__(self, client: Any, component: str) -> None:
         self.core = k8s.CoreV1Api(client)
         self.component = component
+
+    def node_labels(self, node: str) -> dict[str, str]:
+        meta = self.core.read_node(node).metadata
+        return dict((meta.labels if meta else None) or {})
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
         self.core.patch_node(node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vgpu.isolation.plugins.filter.settings import FilterModule, settings_problems
+from ansible_collections.vgpu.isolation.plugins.filter.settings import (
+    CLUSTER_WIDE,
+    PER_NODE,
+    FilterModule,
+    cluster_problems,
+    settings_problems,
+)
 
 ROOT = Path(__file__).resolve().parents[4]
 SPEC = yaml.safe_load((ROOT / "roles/vgpu/meta/argument_specs.yml").read_text())["argument_specs"]["settings"][
@@ -145,4 +151,40 @@ def test_every_problem_is_reported_at_once():
 
 
 def test_the_plugin_exposes_the_filter():
-    assert set(FilterModule().filters()) == {"settings_problems"}
+    assert set(FilterModule().filters()) == {"settings_problems", "cluster_problems"}
+
+
+# --- cluster-wide settings (issue 14 item 1) ---------------------------------------------------
+def test_a_cluster_wide_setting_that_differs_between_hosts_is_refused_naming_the_hosts():
+    """The example inventory's bug: the unit set for the GPU nodes only, the control plane on 100."""
+    values = {
+        "edge-cp-1": {},
+        "edge-gpu-1": {"vgpu_memory_unit_mib": 256, "vgpu_reserved_memory_mib": 512},
+        "edge-gpu-2": {"vgpu_memory_unit_mib": "256MiB", "vgpu_reserved_memory_mib": "512Mi"},
+    }
+    assert cluster_problems(values, SPEC) == [
+        "vgpu_memory_unit_mib differs between hosts (100 MiB on edge-cp-1; 256 MiB on edge-gpu-1, edge-gpu-2): "
+        "it is cluster-wide (one ConfigMap for every node, and every pod's request counts in it); "
+        "set it once for all of them, e.g. in group_vars/all",
+        "vgpu_reserved_memory_mib differs between hosts (0 MiB on edge-cp-1; 512 MiB on edge-gpu-1, edge-gpu-2): "
+        "it is cluster-wide (one ConfigMap for every node: the device plugins advertise what it leaves); "
+        "set it once for all of them, e.g. in group_vars/all",
+    ]
+
+
+def test_per_node_settings_may_differ_and_equal_spellings_agree():
+    values = {
+        "a": {"vgpu_mps_enabled": True, "vgpu_driver_branch": "535", "vgpu_memory_unit_mib": "1GiB"},
+        "b": {"vgpu_mps_enabled": False, "vgpu_driver_branch": "470", "vgpu_memory_unit_mib": 1024},
+        "c": {"vgpu_gpu_memory_mib": ["24GiB"], "vgpu_memory_unit_mib": "1Gi", "vgpu_nvidia_runtime_default": "yes"},
+    }
+    assert cluster_problems(values, SPEC) == []
+
+
+def test_every_setting_is_either_cluster_wide_or_per_node():
+    assert set(CLUSTER_WIDE) | set(PER_NODE) == set(SPEC)
+    assert not set(CLUSTER_WIDE) & set(PER_NODE)
+
+
+def test_the_filter_plugin_exposes_the_cluster_check():
+    assert FilterModule().filters()["cluster_problems"] is cluster_problems

@@ -68,6 +68,15 @@ def test_the_advice_names_an_offered_branch():
     assert "set vgpu_driver_branch to 580" in blackwell
 
 
+def test_the_problem_names_the_gpu_and_every_offered_branch_that_supports_it():
+    """Issue 14 item 4: the user sees which GPU it is and what to choose from, not one branch only."""
+    (hopper,) = platform_problems(node(gpus=[H200]), "470")
+    assert "GPU 10de:2335 (Hopper (H100, H200" in hopper
+    assert "the offered branches that support it: 535, 580" in hopper
+    (blackwell,) = platform_problems(node(gpus=[B200]), "535")
+    assert "the offered branches that support it: 580" in blackwell
+
+
 def test_an_unknown_newer_gpu_needs_the_newest_branch():
     assert platforms.minimum_branch(0x3182) == ("580", "newer than Blackwell")
 

@@ -5,6 +5,7 @@ gpu_nodes; it must stop with one report before anything changes. GPU generations
 here (no GPU): tests/unit/plugins/module_utils/test_platforms.py covers them on the filter.
 """
 
+import hashlib
 import json
 import sys
 
@@ -50,3 +51,53 @@ def test_a_branch_the_chosen_repository_does_not_package_is_refused_before_the_r
     out = preflight(tmp_path, vgpu_driver_method="nvidia_repo")
     assert "Preflight found 2 problem(s)" in out
     assert "driver branch 470 is not packaged by NVIDIA's CUDA repository for Debian 12 (it offers: 535, 580)" in out
+
+
+def test_an_incomplete_offline_bundle_is_named_before_the_run(tmp_path):
+    """Issue 14 item 8: the bundle's completeness for the chosen flavour, from its SHA256SUMS."""
+    bundle = tmp_path / "bundle"
+    files = {
+        "images/vgpu-components-0.1.0.tar": b"image",
+        "kubeadm/kubeadm_1.36.3-1_amd64.deb": b"deb",
+        "container-toolkit/nvidia-container-toolkit-base_1.20.2-1_amd64.deb": b"deb",
+    }
+    for name, content in files.items():
+        (bundle / name).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / name).write_bytes(content)
+    sums = "".join(f"{hashlib.sha256(content).hexdigest()}  {name}\n" for name, content in files.items())
+    (bundle / "SHA256SUMS").write_text(sums)
+    out = preflight(
+        tmp_path,
+        vgpu_offline_bundle_dir=str(bundle),
+        vgpu_kubernetes_flavour="kubeadm",
+        vgpu_driver_method="none",
+    )
+    assert "offline bundle: kubeadm/ has no package for kubelet, kubectl, cri-tools, containerd, runc" in out
+    assert "offline bundle: images/kubernetes-v1.36.3.tar is missing (kubeadm imports its images from it)" in out
+    assert "container-toolkit" not in out.split("Preflight found")[1]
+
+
+def test_a_driver_from_the_mirror_on_an_air_gapped_site_is_named_before_the_run(tmp_path):
+    bundle = tmp_path / "bundle"
+    (bundle / "images").mkdir(parents=True)
+    (bundle / "images" / "vgpu-components-0.1.0.tar").write_bytes(b"image")
+    (bundle / "SHA256SUMS").write_text(f"{hashlib.sha256(b'image').hexdigest()}  images/vgpu-components-0.1.0.tar\n")
+    out = preflight(
+        tmp_path,
+        vgpu_offline_bundle_dir=str(bundle),
+        vgpu_kubernetes_flavour="none",
+        preflight_check_network=True,
+        preflight_probe_timeout=2,
+        preflight_probe_urls={"Debian": "http://127.0.0.1:9/Release"},
+    )
+    assert "vgpu_driver_method auto installs the driver from the package mirror http://127.0.0.1:9/Release" in out
+    assert "set vgpu_driver_method: offline" in out
+
+
+def test_a_kubeadm_network_manifest_missing_on_the_controller_is_named_before_the_run(tmp_path):
+    """Issue 14: the CNI for kubeadm. A manifest named by kubeadm_cni_manifest_src that is not on the
+    controller failed only after kubeadm init had built the control plane."""
+    missing = tmp_path / "flannel.yml"
+    out = preflight(tmp_path, vgpu_kubernetes_flavour="kubeadm", kubeadm_cni_manifest_src=str(missing))
+    assert "Preflight found 2 problem(s)" in out
+    assert f"kubeadm_cni_manifest_src: {missing} (the pod network of the cluster) is not on the controller" in out

@@ -4,7 +4,7 @@ Runs the role for real (ansible-playbook on localhost) with settings as an inven
 """
 
 import pytest
-from role_render import run_playbook
+from role_render import ROOT, run_playbook
 
 PLAY = """
 - hosts: localhost
@@ -49,3 +49,42 @@ def test_memory_sizes_with_suffixes_pass(tmp_path):
         expect_ok=True,
     )
     assert "failed=0" in out
+
+
+CLUSTER_PLAY = """
+- hosts: k8s_control_plane:gpu_nodes
+  gather_facts: false
+  roles:
+    - vgpu.isolation.vgpu
+"""
+
+
+def test_a_cluster_wide_setting_set_for_the_gpu_nodes_only_is_refused_once(tmp_path):
+    """Issue 14 item 1: the unit set in group_vars/gpu_nodes leaves the control plane, which renders
+    the components' ConfigMap, on the default; the run stops before anything changes."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu_nodes.yml").write_text("vgpu_memory_unit_mib: 200\n")
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  vars:\n    ansible_connection: local\n  children:\n"
+        "    k8s_control_plane:\n      hosts:\n        cp: {}\n"
+        "    gpu_nodes:\n      hosts:\n        gpu-1: {}\n        gpu-2: {}\n"
+    )
+    (tmp_path / "play.yml").write_text(CLUSTER_PLAY)
+    with pytest.raises(AssertionError) as failed:
+        run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"))
+    out = str(failed.value)
+    assert "vgpu_memory_unit_mib differs between hosts (100 MiB on cp; 200 MiB on gpu-1, gpu-2)" in out
+    fatal = [line for line in out.splitlines() if line.startswith("fatal:")]
+    assert len(fatal) == 1, "reported once, not once per host"
+
+
+def test_the_example_inventory_passes_the_settings_check():
+    """inventory/example as shipped: every setting valid, the cluster-wide ones equal on every host."""
+    out = run_playbook(
+        "-i",
+        str(ROOT / "inventory" / "example"),
+        "-e",
+        "ansible_connection=local",
+        str(ROOT / "tests" / "unit" / "roles" / "vgpu" / "settings_play.yml"),
+    ).stdout
+    assert "failed=" in out and "failed=1" not in out

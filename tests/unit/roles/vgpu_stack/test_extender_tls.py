@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.vgpu.isolation.plugins.modules import vgpu_cluster_facts
 from cryptography import x509
 from role_render import run_playbook
 
@@ -139,8 +138,38 @@ def test_kube_scheduler_and_the_extender_authenticate_each_other_on_127_0_0_1(is
     assert handshake(work / "cp2", with_client_certificate=False).startswith("refused")
 
 
+HEALTH_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Ask the extender for its health as verify_cluster.yml does
+      ansible.builtin.include_role:
+        name: vgpu.isolation.vgpu_stack
+        tasks_from: extender_health.yml
+    - name: Keep the answer
+      ansible.builtin.copy:
+        content: "{{ vgpu_stack_extender_health | to_json }}"
+        dest: "{{ answer }}"
+        mode: "0644"
+"""
+
+
+def extender_health(work: Path, url: str, **extra) -> dict[str, Any]:
+    (work / "health.yml").write_text(HEALTH_PLAY)
+    answer = work / "health.json"
+    settings = {
+        "vgpu_stack_extender_url": url,
+        "answer": str(answer),
+        "ansible_python_interpreter": sys.executable,
+        **extra,
+    }
+    run_playbook("-i", "localhost,", str(work / "health.yml"), "-e", json.dumps(settings))
+    return dict(json.loads(answer.read_text()))
+
+
 def test_the_cluster_check_reaches_the_extender_with_kube_schedulers_certificate(issued):
-    """vgpu_cluster_facts (verify_cluster.yml) checks an extender that requires mutual TLS."""
+    """verify_cluster.yml (vgpu_stack's cluster_info) checks an extender that requires mutual TLS."""
     work, _first = issued
     folder = work / "cp1"
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -161,14 +190,12 @@ def test_the_cluster_check_reaches_the_extender_with_kube_schedulers_certificate
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    url = f"https://127.0.0.1:{server.server_address[1]}/healthz"
+    url = f"https://127.0.0.1:{server.server_address[1]}"
     try:
-        files = {
-            "client_cert": str(folder / "client.crt"),
-            "client_key": str(folder / "client.key"),
-            "ca_cert": str(folder / "ca.crt"),
-        }
-        assert vgpu_cluster_facts.check_extender(url, **files)["reachable"] is True
-        assert vgpu_cluster_facts.check_extender(url, ca_cert=str(folder / "ca.crt"))["reachable"] is False
+        with_certificate = extender_health(work, url, vgpu_stack_tls_dir=str(folder))
+        assert with_certificate["reachable"] is True, with_certificate
+        # Without kube-scheduler's certificate the extender refuses the handshake.
+        without = extender_health(work, url, vgpu_stack_tls_dir=str(work / "none"))
+        assert without["reachable"] is False and without["error"], without
     finally:
         server.shutdown()

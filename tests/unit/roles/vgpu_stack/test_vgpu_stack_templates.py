@@ -368,6 +368,27 @@ def test_node_labels_mark_gpu_nodes_and_their_mps_setting(rendered):
     assert nodes["gpu-2"]["annotations"]["acme.dev/unit-mib"] == "256"
 
 
+def test_the_sample_pod_asks_its_quota_in_whole_units_of_the_prefix(tmp_path):
+    """verify_cluster.yml's sample: 3 GiB at 256 MiB per unit is 12 units of acme.dev/gpu-memory."""
+    settings = {"vgpu_resource_prefix": "acme.dev", "vgpu_memory_unit_mib": "256MiB", "vgpu_sample_app_quota": "3GiB"}
+    (pod,) = render(tmp_path, settings)["sample-pod.yaml"]
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"] == {"acme.dev/gpu-memory": "12"}
+    assert container["command"][2].startswith("/opt/vgpu/vgpu-memory-usage 1200 ")
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_the_sample_prints_libvgpus_own_report_for_nodes_without_nvidia_smi(tmp_path):
+    """A node whose runtime gives containers no nvidia-smi (the e2e node's fake driver) still shows the
+    quota: the sample prints libvgpu's report (manage --stats), which the sample_memory filter reads."""
+    (pod,) = render(tmp_path, {"vgpu_install_prefix": "/srv/vgpu"})["sample-pod.yaml"]
+    command = pod["spec"]["containers"][0]["command"][2]
+    assert "nvidia-smi" in command and "/srv/vgpu/manage --stats" in command
+    # verify_cluster.yml runs the role's sample as it is (no command of its own without the report).
+    verify = yaml.safe_load((ROOT / "playbooks" / "verify_cluster.yml").read_text())
+    assert "vgpu_stack_sample_command" not in yaml.safe_dump(verify)
+
+
 def test_role_version_matches_galaxy():
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())

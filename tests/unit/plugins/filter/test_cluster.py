@@ -1,0 +1,115 @@
+"""The cluster views (plugins/filter/cluster.py) over objects as kubernetes.core.k8s_info returns them.
+
+Pure functions: no API server. roles/vgpu_stack's cluster_info entry point feeds them from a real
+one in tests/k8s and on the e2e node.
+"""
+
+from ansible_collections.vgpu.isolation.plugins.filter.cluster import (
+    FilterModule,
+    cluster_health,
+    gpu_memory_holders,
+    mps_label_changes,
+    sample_memory,
+)
+
+
+def node(name, control_plane=False, mps=False, units=0):
+    labels = {"vgpu.io/gpu-node": "true", "vgpu.io/mps": "true" if mps else "false"}
+    if control_plane:
+        labels["node-role.kubernetes.io/control-plane"] = "true"
+    status = {"capacity": {"vgpu.io/gpu-memory": str(units)}, "allocatable": {"vgpu.io/gpu-memory": str(units)}}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "status": status}
+
+
+def pod(component, node_name, running=True):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{component}-{node_name}",
+            "namespace": "kube-system",
+            "labels": {"app.kubernetes.io/name": component, "app.kubernetes.io/part-of": "vgpu-isolation"},
+        },
+        "spec": {"nodeName": node_name},
+        "status": {"phase": "Running" if running else "Pending", "containerStatuses": [{"ready": running}]},
+    }
+
+
+def healthy():
+    nodes = [node("edge", control_plane=True, units=240), node("gpu-2", mps=True, units=480)]
+    pods = [pod(c, "edge") for c in ("nvidia-shared-device-plugin", "cgpu-monitor", "gpushare-scheduler-extender")]
+    pods += [pod(c, "gpu-2") for c in ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps")]
+    return nodes, pods
+
+
+def test_a_healthy_single_node_edge_plus_an_mps_worker_reports_no_problem():
+    nodes, pods = healthy()
+    result = cluster_health(nodes, pods, ["edge", "gpu-2"])
+    assert result["problems"] == []
+    assert result["components"]["nvidia-mps"] == {"expected": 1, "running": 1, "nodes": {"gpu-2": "Running"}}
+    assert result["components"]["gpushare-scheduler-extender"]["expected"] == 1
+    assert [(n["name"], n["allocatable_mib"]) for n in result["nodes"]] == [("edge", 24000), ("gpu-2", 48000)]
+
+
+def test_without_names_the_labelled_nodes_are_the_gpu_nodes():
+    nodes, pods = healthy()
+    assert cluster_health(nodes, pods)["gpu_nodes"] == ["edge", "gpu-2"]
+    assert cluster_health([], [])["problems"] == ["no GPU node: none named and none labelled vgpu.io/gpu-node=true"]
+
+
+def test_a_pending_monitor_a_silent_node_and_a_missing_node_are_each_reported():
+    nodes, pods = healthy()
+    nodes[1] = node("gpu-2", mps=True, units=0)
+    pods = [p for p in pods if p["metadata"]["name"] != "cgpu-monitor-gpu-2"] + [pod("cgpu-monitor", "gpu-2", False)]
+    assert cluster_health(nodes, pods, ["edge", "gpu-2", "gpu-3"])["problems"] == [
+        "GPU node gpu-3 is not registered in the cluster",
+        "cgpu-monitor is not running on gpu-2 (Pending)",
+        "GPU node gpu-2 advertises no vgpu.io/gpu-memory",
+    ]
+
+
+def workload(name, *, phase="Running", units="30", node_name="edge", prefix="vgpu.io", where="limits"):
+    container = {"name": "c", "resources": {where: {f"{prefix}/gpu-memory": units}}}
+    return {
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"nodeName": node_name, "containers": [container, {"name": "sidecar"}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_the_pods_that_hold_gpu_memory_are_named_with_their_units():
+    pods = [
+        workload("a"),
+        workload("b", phase="Pending", where="requests"),
+        workload("done", phase="Succeeded"),
+        workload("failed", phase="Failed"),
+        workload("unplaced", node_name=None),
+        workload("other-prefix", prefix="acme.dev"),
+        {"metadata": {"name": "plain", "namespace": "x"}, "spec": {"nodeName": "edge", "containers": [{}]}},
+    ]
+    assert gpu_memory_holders(pods) == ["team-a/a on edge (30 units)", "team-a/b on edge (30 units)"]
+
+
+def test_only_nodes_whose_mps_label_is_set_and_differs_restart_their_device_plugin():
+    nodes = [node("on-now", mps=False), node("same", mps=True), node("new", mps=False), node("not-gpu")]
+    del nodes[2]["metadata"]["labels"]["vgpu.io/mps"]
+    wanted = [{"name": "on-now", "mps": True}, {"name": "same", "mps": True}, {"name": "new", "mps": True}]
+    assert mps_label_changes(nodes, wanted) == ["on-now"]
+
+
+def test_the_sample_reads_nvidia_smi_or_libvgpus_own_report():
+    smi = "|  0  NVIDIA A10   On | 00000000:00:1E.0 Off |  1200MiB /  3000MiB |  0%  Default |"
+    assert sample_memory(smi) == {"used_mib": 1200, "total_mib": 3000}
+    stats = "device 0 GPU-1: quota 3000 MiB, used 1200.0 MiB, contexts 0.0 MiB, peak memory 1200.0 MiB"
+    assert sample_memory(stats) == {"used_mib": 1200, "total_mib": 3000}
+    failed = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    assert sample_memory(failed) == {"used_mib": None, "total_mib": None}
+
+
+def test_the_plugin_exposes_the_filters():
+    assert set(FilterModule().filters()) == {
+        "cluster_health",
+        "gpu_memory_holders",
+        "mps_label_changes",
+        "sample_memory",
+    }
