@@ -25,13 +25,16 @@ IMAGE = "localhost/vgpu-components:0.1.0"
 T = TypeVar("T")
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
-    """Run kubectl on the node with the cluster's admin kubeconfig; stdout, or CalledProcessError."""
+def kubectl(
+    *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120, stderr: bool = False
+) -> str:
+    """Run kubectl on the node with the cluster's admin kubeconfig; stdout (and stderr when asked), or
+    CalledProcessError."""
     cmd = ["docker", "exec", "-i", NODE, "kubectl", "--kubeconfig", "/etc/kubernetes/admin.conf", *args]
     result = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
     if check and result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, cmd, result.stdout, result.stderr)
-    return result.stdout
+    return result.stdout + (result.stderr if stderr else "")
 
 
 def get(kind: str, name: str = "", namespace: str = "") -> Any:

@@ -17,7 +17,9 @@ inventory=$here/inventory.yml
 export VGPU_E2E_BUNDLE=${VGPU_E2E_BUNDLE:-$root/build/bundle}
 export VGPU_FAKE_DRIVER_DIR=${VGPU_FAKE_DRIVER_DIR:-$root/files/libvgpu/build/rel/fake}
 # kubelet 1.35+ refuses cgroup v1 unless told (kubeadm_allow_cgroup_v1).
-export VGPU_E2E_CGROUP_V1=$([[ -f /sys/fs/cgroup/cgroup.controllers ]] && echo false || echo true)
+VGPU_E2E_CGROUP_V1=true
+[[ ! -f /sys/fs/cgroup/cgroup.controllers ]] || VGPU_E2E_CGROUP_V1=false
+export VGPU_E2E_CGROUP_V1
 export ANSIBLE_FORCE_COLOR=0
 NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
 mkdir -p "$state"

@@ -158,3 +158,27 @@ def test_a_pod_larger_than_any_gpu_stays_pending_with_the_extenders_reason(names
     assert node.get("pod", "too-large", namespace)["status"]["phase"] == "Pending"
     # The extender's reason: the size asked and the largest free GPU (12200 MiB: 122 units of 100).
     assert re.search(r"13000 MiB.*largest free 12200 MiB", message), message
+
+
+def test_a_pod_that_bypasses_libvgpu_is_evicted_by_the_monitor(namespace: str) -> None:
+    """Issue 12's ground truth on a real cluster: a container that loads the driver itself instead of
+    libvgpu (LD_LIBRARY_PATH unset) and takes 3000 MiB under a 1000 MiB quota is seen by cgpu-monitor
+    through NVML (the fake driver reports each process's memory, as the real one does), reported
+    with an Event on the pod and evicted after the grace period (vgpu_enforcement: evict, 30 s)."""
+    bypass = ["/usr/bin/env", "-u", "LD_LIBRARY_PATH", "/opt/vgpu/vgpu-memory-usage", "3000", "600"]
+    node.apply(namespace, node.gpu_pod("bypass", 10, bypass))
+
+    def over_quota_event() -> str | None:
+        for event in node.get("events", namespace=namespace)["items"]:
+            if event["reason"] == "GPUMemoryOverQuota" and event["involvedObject"]["name"] == "bypass":
+                return str(event["message"])
+        return None
+
+    message = node.wait_for("the monitor's GPUMemoryOverQuota Event on the bypass pod", over_quota_event, 180)
+    assert "evicting the pod" in message, message
+    # The Eviction API deletes the pod (gracefully): it goes away.
+    node.wait_for(
+        "the bypass pod to be evicted",
+        lambda: "NotFound" in node.kubectl("get", "pod", "bypass", "-n", namespace, check=False, stderr=True),
+        timeout=120,
+    )

@@ -96,7 +96,7 @@ class TlsStream:
         self._flush()
 
     def _flush(self) -> None:
-        if self._outgoing.pending:
+        if self._outgoing.pending > 0:
             self._raw_writer.write(self._outgoing.read())
 
     async def _decrypt_more(self) -> None:

@@ -116,14 +116,10 @@ def test_kubeadm_gets_the_nvidia_runtime_class_and_k3s_keeps_its_own(rendered):
     assert objects(rendered, "kubeadm-custom", "RuntimeClass") == [], "no RuntimeClass when nvidia is the default"
 
 
-def rules_of(rendered, account):
+def rules_of(rendered, account, case="k3s-defaults"):
     """All RBAC rules bound to a service account, as (namespace or '*', group, resource, verb) tuples."""
-    bindings = objects(rendered, "k3s-defaults", "ClusterRoleBinding") + objects(
-        rendered, "k3s-defaults", "RoleBinding"
-    )
-    roles = {
-        (d["kind"], d["metadata"]["name"]): d for d in objects(rendered, "k3s-defaults") if d["kind"].endswith("Role")
-    }
+    bindings = objects(rendered, case, "ClusterRoleBinding") + objects(rendered, case, "RoleBinding")
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in objects(rendered, case) if d["kind"].endswith("Role")}
     granted = set()
     for binding in bindings:
         if {"kind": "ServiceAccount", "name": account, "namespace": "kube-system"} not in binding["subjects"]:
@@ -170,13 +166,29 @@ def test_extender_reads_nodes_and_pods_and_binds_but_patches_nothing(rendered):
     )
 
 
-def test_monitor_and_mps_have_no_api_access_and_no_token(rendered):
+def test_mps_has_no_api_access_and_no_token(rendered):
     accounts = by_name(rendered, "k3s-defaults", "ServiceAccount")
     daemonsets = by_name(rendered, "k3s-defaults", "DaemonSet")
-    for name in ("cgpu-monitor", "nvidia-mps"):
-        assert rules_of(rendered, name) == set()
-        assert accounts[name]["automountServiceAccountToken"] is False
-        assert daemonsets[name]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert rules_of(rendered, "nvidia-mps") == set()
+    assert accounts["nvidia-mps"]["automountServiceAccountToken"] is False
+    assert daemonsets["nvidia-mps"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_the_monitor_gets_what_its_enforcement_needs_and_no_more(rendered, tmp_path):
+    """Found by review of helper 2's ground truth against the role: without the host's PIDs, a token and
+    these rules the monitor measured real GPU memory but could tie it to no pod, so nothing was
+    reported or evicted on a real cluster (files/components/src/vgpu_components/enforcement.py)."""
+    read = {("*", "", "pods", verb) for verb in ("get", "list")}
+    post = {("*", "", "events", "create")}
+    assert rules_of(rendered, "cgpu-monitor") == read | post | {("*", "", "pods/eviction", "create")}
+    monitor = by_name(rendered, "k3s-defaults", "DaemonSet")["cgpu-monitor"]["spec"]["template"]["spec"]
+    assert monitor["hostPID"] is True
+    assert monitor.get("automountServiceAccountToken", True) is True
+    account = by_name(rendered, "k3s-defaults", "ServiceAccount")["cgpu-monitor"]
+    assert account["automountServiceAccountToken"] is True
+    # Reporting only: no eviction right.
+    report = {"report": render(tmp_path, {"vgpu_kubernetes_flavour": "k3s", "vgpu_enforcement": "report"})}
+    assert rules_of(report, "cgpu-monitor", "report") == read | post
 
 
 # Issue 12 finding 8: who runs as root and why is stated in the template next to the setting.
