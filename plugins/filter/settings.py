@@ -188,6 +188,26 @@ def range_problems(settings):
     return problems
 
 
+# The first release with every DRA feature the dra path uses on by default (DRAConsumableCapacity
+# and DRAPartitionableDevices beta in 1.36; resource.k8s.io/v1 is GA since 1.34).
+DRA_MINIMUM = (1, 36)
+_MINOR = re.compile(r"^v?(\d+)\.(\d+)\.")
+
+
+def scheduling_problems(settings):
+    if settings.get("vgpu_scheduling") != "dra":
+        return []
+    flavour = settings.get("vgpu_kubernetes_flavour")
+    name = {"k3s": "vgpu_k3s_version", "kubeadm": "vgpu_kubernetes_version"}.get(flavour)
+    match = _MINOR.match(str(settings.get(name, ""))) if name else None
+    if match is None or (int(match.group(1)), int(match.group(2))) >= DRA_MINIMUM:
+        return []  # no cluster, or a version of the wrong form (version_problems says so)
+    return [
+        "vgpu_scheduling: 'dra' needs Kubernetes %d.%d or later (GPU memory as a DRA consumable capacity, "
+        "beta and on by default from %d.%d); %s is %r" % (DRA_MINIMUM + DRA_MINIMUM + (name, settings[name]))
+    ]
+
+
 def settings_problems(settings, spec=None, given=None, prefixes=()):
     """Every problem of the settings, one message each (empty when valid).
 
@@ -200,6 +220,7 @@ def settings_problems(settings, spec=None, given=None, prefixes=()):
     problems += version_problems(settings)
     problems += memory_problems(settings)
     problems += range_problems(settings)
+    problems += scheduling_problems(settings)
     return problems
 
 

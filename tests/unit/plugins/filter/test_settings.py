@@ -145,3 +145,39 @@ def test_every_problem_is_reported_at_once():
 
 def test_the_plugin_exposes_the_filter():
     assert set(FilterModule().filters()) == {"settings_problems"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "k3s", "vgpu_k3s_version": "v1.31.4+k3s1"},
+            "vgpu_scheduling: 'dra' needs Kubernetes 1.36 or later (GPU memory as a DRA consumable capacity, "
+            "beta and on by default from 1.36); vgpu_k3s_version is 'v1.31.4+k3s1'",
+        ),
+        (
+            {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "kubeadm", "vgpu_kubernetes_version": "1.35.2"},
+            "vgpu_scheduling: 'dra' needs Kubernetes 1.36 or later (GPU memory as a DRA consumable capacity, "
+            "beta and on by default from 1.36); vgpu_kubernetes_version is '1.35.2'",
+        ),
+    ],
+)
+def test_dra_scheduling_needs_kubernetes_1_36(overrides, expected):
+    assert problems(**overrides) == [expected]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "kubeadm", "vgpu_kubernetes_version": "1.36.3"},
+        {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "k3s", "vgpu_k3s_version": "v1.36.1+k3s1"},
+        {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "none"},
+        {"vgpu_scheduling": "extender", "vgpu_kubernetes_flavour": "k3s", "vgpu_k3s_version": "v1.31.4+k3s1"},
+    ],
+)
+def test_dra_scheduling_on_a_recent_enough_cluster_is_accepted(overrides):
+    assert problems(**overrides) == []
+
+
+def test_an_unknown_scheduling_path_is_refused():
+    assert problems(vgpu_scheduling="hami") == ["vgpu_scheduling: 'hami' is not one of extender, dra"]

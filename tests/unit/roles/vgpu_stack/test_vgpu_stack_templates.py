@@ -241,6 +241,7 @@ ARCHITECTURE_KEYS = {
     "monitor",
     "mps",
     "extender",
+    "dra",
 }
 
 
