@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import config as vgpu_config
+from vgpu_components import kube
+from vgpu_components.dra_driver import DraDriver
 from vgpu_components.nvml import Gpu
 
-from tests.k8s.cluster import PREFIX, UNIT_MIB, gpu_uuid
+from tests.k8s.cluster import PREFIX, UNIT_MIB, api_client, gpu_uuid
 
 DRIVER = f"gpu.{PREFIX}"
 RESOURCE_API = "resource.k8s.io/v1"
@@ -37,6 +39,17 @@ def driver_config(state_dir: Path) -> dict[str, Any]:
 def node_gpus(node: str, gpus_mib: Iterable[int]) -> list[Gpu]:
     """The GPUs of a simulated node as NVML would report them (the UUIDs of cluster.gpus_annotation)."""
     return [Gpu(uuid=gpu_uuid(node, i), index=i, total_mib=mib, name="Simulated 12G") for i, mib in enumerate(gpus_mib)]
+
+
+def dra_api() -> kube.DraApi:
+    """The driver's view of the local control plane (tests/k8s), with the admin identity."""
+    return kube.KubeDraApi(api_client())
+
+
+def publish_slice(api: kube.DraApi, node: str, gpus_mib: Iterable[int], state_dir: Path) -> bool:
+    """Publish a simulated node's ResourceSlice as its driver's publisher would; True when written."""
+    driver = DraDriver(driver_config(state_dir), node_gpus(node, gpus_mib), node, api=api)
+    return driver.publish_slice()
 
 
 def device_class_body() -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 from fakes import FakeDraKubelet
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from vgpu_components import dra, kube
+from vgpu_components import dra
 from vgpu_components.dra_driver import DraDriver
 
 from tests.k8s import cluster, dra_objects
@@ -56,17 +56,16 @@ def dra_nodes(core: Any, gpu_nodes: cluster.NodeFactory) -> Iterator[Any]:
     """make(count) -> (selector, node names): Ready kwok nodes with our driver's ResourceSlice each.
     The slices are owned by their nodes: deleting a node deletes its slice."""
     folder = tempfile.TemporaryDirectory(prefix="vgpu-dra")
-    api = kube.KubeDraApi(cluster.api_client())
+    api = dra_objects.dra_api()
 
     def make(count: int) -> tuple[dict[str, str], list[str]]:
         selector = gpu_nodes(count, GPUS_MIB)
         label = ",".join(f"{k}={v}" for k, v in selector.items())
         names = sorted(n.metadata.name for n in core.list_node(label_selector=label).items)
         for name in names:
-            gpus = dra_objects.node_gpus(name, GPUS_MIB)
-            driver = DraDriver(dra_objects.driver_config(Path(folder.name)), gpus, name, api=api)
-            assert driver.publish_slice() is True
-            assert driver.publish_slice() is False, "an unchanged slice was written again"
+            assert dra_objects.publish_slice(api, name, GPUS_MIB, Path(folder.name)) is True
+            written = dra_objects.publish_slice(api, name, GPUS_MIB, Path(folder.name))
+            assert written is False, "an unchanged slice was written again"
         return selector, names
 
     yield make
@@ -131,7 +130,7 @@ def test_reference_binpack_with_claims(
     # The driver's kubelet side: prepared through its gRPC service, from the claims as allocated.
     cfg = dra_objects.driver_config(tmp_path)
     kubelet = FakeDraKubelet(Path(cfg["dra"]["registry_dir"])).start()
-    driver = DraDriver(cfg, dra_objects.node_gpus(node, GPUS_MIB), node, api=kube.KubeDraApi(cluster.api_client()))
+    driver = DraDriver(cfg, dra_objects.node_gpus(node, GPUS_MIB), node, api=dra_objects.dra_api())
     driver.start()
     try:
         assert kubelet.registered.wait(5)
