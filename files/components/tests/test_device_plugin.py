@@ -155,14 +155,17 @@ def test_allocate_refuses_bad_device_sets_with_a_reason(node: PluginNode, device
     assert message in err.value.details()
 
 
-def test_mps_adds_env_and_pipe_mount(short_tmp: Path) -> None:
+def test_mps_adds_env_and_a_read_only_pipe_mount(short_tmp: Path) -> None:
+    """A tenant gets the MPS pipe folder read-only: it cannot plant files where the daemon and the
+    other tenants look (clients only connect to its sockets; tests/gpu/mps_readonly_pipe.sh showed on
+    the H200 that an MPS client runs with the folder read-only)."""
     n = PluginNode(short_tmp, mps_enabled=True, mps_active_thread_percentage=50)
     try:
         got = allocate(n, [f"{KEY0}-0"]).container_responses[0]
         assert got.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia/mps"
         assert got.envs["CUDA_MPS_LOG_DIRECTORY"] == "/run/nvidia/mps/log"
         assert got.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-        assert ("/run/nvidia/mps", "/run/nvidia/mps", False) in {
+        assert ("/run/nvidia/mps", "/run/nvidia/mps", True) in {
             (m.container_path, m.host_path, m.read_only) for m in got.mounts
         }
         assert got.envs["VGPU_MEMORY_LIMIT"] == "100MiB"

@@ -71,7 +71,7 @@ int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *er
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *colon = strchr(item, ':');
         char *end = NULL;
-        long idx = colon ? strtol(item, &end, 10) : -1;
+        long long idx = colon ? vgpu_decimal(item, &end) : -1;
         uint64_t b;
         if (!colon || end != colon || idx < 0 || idx >= VGPU_MAX_DEVICES || !isdigit((unsigned char)item[0])
             || vgpu_parse_size(colon + 1, &b) != 0) {
@@ -81,7 +81,7 @@ int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *er
             return -1;
         }
         if (out[idx]) {
-            snprintf(err, errlen, "memory limit \"%s\" names device %ld twice", text, idx);
+            snprintf(err, errlen, "memory limit \"%s\" names device %lld twice", text, idx);
             return -1;
         }
         out[idx] = b;

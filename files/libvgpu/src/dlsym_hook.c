@@ -11,7 +11,7 @@
 #undef dlsym
 VGPU_HIDDEN void *vgpu_real_dlsym_fn;
 
-static void resolve(void)
+VGPU_EARLY static void resolve(void)
 {
     if (vgpu_real_dlsym_fn)
         return;
@@ -28,13 +28,13 @@ __attribute__((constructor(101))) static void dlsym_init(void)
     resolve();
 }
 
-VGPU_HIDDEN void *vgpu_real_dlsym(void *handle, const char *name)
+VGPU_HIDDEN VGPU_EARLY void *vgpu_real_dlsym(void *handle, const char *name)
 {
     resolve();
     return ((void *(*)(void *, const char *))vgpu_real_dlsym_fn)(handle, name);
 }
 
-VGPU_HIDDEN void *vgpu_dlsym_c(void *handle, const char *name)
+VGPU_HIDDEN VGPU_EARLY void *vgpu_dlsym_c(void *handle, const char *name)
 {
     void *p = vgpu_real_dlsym(handle, name);
     if (!p || !name)

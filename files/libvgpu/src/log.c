@@ -11,7 +11,7 @@ static int log_level(void)
     static int level = -1;
     if (level < 0) {
         const char *v = getenv("VGPU_LOG_LEVEL");
-        level = (v && *v >= '0' && *v <= '9') ? atoi(v) : VGPU_WARN;
+        level = (v && *v >= '0' && *v <= '9') ? (int)vgpu_decimal(v, NULL) : VGPU_WARN;
     }
     return level;
 }

@@ -228,7 +228,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--region") == 0 && i + 1 < argc)
             path = argv[++i];
         else if (strcmp(argv[i], "--hold-lock") == 0 && i + 1 < argc)
-            hold = atoi(argv[++i]);
+            hold = (int)vgpu_decimal(argv[++i], NULL);
         else
             usage();
     }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "abi.h"
+#include "vgpu.h"
 
 typedef CUresult (*init_t)(unsigned);
 typedef CUresult (*dev_get_t)(CUdevice *, int);
@@ -32,12 +33,12 @@ static void *sym(void *h, const char *name)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || atol(argv[1]) <= 0) {
+    if (argc < 2 || vgpu_decimal(argv[1], NULL) <= 0) {
         fprintf(stderr, "usage: vgpu-memory-usage MIB [SECONDS]\n");
         return 1;
     }
-    size_t mib = (size_t)atol(argv[1]);
-    int hold = argc > 2 ? atoi(argv[2]) : 0;
+    size_t mib = (size_t)vgpu_decimal(argv[1], NULL);
+    int hold = argc > 2 ? (int)vgpu_decimal(argv[2], NULL) : 0;
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) {
         fprintf(stderr, "vgpu-memory-usage: %s\n", dlerror());

@@ -164,14 +164,14 @@ static int cuda_ordinal(nvmlDevice_t device, const struct vgpu_region_header *h)
     int pos = 0;
     for (const char *p = cvd; *p; pos++) {
         char *end;
-        long v = strtol(p, &end, 10);
+        long long v = vgpu_decimal(p, &end);
         if (end == p) {
             /* a UUID list: match by text */
             size_t n = strcspn(p, ",");
             if (uuid[0] && n >= 8 && strncmp(p, uuid, n) == 0)
                 return pos < VGPU_MAX_DEVICES ? pos : -1;
             end = (char *)p + n;
-        } else if (v == (long)idx) {
+        } else if (v == (long long)idx) {
             return pos < VGPU_MAX_DEVICES ? pos : -1;
         }
         p = *end == ',' ? end + 1 : end;

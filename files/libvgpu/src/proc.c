@@ -31,5 +31,5 @@ uint64_t vgpu_proc_start_time(int pid)
         if (*p++ == ' ')
             field++;
     }
-    return strtoull(p, NULL, 10);
+    return (unsigned long long)vgpu_decimal(p, NULL);
 }

@@ -2,10 +2,14 @@
 #ifndef VGPU_H
 #define VGPU_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define VGPU_HIDDEN __attribute__((visibility("hidden")))
+/* For code that runs before a sanitizer runtime has set itself up: ASan resolves its interceptors
+ * through dlsym while it initialises, so our dlsym hook runs before ASan's shadow memory exists. */
+#define VGPU_EARLY __attribute__((no_sanitize("address", "undefined")))
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define VGPU_MAX_DEVICES 16
 #define VGPU_MIB (1024ULL * 1024ULL)
@@ -17,6 +21,35 @@
 #endif
 #define VGPU_QUOTA_FILE VGPU_CONTRACT_ROOT "/etc/vgpu/quota.conf" /* the device plugin's, read-only */
 #define VGPU_CONTRACT_REGION_DIR VGPU_CONTRACT_ROOT "/var/run/vgpu"
+
+/* ---- numbers ---- */
+/* A decimal integer as the C library's strtol with base 10 reads it: blanks, an optional sign,
+ * digits; *end (when given) is set after the last digit, or to text when there is none; saturates
+ * rather than overflows. Not strtol or atoi themselves: built against glibc 2.38 or later they bind
+ * to GLIBC_2.38 symbols, and containers with an older C library could not load libvgpu
+ * (tests/check-glibc.sh). */
+static inline long long vgpu_decimal(const char *text, char **end)
+{
+    const char *p = text;
+    while (*p == ' ' || (*p >= '\t' && *p <= '\r'))
+        p++;
+    int negative = *p == '-';
+    if (*p == '+' || *p == '-')
+        p++;
+    if (*p < '0' || *p > '9') {
+        if (end)
+            *end = (char *)(uintptr_t)text;
+        return 0;
+    }
+    unsigned long long value = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        value = value > (ULLONG_MAX - 9) / 10 ? ULLONG_MAX : value * 10 + (unsigned)(*p - '0');
+    if (end)
+        *end = (char *)(uintptr_t)p;
+    if (value > (unsigned long long)LLONG_MAX)
+        return negative ? LLONG_MIN : LLONG_MAX;
+    return negative ? -(long long)value : (long long)value;
+}
 
 /* ---- configuration (config.c) ---- */
 struct vgpu_config {

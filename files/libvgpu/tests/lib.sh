@@ -11,9 +11,10 @@ MANAGE=$B/manage
 FAKE=$B/fake/libcuda.so.1
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 
-pass() { echo "PASS [$V] $1" | tee -a "$RESULTS"; }
+# Builtins only: a verdict must be recorded even when an external tool cannot run.
+pass() { echo "PASS [$V] $1"; echo "PASS [$V] $1" >>"$RESULTS"; }
 fail() {
-    echo "FAIL [$V] $1" | tee -a "$RESULTS"
+    echo "FAIL [$V] $1"; echo "FAIL [$V] $1" >>"$RESULTS"
     echo "---- output:"; sed 's/^/    /' "$OUT" | head -40
     echo "---- stderr:"; sed 's/^/    /' "$ERR" | head -40
 }
@@ -22,7 +23,7 @@ fail() {
 fresh() {
     R=$(mktemp -d "$WORK/region.XXXX")
     OUT=$R/out ERR=$R/err
-    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT LD_PRELOAD
+    unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT LD_PRELOAD PRELOAD
     export VGPU_CONTEXT_RESERVE=0  # round numbers; the context charge has its own tests
     export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
     export VGPU_CONFIG_FILE=""
@@ -33,7 +34,14 @@ fresh() {
     export VGPU_MEMORY_LIMIT=${1:-100MiB}
 }
 # run: the client's steps; output in $OUT, stderr in $ERR; sanitizer reports fail the test.
-run() { timeout 60 "$CLIENT" "$@" >"$OUT" 2>"$ERR"; }
+# PRELOAD goes to the client only: exported, it would reach grep and sed too, and an ASan-built
+# library preloaded into them crashes them. ASan's runtime must be the first library a process
+# loads, so the sanitizer build preloads it ahead of libvgpu.
+run() {
+    local preload=${PRELOAD:-}
+    if [[ -n $preload && $V == *asan* ]]; then preload="$(${CC:-cc} -print-file-name=libasan.so) $preload"; fi
+    timeout 60 env ${preload:+LD_PRELOAD="$preload"} "$CLIENT" "$@" >"$OUT" 2>"$ERR"
+}
 sanitizer_clean() { ! grep -qE 'AddressSanitizer|runtime error:|LeakSanitizer' "$ERR"; }
 expect() { # name, grep patterns that must all be in $OUT
     local name=$1; shift

@@ -94,12 +94,12 @@ expect "a listed function the driver lacks answers CUDA_ERROR_NOT_SUPPORTED" "mi
 expect "frees of untracked pointers go to the driver untouched" "rawfree alloc=0 free=0 bogus=1"
 
 fresh 100MiB
-export LD_PRELOAD=$B/libvgpu.so LD_LIBRARY_PATH=$B/fake ASAN_OPTIONS=$ASAN_OPTIONS:verify_asan_link_order=0
+PRELOAD=$B/libvgpu.so
+export LD_LIBRARY_PATH=$B/fake
 run init alloc:60 alloc:60 alloc:30:gpa2 info nvml
 expect "LD_PRELOAD=libvgpu.so: dlsym of the real driver returns the hooks" "alloc 60 v2 rc=0" "alloc 60 v2 rc=2" \
     "alloc 30 gpa2 rc=0" "info rc=0 free=10 total=100" "nvml rc=0 total=100 used=90"
-unset LD_PRELOAD
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+unset PRELOAD
 
 fresh 100MiB
 export GPU_COMPUTE_AUDIT=1

@@ -38,6 +38,10 @@ sign apiserver "/CN=kube-apiserver" \
 sign admin "/O=system:masters/CN=vgpu-e2e-admin" "$client"
 sign controller-manager "/CN=system:kube-controller-manager" "$client"
 sign scheduler "/CN=system:kube-scheduler" "$client"
+# A real kubelet's client certificate (tests/gpu/kubelet), in the group the Node authorizer knows.
+if [[ -n "${VGPU_K8S_NODE_NAME:-}" ]]; then
+    sign kubelet "/O=system:nodes/CN=system:node:$VGPU_K8S_NODE_NAME" "$client"
+fi
 
 new_ca extender-ca vgpu-e2e-extender-ca
 sign extender "/CN=gpushare-scheduler-extender" \

@@ -87,6 +87,28 @@ wait_until() {
     die "$name not ready after $timeout s (log: $STATE_DIR/logs/$name.log)"
 }
 
+# write_kubeconfig <name> <cert name>: $STATE_DIR/<name>.kubeconfig for the identity of $PKI/<cert name>.crt.
+write_kubeconfig() {
+    cat >"$STATE_DIR/$1.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: vgpu-e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: vgpu-e2e
+  context: {cluster: vgpu-e2e, user: $2}
+current-context: vgpu-e2e
+KC
+}
+
 # An authenticated GET against the API server with the admin certificate.
 api_get() {
     curl -sf --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \

@@ -18,30 +18,9 @@ fi
 rm -rf "$STATE_DIR" && mkdir -p "$STATE_DIR/logs" "$STATE_DIR/pids"
 "$K8S_DIR/scripts/gen-certs.sh"
 
-# kubeconfig <name> <cert name>
-kubeconfig() {
-    cat >"$STATE_DIR/$1.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters:
-- name: vgpu-e2e
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $PKI/ca.crt
-users:
-- name: $2
-  user:
-    client-certificate: $PKI/$2.crt
-    client-key: $PKI/$2.key
-contexts:
-- name: vgpu-e2e
-  context: {cluster: vgpu-e2e, user: $2}
-current-context: vgpu-e2e
-KC
-}
-kubeconfig admin admin
-kubeconfig controller-manager controller-manager
-kubeconfig scheduler scheduler
+write_kubeconfig admin admin
+write_kubeconfig controller-manager controller-manager
+write_kubeconfig scheduler scheduler
 # The extender and kwok act with the admin identity here; the least-privilege RBAC of the
 # stack's service accounts is tested on its own (test_stack.py).
 cp "$STATE_DIR/admin.kubeconfig" "$STATE_DIR/extender.kubeconfig"

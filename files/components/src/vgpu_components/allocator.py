@@ -204,8 +204,9 @@ def container_contract(gpu: Gpu, units: int, unit_mib: int, aid: str, cfg: Mappi
         envs["CUDA_MPS_PIPE_DIRECTORY"] = mps["pipe_dir"]
         envs["CUDA_MPS_LOG_DIRECTORY"] = mps["log_dir"]
         envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(plugin["mps_active_thread_percentage"])
-        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out.
-        mounts.append((mps["pipe_dir"], mps["pipe_dir"], False))
+        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out. Read-only:
+        # a client only connects to the daemon's sockets (tests/gpu/mps_readonly_pipe.sh, on the H200).
+        mounts.append((mps["pipe_dir"], mps["pipe_dir"], True))
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",

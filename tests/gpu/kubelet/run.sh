@@ -1,0 +1,500 @@
+#!/usr/bin/env bash
+# The reference scenario through a real kubelet on a GPU host (issue 19):  tests/gpu/kubelet/run.sh [LOG_DIR]
+#
+# On a bare GPU host whose init is not systemd, as processes: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler (with the KubeSchedulerConfiguration the vgpu_stack role
+# renders: the extender over mutual TLS), containerd 1.6 with runc and NVIDIA's
+# nvidia-container-runtime as its default runtime, the CNI bridge, and kubelet (cgroupfs). The
+# collection configures the node with its own roles (node.yml: the kubeadm role's containerd
+# template, vgpu_interposer, nvidia_container_runtime, vgpu_stack's scheduler_config; stack.yml:
+# vgpu_stack, which imports the real component image and runs the four components as pods). Then:
+#   - a 30-unit pod running vgpu-memory-usage 1200: `nvidia-smi` in it shows 1200MiB / 3000MiB and
+#     `nvidia-smi -L` one GPU; cgpu-monitor's /metrics has its 1200 MiB under its pod and namespace;
+#   - the same with 10 units fails with CUDA_ERROR_OUT_OF_MEMORY;
+#   - PyTorch with 30 units raises torch.OutOfMemoryError on a 4 GiB tensor (the host's PyTorch,
+#     mounted into the pod from the host: a test convenience, as pod images cannot be downloaded);
+#   - playbooks/verify_cluster.yml passes;
+#   - the runtime in cdi mode with the spec of `nvidia-ctk cdi generate` gives the same pod its GPU.
+# The binaries, the images and the Python libraries come unpacked by unpack.sh into $VGPU_KUBELET_WORK
+# (default /tmp/vgpu-kubelet) from the carry folders of pack.sh. Everything is stopped at the end.
+# VGPU_KUBELET_FAKE=1 runs it without a GPU (emulate.sh): libvgpu's fake driver and a static CDI
+# spec stand in for the driver; the checks that need NVIDIA's nvidia-smi or PyTorch are skipped.
+# Writes LOG_DIR/{run.log,results.txt,playbooks.log,cluster.txt,daemons.log,host.txt}; the last
+# line is "N passed, N failed". Default LOG_DIR: $OUT, else /tmp/vgpu-kubelet-logs.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+LOG_DIR=${1:-${OUT:-/tmp/vgpu-kubelet-logs}}
+WORK=${VGPU_KUBELET_WORK:-/tmp/vgpu-kubelet}
+PAYLOAD=$WORK/payload
+FAKE=${VGPU_KUBELET_FAKE:-0}
+NODE=${VGPU_KUBELET_NODE:-vgpu-gpu-host}
+# Addresses on the loopback interface: the node's (kubelet rejects 127.0.0.0/8), and the first
+# address of the Service range, the `kubernetes` Service, where kube-apiserver listens itself.
+# No kube-proxy (it needs iptables, which the host lacks): pods reach the API server there directly.
+NODE_IP=${VGPU_KUBELET_NODE_IP:-10.250.0.1}
+SERVICE_IP=10.96.0.1
+NS=vgpu-test
+IMAGE=localhost/vgpu-components:0.1.0
+STARTED=$(date +%s)
+mkdir -p "$LOG_DIR"
+LOG=$LOG_DIR/run.log RESULTS=$LOG_DIR/results.txt PLAYS=$LOG_DIR/playbooks.log HOSTINFO=$LOG_DIR/host.txt
+: >"$LOG"
+: >"$RESULTS"
+: >"$PLAYS"
+: >"$HOSTINFO"
+
+# The harness's process helpers (tests/k8s/scripts/lib.sh), with this run's folders and ports.
+export VGPU_CACHE_DIR=$WORK/cache VGPU_K8S_STATE_DIR=$WORK/state VGPU_K8S_NODE_NAME=$NODE
+export VGPU_E2E_APISERVER_PORT=443 VGPU_E2E_ETCD_PORT=2379 VGPU_E2E_ETCD_PEER_PORT=2380 VGPU_E2E_SCHEDULER_PORT=10259
+# shellcheck source=/dev/null
+source "$ROOT/tests/k8s/scripts/lib.sh"
+export PATH=$BIN_DIR:$WORK/bin:/usr/local/nvidia/bin:$PATH KUBECONFIG=$STATE_DIR/admin.kubeconfig
+export PYTHONPATH=$PAYLOAD/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$WORK/collections ANSIBLE_NOCOLOR=1
+export ANSIBLE_LOCAL_TEMP=$WORK/ansible-tmp ANSIBLE_REMOTE_TEMP=$WORK/ansible-tmp
+export VGPU_KUBELET_STATE=$STATE_DIR VGPU_KUBELET_NODE=$NODE
+export VGPU_KUBELET_IMAGE_TARBALL=$PAYLOAD/images/vgpu-components-0.1.0.tar
+VGPU_KUBELET_RUNTIME_MODE=auto
+[[ $FAKE == 1 ]] && VGPU_KUBELET_RUNTIME_MODE=cdi
+export VGPU_KUBELET_RUNTIME_MODE
+
+passed=0 failed=0
+say() { echo "$*" | tee -a "$LOG"; }
+section() { say ""; say "==== $* ($(($(date +%s) - STARTED)) s)"; }
+pass() { echo "PASS $1" | tee -a "$RESULTS" "$LOG"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1" | tee -a "$RESULTS" "$LOG"; failed=$((failed + 1)); }
+skip() { echo "SKIP $1" | tee -a "$RESULTS" "$LOG"; }
+logrun() { echo "\$ $*" >>"$LOG"; "$@" >>"$LOG" 2>&1; }
+check() { # name, command...: PASS when the command succeeds (its output goes to the log)
+    local name=$1
+    shift
+    if logrun "$@"; then pass "$name"; else fail "$name"; fi
+}
+# stop_here <reason>: a step the rest depends on failed.
+stop_here() {
+    fail "$1"
+    say "!! stopping: the remaining checks depend on this step"
+    exit 1
+}
+k() { kubectl --request-timeout=30s "$@"; }
+# poll <seconds> <command...>: until the command succeeds.
+poll() {
+    local deadline=$(($(date +%s) + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        (($(date +%s) < deadline)) || return 1
+        sleep 2
+    done
+}
+playbook() { # name, playbook, args...: ansible-playbook through the carried ansible-core
+    local name=$1 book=$2
+    shift 2
+    say "-- ansible-playbook $book $*"
+    echo "==== $name: $book $*" >>"$PLAYS"
+    python3 "$PAYLOAD/site/bin/ansible-playbook" -i "$HERE/inventory.yml" "$book" "$@" >>"$PLAYS" 2>&1
+    local rc=$?
+    sed -n '/PLAY RECAP/,$p' "$PLAYS" | tail -n 3 | tee -a "$LOG"
+    return $rc
+}
+
+finish() {
+    local rc=$?
+    section "logs and teardown"
+    {
+        k get nodes -o wide
+        k get pods -A -o wide
+        k get events -A --sort-by=.lastTimestamp | tail -n 80
+        k describe node "$NODE" | tail -n 40
+        k describe pods -n "$NS"
+        k describe pods -n kube-system -l app.kubernetes.io/part-of=vgpu-isolation | tail -n 150
+        for pod in $(k get pods -n kube-system -o name 2>/dev/null); do
+            echo "== logs of $pod"
+            k logs -n kube-system "$pod" --all-containers --tail=60
+        done
+        ctr -n k8s.io images ls -q
+    } >"$LOG_DIR/cluster.txt" 2>&1
+    # Pods first (kubelet would restart them), then their containers, then the daemons.
+    stop_proc kubelet
+    if [[ -S /run/containerd/containerd.sock ]]; then
+        for task in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1; done
+        sleep 2
+        for task in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks delete "$task" >/dev/null 2>&1; done
+    fi
+    for name in containerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_proc "$name"; done
+    for name in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do
+        echo "==== $name (last 150 lines)"
+        tail -n 150 "$STATE_DIR/logs/$name.log" 2>/dev/null
+    done >"$LOG_DIR/daemons.log"
+    say "took $(($(date +%s) - STARTED)) s"
+    say "$passed passed, $failed failed"
+    ((rc == 0 && failed == 0)) || exit 1
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+# The device machine stops a command at 600 s: later sections are skipped after this many seconds,
+# so that the logs are written and the daemons stopped in time.
+DEADLINE=${VGPU_KUBELET_DEADLINE:-480}
+in_time() { (($(date +%s) - STARTED < DEADLINE)); }
+
+# --------------------------------------------------------------------------------- the payload
+section "payload (unpack.sh) and the host"
+for f in k8s/k8s-multicall bin/containerd bin/containerd-shim-runc-v2 bin/ctr bin/runc bin/etcd bin/nvidia-ctk \
+    bin/nvidia-container-runtime bin/nvidia-cdi-hook cni/bridge cni/host-local cni/loopback \
+    images/vgpu-components-0.1.0.tar images/pause.tar site/bin/ansible-playbook \
+    collections/ansible_collections/community/crypto/MANIFEST.json; do
+    [[ -e $PAYLOAD/$f ]] || stop_here "the payload lacks $f: run the carry calls (unpack.sh) first"
+done
+if (cd "$PAYLOAD/images" && sha256sum -c --quiet SHA256SUMS) >>"$LOG" 2>&1; then
+    pass "the component image tarball is the one pack.sh packed (sha256 $(cut -c1-16 "$PAYLOAD/images/SHA256SUMS" | head -1)...)"
+else
+    stop_here "the component image tarball differs from the one pack.sh packed"
+fi
+{
+    echo "== uname"; uname -a
+    echo "== os"; grep PRETTY /etc/os-release
+    echo "== cgroup"; stat -fc %T /sys/fs/cgroup
+    echo "== PID 1"; cat /proc/1/comm
+    echo "== python3"; command -v python3; python3 --version
+    echo "== nvidia-smi"; command -v nvidia-smi && nvidia-smi -L
+    echo "== driver libraries in the loader cache"; ldconfig -p | grep -E 'libcuda\.so|libnvidia-ml\.so'
+    echo "== LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    echo "== /usr/local/nvidia"; find /usr/local/nvidia -maxdepth 2 2>&1 | head -n 60
+    echo "== existing toolkit and runtimes"; command -v nvidia-ctk containerd runc iptables ip
+} >>"$HOSTINFO" 2>&1
+
+# ------------------------------------------------------------------------ install (no packages)
+section "install the carried binaries"
+install -m 0755 "$PAYLOAD"/bin/{containerd,containerd-shim-runc-v2,ctr} /usr/bin/
+install -m 0755 "$PAYLOAD/bin/runc" /usr/sbin/runc
+install -m 0755 "$PAYLOAD"/bin/{nvidia-ctk,nvidia-container-runtime,nvidia-cdi-hook} /usr/bin/
+install -d /usr/lib/cni "$BIN_DIR" "$WORK/bin" "$WORK/collections/ansible_collections/vgpu"
+install -m 0755 "$PAYLOAD"/cni/* /usr/lib/cni/
+install -m 0755 "$PAYLOAD/bin/etcd" "$WORK/bin/"
+install -m 0755 "$PAYLOAD/k8s/k8s-multicall" "$BIN_DIR/"
+for name in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do ln -sf k8s-multicall "$BIN_DIR/$name"; done
+ln -sfn "$ROOT" "$WORK/collections/ansible_collections/vgpu/isolation"
+ln -sfn "$PAYLOAD/collections/ansible_collections/community" "$WORK/collections/ansible_collections/community"
+# Hosts without curl or the openssl command: the Python stand-ins (VGPU_KUBELET_PYTHON_TOOLS=1 forces
+# them, as emulate.sh does, so that they are tried before a GPU host needs them).
+python_tools=${VGPU_KUBELET_PYTHON_TOOLS:-0}
+if [[ $python_tools == 1 ]] || ! command -v curl >/dev/null; then
+    printf '#!/bin/sh\nexec python3 %s "$@"\n' "$HERE/httpget.py" >"$WORK/bin/curl"
+    chmod 0755 "$WORK/bin/curl"
+    say "curl: the Python stand-in (httpget.py)"
+fi
+# What the toolkit package's postinst does (files/bundle/package-debs.sh): the default configuration.
+logrun nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place
+check "the carried binaries run here (containerd, runc with this host's libseccomp, nvidia-ctk, kubelet, etcd)" \
+    sh -c 'containerd --version && runc --version && nvidia-ctk --version && kubelet --version && etcd --version'
+
+if [[ $FAKE == 1 ]]; then
+    section "fake GPU driver (emulation)"
+    logrun make -C "$ROOT/files/libvgpu" OUT=build/emulation fake-driver || stop_here "the fake driver builds"
+    VGPU_FAKE_DRIVER_DIR=$ROOT/files/libvgpu/build/emulation/fake playbook fake-gpu "$ROOT/tests/node/fake_gpu.yml" \
+        || stop_here "tests/node/fake_gpu.yml installs the fake driver and its CDI spec"
+else
+    section "the driver"
+    # jit-cdi finds the driver's libraries through the loader cache. A driver installed in a
+    # folder of its own (here /usr/local/nvidia) is found through LD_LIBRARY_PATH by programs, not
+    # by the cache: register its folder, as a driver installation's ld.so.conf.d entry does.
+    if ! ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+        dir=""
+        for d in ${LD_LIBRARY_PATH//:/ } /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu; do
+            [[ -e $d/libcuda.so.1 ]] && { dir=$d; break; }
+        done
+        if [[ -n $dir ]]; then
+            echo "$dir" >/etc/ld.so.conf.d/000-vgpu-kubelet-nvidia-driver.conf
+            ldconfig
+            say "the driver's folder $dir was not in the loader cache: added (/etc/ld.so.conf.d)"
+        fi
+    fi
+    check "nvidia-smi lists the GPU on the host" nvidia-smi -L
+    # The issue's CDI step: a spec of the real driver, devices named by index and by UUID.
+    if logrun nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml --device-name-strategy=index \
+        --device-name-strategy=uuid && grep -q 'nvidia-smi' /etc/cdi/nvidia.yaml \
+        && grep -q "name: $(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n 1)" /etc/cdi/nvidia.yaml; then
+        pass "nvidia-ctk cdi generate writes a spec of the real driver: the GPU by UUID, nvidia-smi among its mounts"
+    else
+        fail "nvidia-ctk cdi generate writes a spec of the real driver"
+    fi
+    { echo "== /etc/cdi/nvidia.yaml"; cat /etc/cdi/nvidia.yaml; } >>"$HOSTINFO" 2>&1
+fi
+
+# -------------------------------------------------------------------------- addresses and PKI
+section "addresses and certificates"
+check "the node's and the kubernetes Service's addresses on lo" python3 "$HERE/netaddr.py" lo "$NODE_IP/32" "$SERVICE_IP/32"
+rm -rf "$STATE_DIR" && mkdir -p "$STATE_DIR/logs" "$STATE_DIR/pids"
+if [[ $python_tools == 1 ]] || ! command -v openssl >/dev/null; then
+    say "certificates: pki.py (no openssl command here, or VGPU_KUBELET_PYTHON_TOOLS=1)"
+    logrun env PKI="$PKI" python3 "$HERE/pki.py" || stop_here "certificates (pki.py)"
+else
+    logrun "$ROOT/tests/k8s/scripts/gen-certs.sh" || stop_here "certificates (tests/k8s/scripts/gen-certs.sh)"
+fi
+for identity in admin controller-manager scheduler kubelet; do write_kubeconfig "$identity" "$identity"; done
+
+# ------------------------------------------------------------------- the collection, before the daemons
+section "node.yml: containerd's template, vgpu_interposer, nvidia_container_runtime, the scheduler configuration"
+if playbook node "$HERE/node.yml"; then
+    pass "node.yml: the collection configures containerd, builds libvgpu into /opt/vgpu, sets the runtime's mode, writes the scheduler configuration"
+else
+    stop_here "node.yml (see playbooks.log)"
+fi
+logrun cat /etc/containerd/config.toml /etc/kubernetes/vgpu-scheduler-config.yaml /etc/nvidia-container-runtime/config.toml
+newest=$(objdump -T /opt/vgpu/libcuda.so.1 /opt/vgpu/libnvidia-ml.so.1 /opt/vgpu/vgpu-memory-usage 2>>"$LOG" \
+    | grep -o 'GLIBC_2\.[0-9]*' | sed 's/GLIBC_2\.//' | sort -n | tail -n 1)
+if [[ -n $newest ]] && ((newest <= 34)); then
+    pass "libvgpu built here needs nothing newer than GLIBC_2.$newest (pods may have an older C library than the host)"
+else
+    fail "libvgpu built here needs GLIBC_2.${newest:-?}: pods with an older C library cannot load it"
+fi
+
+# --------------------------------------------------------------------------------- the daemons
+section "control plane, containerd and kubelet as processes"
+start_proc etcd etcd --name vgpu-gpu --data-dir "$WORK/etcd" \
+    --listen-client-urls "http://127.0.0.1:$PORT_ETCD" --advertise-client-urls "http://127.0.0.1:$PORT_ETCD" \
+    --listen-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" \
+    --initial-cluster "vgpu-gpu=http://127.0.0.1:$PORT_ETCD_PEER" --listen-metrics-urls ""
+wait_until etcd 60 curl -sf --max-time 2 "http://127.0.0.1:$PORT_ETCD/health"
+start_proc kube-apiserver kube-apiserver --etcd-servers="http://127.0.0.1:$PORT_ETCD" \
+    --bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port="$APISERVER_PORT" \
+    --client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
+    --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC --allow-privileged=true \
+    --enable-admission-plugins=NodeRestriction --endpoint-reconciler-type=none --profiling=false
+wait_until kube-apiserver 120 api_get /readyz
+start_proc kube-controller-manager kube-controller-manager --kubeconfig="$STATE_DIR/controller-manager.kubeconfig" \
+    --leader-elect=false --secure-port=0 --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=true --profiling=false
+wait_until kube-controller-manager 60 api_get /api/v1/namespaces/default/serviceaccounts/default
+# kube-scheduler reads the role's KubeSchedulerConfiguration (clientConnection: scheduler.kubeconfig).
+start_scheduler /etc/kubernetes/vgpu-scheduler-config.yaml
+pass "etcd, kube-apiserver, kube-controller-manager and kube-scheduler (the role's configuration) run"
+
+start_proc containerd env PATH="$PATH" containerd --config /etc/containerd/config.toml
+wait_until containerd 60 ctr version
+check "the pause image is imported into containerd" ctr -n k8s.io images import "$PAYLOAD/images/pause.tar"
+cgroup_v1=$([[ -f /sys/fs/cgroup/cgroup.controllers ]] && echo false || echo true)
+cat >"$STATE_DIR/kubelet.yaml" <<KUBELET
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# No systemd here: cgroupfs, as containerd's runc (kubeadm_cgroup_driver: cgroupfs).
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+failSwapOn: false
+$([[ $cgroup_v1 == true ]] && echo "failCgroupV1: false")
+# A test host's disk may be nearly full: no evictions or image garbage collection of the
+# imported images during the run.
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+KUBELET
+start_proc kubelet kubelet --config="$STATE_DIR/kubelet.yaml" --kubeconfig="$STATE_DIR/kubelet.kubeconfig" \
+    --hostname-override="$NODE" --node-ip="$NODE_IP" --v=2
+if poll 120 sh -c "kubectl get node $NODE -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"; then
+    pass "containerd and kubelet run; node $NODE is Ready"
+else
+    stop_here "node $NODE Ready within 120 s"
+fi
+# What kubeadm init's mark-control-plane phase does (without its taint: one node runs everything);
+# the extender's DaemonSet runs on control-plane nodes only.
+check "node $NODE is labelled as a control-plane node" kubectl label node "$NODE" node-role.kubernetes.io/control-plane=
+
+# ---------------------------------------------------------------------------- the stack as pods
+section "stack.yml: vgpu_stack imports the component image and runs the components"
+if playbook stack "$HERE/stack.yml"; then
+    pass "stack.yml: vgpu_stack imports the real image and its pods run (device plugin, monitor, extender)"
+else
+    stop_here "stack.yml (see playbooks.log and cluster.txt)"
+fi
+units=$(k get node "$NODE" -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}')
+say "allocatable vgpu.io/gpu-memory on $NODE: ${units:-none}"
+if [[ ${units:-0} -ge 30 ]]; then
+    pass "the device plugin registered with kubelet: $units units of 100 MiB"
+else
+    fail "the node advertises vgpu.io/gpu-memory (got '${units:-}')"
+fi
+
+# ----------------------------------------------------------------------------------- workloads
+# gpu_pod <name> <units> <command json> [extra spec yaml]: a pod that asks for GPU memory only.
+gpu_pod() {
+    k apply -f - >>"$LOG" 2>&1 <<POD
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: app
+      image: $IMAGE
+      imagePullPolicy: Never
+      command: $3
+      resources: {limits: {vgpu.io/gpu-memory: $2}}
+${4:-}
+POD
+}
+phase() { k get pod -n "$NS" "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+finished() { [[ $(phase "$1") =~ ^(Succeeded|Failed)$ ]]; }
+
+section "the reference pod: 30 units, vgpu-memory-usage 1200"
+logrun k create namespace "$NS"
+gpu_pod ref-30 30 '["/opt/vgpu/vgpu-memory-usage", "1200", "900"]'
+if poll 120 sh -c "kubectl logs -n $NS ref-30 2>/dev/null | grep -q 'allocated 1200 MiB'"; then
+    pass "ref-30 runs and holds 1200 MiB ($(k logs -n "$NS" ref-30 | head -n 1))"
+else
+    fail "ref-30 runs and allocates 1200 MiB (phase $(phase ref-30))"
+fi
+gpu=$(k get pod -n "$NS" ref-30 -o jsonpath='{.metadata.annotations.vgpu\.io/gpu-uuid}')
+if [[ -n $gpu ]]; then
+    pass "kube-scheduler placed ref-30 through the extender (vgpu.io/gpu-uuid $gpu)"
+else
+    fail "ref-30 carries the extender's vgpu.io/gpu-uuid annotation"
+fi
+stats=$(k exec -n "$NS" ref-30 -- /opt/vgpu/manage --stats --json 2>>"$LOG")
+echo "$stats" >>"$LOG"
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1])["devices"][0]; sys.exit(not (d["limit_bytes"]>>20 == 3000 and d["used_bytes"]>>20 == 1200))' "$stats" 2>>"$LOG"; then
+    pass "manage --stats in ref-30: quota 3000 MiB, 1200 MiB used (the device plugin's quota)"
+else
+    fail "manage --stats in ref-30 shows quota 3000 MiB and 1200 MiB used"
+fi
+if [[ $FAKE == 1 ]]; then
+    skip "nvidia-smi in the pod (the fake driver has no nvidia-smi)"
+else
+    smi=$(k exec -n "$NS" ref-30 -- nvidia-smi 2>&1)
+    echo "$smi" >>"$LOG"
+    if grep -q '1200MiB / *3000MiB' <<<"$smi"; then
+        pass "kubectl exec ref-30 -- nvidia-smi shows 1200MiB / 3000MiB"
+    else
+        fail "kubectl exec ref-30 -- nvidia-smi shows 1200MiB / 3000MiB (got: $(grep -o '[0-9]*MiB / *[0-9]*MiB' <<<"$smi" | head -n 1))"
+    fi
+    listed=$(k exec -n "$NS" ref-30 -- nvidia-smi -L 2>&1)
+    echo "$listed" >>"$LOG"
+    if [[ $(grep -c '^GPU ' <<<"$listed") == 1 ]]; then
+        pass "nvidia-smi -L in ref-30 lists one GPU ($listed)"
+    else
+        fail "nvidia-smi -L in ref-30 lists one GPU (got: $listed)"
+    fi
+fi
+monitor_ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
+metrics() { curl -sf --max-time 5 "http://$monitor_ip:9395/metrics"; }
+# vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="ref-30",...} 1.2582912e+09
+metric_ok() {
+    metrics | python3 -c '
+import sys
+want = 1200 * 2**20
+for line in sys.stdin:
+    if line.startswith("vgpu_container_memory_used_bytes{") and "pod=\"ref-30\"" in line and "namespace=\"vgpu-test\"" in line:
+        print(line.strip())
+        sys.exit(0 if float(line.split()[-1]) == want else 1)
+sys.exit(1)'
+}
+if poll 60 metric_ok; then
+    pass "cgpu-monitor's /metrics: $(metric_ok | cut -c1-160)"
+else
+    metrics | grep -E '^vgpu_container' >>"$LOG"
+    fail "cgpu-monitor's /metrics shows ref-30's 1200 MiB under its pod and namespace labels"
+fi
+
+section "the same pod with 10 units"
+gpu_pod ref-10 10 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
+poll 120 finished ref-10
+log10=$(k logs -n "$NS" ref-10 2>&1)
+echo "$log10" >>"$LOG"
+if [[ $(phase ref-10) == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$log10"; then
+    pass "ref-10 fails with CUDA_ERROR_OUT_OF_MEMORY ($(grep -m1 CUDA_ERROR_OUT_OF_MEMORY <<<"$log10"))"
+else
+    fail "ref-10 fails with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase ref-10))"
+fi
+
+section "PyTorch with 30 units, a 4 GiB tensor"
+if [[ $FAKE == 1 ]]; then
+    skip "PyTorch (no PyTorch and no GPU in the emulation)"
+elif ! in_time; then
+    skip "PyTorch: not enough of the 10-minute limit left"
+else
+    # The host's PyTorch in a pod: the pod image has no PyTorch and cannot download one, so the
+    # host's /usr (its Python 3.12 and C library) and the Python environment of torch are mounted
+    # read-only; the GPU, libvgpu and the quota come from the device plugin and the runtime as for
+    # any pod. VGPU_KUBELET_TORCH_RW=1 mounts them writable (for the runtime's CDI hooks, should one
+    # need to create a link in a mounted folder).
+    read -r torch_python torch_prefix torch_base < <(python3 -c 'import sys, torch; print(sys.executable, sys.prefix, sys.base_prefix)')
+    ro=$([[ ${VGPU_KUBELET_TORCH_RW:-0} == 1 ]] && echo false || echo true)
+    mounts="" volumes="" i=0
+    for dir in /usr/bin /usr/lib /usr/lib64 $(printf '%s\n' "$torch_prefix" "$torch_base" | grep -v '^/usr' | sort -u); do
+        [[ -d $dir ]] || continue
+        mounts+="      - {name: host$i, mountPath: $dir, readOnly: $ro}"$'\n'
+        volumes+="    - {name: host$i, hostPath: {path: $dir, type: Directory}}"$'\n'
+        i=$((i + 1))
+    done
+    script='import torch
+print("torch", torch.__version__, "sees", torch.cuda.device_count(), "GPU:", torch.cuda.get_device_name(0))
+free, total = torch.cuda.mem_get_info()
+print(f"cudaMemGetInfo: free {free >> 20} MiB, total {total >> 20} MiB")
+small = torch.ones(256 << 18, device="cuda")
+print("a 256 MiB tensor works:", float(small.sum()))
+try:
+    torch.empty(1 << 30, dtype=torch.float32, device="cuda")
+    print("a 4 GiB tensor was allocated: no quota")
+except torch.OutOfMemoryError as exc:
+    print("raised", type(exc).__module__ + "." + type(exc).__name__, "(torch.OutOfMemoryError):", str(exc).splitlines()[0])'
+    gpu_pod torch-30 30 "[\"$torch_python\", \"-c\", $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$script")]" \
+        "      env: [{name: PYTHONUNBUFFERED, value: \"1\"}]
+      volumeMounts:
+${mounts}  volumes:
+${volumes}"
+    poll 180 finished torch-30
+    torch_log=$(k logs -n "$NS" torch-30 2>&1)
+    echo "$torch_log" >>"$LOG"
+    if grep -q '(torch.OutOfMemoryError)' <<<"$torch_log" && grep -q 'total 3000 MiB' <<<"$torch_log"; then
+        pass "PyTorch with 30 units sees 3000 MiB and raises torch.OutOfMemoryError on a 4 GiB tensor"
+    else
+        fail "PyTorch with 30 units raises torch.OutOfMemoryError on a 4 GiB tensor (phase $(phase torch-30): $(tail -n 2 <<<"$torch_log" | tr '\n' ' '))"
+    fi
+fi
+
+section "playbooks/verify_cluster.yml"
+# Its sample pod reads nvidia-smi, or libvgpu's own report where the container has none (the fake).
+if playbook verify-cluster "$ROOT/playbooks/verify_cluster.yml" -v; then
+    pass "playbooks/verify_cluster.yml passes against this cluster ($(grep -m1 -o 'The cluster shares its GPUs as configured' "$PLAYS"))"
+else
+    fail "playbooks/verify_cluster.yml passes (see playbooks.log)"
+fi
+
+section "the runtime in cdi mode, with the spec of nvidia-ctk cdi generate"
+if ! in_time; then
+    skip "cdi mode: not enough of the 10-minute limit left"
+# The runtime reads its configuration at every container start: no restart needed. (The emulation
+# runs cdi mode throughout, with the fake's static spec: the same steps, which then change nothing.)
+elif VGPU_KUBELET_RUNTIME_MODE=cdi playbook runtime-cdi "$HERE/node.yml" --tags nvidia_container_runtime; then
+    logrun grep -n 'mode = ' /etc/nvidia-container-runtime/config.toml
+    gpu_pod ref-30-cdi 30 '["/opt/vgpu/vgpu-memory-usage", "1200", "120"]'
+    poll 120 sh -c "kubectl logs -n $NS ref-30-cdi 2>/dev/null | grep -q 'allocated 1200 MiB'"
+    if [[ $FAKE == 1 ]]; then
+        stats=$(k exec -n "$NS" ref-30-cdi -- /opt/vgpu/manage --stats --json 2>>"$LOG")
+        if python3 -c 'import json,sys; d=json.loads(sys.argv[1])["devices"][0]; sys.exit(not (d["limit_bytes"]>>20 == 3000 and d["used_bytes"]>>20 == 1200))' "$stats" 2>>"$LOG"; then
+            pass "mode cdi set by the role: a new 30-unit pod gets its GPU from the CDI spec (manage --stats: 1200 of 3000 MiB)"
+        else
+            fail "mode cdi set by the role: a new 30-unit pod runs under its quota (phase $(phase ref-30-cdi))"
+        fi
+    else
+        smi=$(k exec -n "$NS" ref-30-cdi -- nvidia-smi 2>&1)
+        echo "$smi" >>"$LOG"
+        if grep -q '1200MiB / *3000MiB' <<<"$smi"; then
+            pass "mode cdi (nvidia-ctk cdi generate's spec): nvidia-smi in a 30-unit pod shows 1200MiB / 3000MiB"
+        else
+            fail "mode cdi: nvidia-smi in a 30-unit pod shows 1200MiB / 3000MiB (phase $(phase ref-30-cdi))"
+        fi
+    fi
+else
+    fail "the nvidia_container_runtime role sets mode cdi"
+fi
