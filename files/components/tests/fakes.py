@@ -762,7 +762,9 @@ def allocated_claim(
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"namespace": namespace, "name": name, "uid": uid},
-        "spec": {"devices": {"requests": [{"name": r, "exactly": {"deviceClassName": driver}} for r, *_ in results]}},
+        "spec": {
+            "devices": {"requests": [{"name": result[0], "exactly": {"deviceClassName": driver}} for result in results]}
+        },
         "status": {
             "allocation": {
                 "devices": {

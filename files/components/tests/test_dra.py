@@ -375,7 +375,7 @@ def test_the_slice_is_created_once_then_changed_only_with_a_new_generation(short
     cfg = cfg_for(short_tmp)
     driver = DraDriver(cfg, GPUS, NODE, api=api)
     assert driver.publish_slice() is True
-    [body] = api.slices.values()
+    [body] = list(api.slices.values())
     assert body["spec"]["pool"]["generation"] == 1
     assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-of-node-a"
     assert driver.publish_slice() is False  # unchanged: no write
@@ -384,7 +384,7 @@ def test_the_slice_is_created_once_then_changed_only_with_a_new_generation(short
     # Another unit (the ConfigMap changed and the driver restarted): replaced, generation 2.
     cfg["unit_mib"] = 200
     assert DraDriver(cfg, GPUS, NODE, api=api).publish_slice() is True
-    [body] = api.slices.values()
+    [body] = list(api.slices.values())
     assert body["spec"]["pool"]["generation"] == 2
     assert body["spec"]["devices"][0]["capacity"]["memory"]["value"] == "12200Mi"
     assert body["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] == "200Mi"
