@@ -26,6 +26,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VGPU_CACHE_DIR := $(CACHE_DIR)
 
+MOLECULE_JOBS ?= 2
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 PY_SOURCES := plugins files/components tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
@@ -93,8 +94,12 @@ bundle: collection host-packages ## the offline bundle of a kubeadm site in buil
 
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: host-packages venv lint sanity unit security libvgpu-test images molecule e2e e2e-node ## the complete offline test suite
+test: host-packages venv prebuild lint sanity unit security libvgpu-test images molecule e2e e2e-node ## the complete offline test suite
 	@echo ">> make test: all layers passed"
+
+.PHONY: prebuild
+prebuild: ## start the Go builds of the upstream binaries in the background (make test: they use the idle core)
+	tests/harness/prebuild.sh
 
 .PHONY: lint
 lint: venv collection ## ruff, mypy, ansible-lint (production profile)
@@ -138,10 +143,7 @@ images: venv ## the locally built container images (molecule node image, compone
 
 .PHONY: molecule
 molecule: collection images ## every molecule scenario: converge, idempotence, verify
-	@for s in $(MOLECULE_SCENARIOS); do \
-	    echo ">> molecule test -s $$s"; \
-	    $(BIN)/molecule test -s $$s || exit 1; \
-	done
+	tests/harness/molecule.sh $(MOLECULE_JOBS) $(MOLECULE_SCENARIOS)
 
 .PHONY: e2e
 e2e: collection ## end-to-end tests against a real local Kubernetes control plane

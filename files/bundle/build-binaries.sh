@@ -46,6 +46,14 @@ build_set() {
 }
 
 command -v go >/dev/null || { echo "!! go is not on PATH (Go >= 1.26 is needed to build Kubernetes $K8S_VERSION)" >&2; exit 1; }
+# One build at a time: `make test` starts this in the background early (tests/harness/prebuild.sh),
+# and the layers that need the binaries wait here for it, then find its stamps.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+if ! flock -n 9; then
+    echo ">> waiting for another build of the upstream binaries (lock $cache/.build.lock)"
+    flock 9
+fi
 # Upstream's release builds stamp the version the same way (hack/lib/version.sh); without it the
 # binaries report v0.0.0-master.
 minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"

@@ -15,7 +15,7 @@
 # registry.k8s.io can fill kubeadm/ and images/ from there instead (offline_bundle_downloads).
 #
 # Usage: files/bundle/build.sh [BUNDLE_DIR]   (default build/bundle)
-# Everything built is cached (binaries by go.mod hash, images by their inputs, .deb files by name),
+# Everything built is cached (binaries by go.mod hash, images by their inputs, .deb files by the hash of their content),
 # so a second run takes seconds and changes nothing.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

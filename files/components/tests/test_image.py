@@ -84,7 +84,32 @@ def test_image_is_small(image: str) -> None:
     assert size < 300 * 1024 * 1024, f"image is {size // 2**20} MiB"
 
 
+def test_extender_refuses_plain_http_beyond_loopback(image: str) -> None:
+    """Without TLS files the image's extender will not serve a non-loopback address, and says why."""
+    run = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "-e",
+            "VGPU_EXTENDER_ADDRESS=0.0.0.0",
+            "-e",
+            "NODE_NAME=cp-0",
+            image,
+            "gpushare-scheduler-extender",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode != 0
+    assert "refusing to serve plain HTTP" in run.stderr
+    assert "tls_cert_file" in run.stderr
+
+
 def test_extender_serves_healthz_and_stops_on_sigterm(image: str) -> None:
+    # Plain HTTP is allowed on loopback only, so the container shares the host's network.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -96,12 +121,14 @@ def test_extender_serves_healthz_and_stops_on_sigterm(image: str) -> None:
             "-d",
             "--name",
             name,
+            "--network",
+            "host",
             "-e",
-            "VGPU_EXTENDER_ADDRESS=0.0.0.0",
+            "VGPU_EXTENDER_ADDRESS=127.0.0.1",
+            "-e",
+            f"VGPU_EXTENDER_PORT={port}",
             "-e",
             "NODE_NAME=cp-0",
-            "-p",
-            f"127.0.0.1:{port}:32766",
             image,
             "gpushare-scheduler-extender",
         ],
