@@ -1,4 +1,4 @@
-"""Scheduling throughput (pods/s) of kube-scheduler with and without our extender.
+"""Scheduling throughput (pods/s) of kube-scheduler with and without our extender, and with claims.
 
 Runs against the local control plane of tests/k8s (start it with tests/k8s/scripts/run-bench.sh,
 which is what `make -C tests/k8s bench` does). For each node count it creates simulated GPU nodes
@@ -7,7 +7,8 @@ which is what `make -C tests/k8s bench` does). For each node count it creates si
 1. stops kube-scheduler and creates the pods, all Pending;
 2. starts kube-scheduler (plain: the default plugins only; extender: our extender as
    roles/vgpu_stack configures it, filter-tightest and bind; extender-weighted: filter,
-   prioritize and bind) and waits until it is ready;
+   prioritize and bind; claims: the default plugins only, the pods asking through DRA) and waits
+   until it is ready;
 3. watches the pods and takes the rate from the first bind to the last one.
 
 Single runs on a small machine swing by tens of percent (the control plane, kwok and the
@@ -18,6 +19,12 @@ updates of a thousand nodes would otherwise land in whichever run comes first.
 Both configurations schedule the same pods (1000 MiB = 10 units of vgpu.io/gpu-memory each);
 without the extender kube-scheduler counts the resource per node, with it the extender places
 each pod on one GPU. The ratio extender/plain is printed; the target is >= 0.5 at 1000 nodes.
+
+The claims mode (docs/dra.md) asks for the same 1000 MiB through a ResourceClaimTemplate of our
+DeviceClass, and kube-scheduler allocates it from the ResourceSlice each node has (published by the
+DRA driver's own code, as its slice publisher would). Its pods are created, and kube-controller-manager
+has made every pod's ResourceClaim, before kube-scheduler starts: the run times the scheduler
+alone, as for the other modes. Target: claims/plain >= 0.9 at 1000 nodes.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -34,8 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
 
-from tests.k8s import cluster
+from bench import _components_path
+from tests.k8s import cluster, dra_objects
 
 POD_MIB = 1000
 GROUP = "bench"
@@ -45,7 +55,9 @@ MODES = {
     "extender": "scheduler-extender.yaml",  # as roles/vgpu_stack ships it: packing "tightest"
     "extender-weighted": "scheduler-extender-weighted.yaml",  # packing "weighted": + prioritize
     "extender-ignored": "scheduler-extender-ignored.yaml",  # tightest, ignoredByScheduler: true
+    "claims": "scheduler-plain.yaml",  # no extender: DRA claims allocated by kube-scheduler itself
 }
+CLAIM_TEMPLATE = "gpu-bench"
 DEFAULT_MODES = ["plain", "extender", "extender-weighted"]
 # The extender verbs whose calls and time each run reports.
 VERBS = ("filter", "filter-tightest", "prioritize", "bind")
@@ -66,6 +78,46 @@ def ensure_nodes(core: Any, count: int) -> dict[str, str]:
 
     cluster.wait_for(f"{count} bench nodes Ready", all_ready, timeout=max(120, count / 5))
     return {cluster.GROUP_LABEL: GROUP}
+
+
+def ensure_dra(nodes: int) -> None:
+    """The DeviceClass and the ResourceSlice of each bench node (2 x 12 GiB, as their annotation)."""
+    resource: Any = client.ResourceV1Api(cluster.api_client())
+    try:
+        resource.create_device_class(dra_objects.device_class_body())
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    api = dra_objects.dra_api()
+    gpus = [cluster.GPU_12GIB, cluster.GPU_12GIB]
+    with tempfile.TemporaryDirectory(prefix="vgpu-bench-dra") as folder:
+
+        def publish(name: str) -> None:
+            dra_objects.publish_slice(api, name, gpus, Path(folder))
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(publish, [f"bench-{i:04d}" for i in range(nodes)]))
+
+
+def create_pods(core: Any, mode: str, namespace: str, names: list[str], selector: dict[str, str]) -> None:
+    """The run's pods, all Pending (kube-scheduler is stopped); for claims, also their claims."""
+    if mode != "claims":
+        bodies = [cluster.pod_body(n, POD_MIB, selector) for n in names]
+    else:
+        resource: Any = client.ResourceV1Api(cluster.api_client())
+        template = dra_objects.claim_template_body(CLAIM_TEMPLATE, POD_MIB)
+        resource.create_namespaced_resource_claim_template(namespace, template)
+        bodies = [dra_objects.pod_body(n, CLAIM_TEMPLATE, selector) for n in names]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda body: core.create_namespaced_pod(namespace, body), bodies))
+    if mode == "claims":
+        # kube-controller-manager makes each pod's claim from the template (at its own client rate).
+        resource = client.ResourceV1Api(cluster.api_client())
+        cluster.wait_for(
+            f"{len(names)} ResourceClaims in {namespace}",
+            lambda: len(resource.list_namespaced_resource_claim(namespace).items) >= len(names),
+            timeout=max(120, len(names) / 5),
+        )
 
 
 class BindWatch(threading.Thread):
@@ -146,8 +198,7 @@ def run_once(
         timeout=60,
     )
     names = [f"p-{i:05d}" for i in range(pods)]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: core.create_namespaced_pod(namespace, cluster.pod_body(n, POD_MIB, selector)), names))
+    create_pods(core, mode, namespace, names, selector)
     rv = core.list_namespaced_pod(namespace, limit=1).metadata.resource_version
     watcher = BindWatch(namespace, pods, rv, timeout)
     watcher.start()
@@ -158,7 +209,7 @@ def run_once(
     result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times), "late": watcher.late}
     if not finished or len(times) < pods:
         result["error"] = f"only {len(times)} of {pods} pods bound within {timeout:.0f} s"
-    if mode != "plain":
+    if mode.startswith("extender"):
         after = extender_metrics()
         # Binds the extender refused because the GPU filled up after filter said it fit.
         result["failed_binds"] = int(after["failed_binds"] - before["failed_binds"])
@@ -173,10 +224,15 @@ def run_once(
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
     core.delete_namespace(namespace)
-    # The extender must see the deletions before the next run counts GPU memory again.
+    # The extender must see the deletions before the next run counts GPU memory again, and
+    # kube-scheduler the claims' (they go with their pods).
+    resource = client.ResourceV1Api(cluster.api_client())
     cluster.wait_for(
-        f"pods of {namespace} gone",
-        lambda: not core.list_namespaced_pod(namespace, limit=1).items,
+        f"pods and claims of {namespace} gone",
+        lambda: (
+            not core.list_namespaced_pod(namespace, limit=1).items
+            and not resource.list_namespaced_resource_claim(namespace, limit=1).items
+        ),
         timeout=120,
     )
     time.sleep(2)
@@ -210,9 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pods {args.pods} do not fit on {min(args.nodes)} nodes ({capacity} pods of {POD_MIB} MiB)")
 
     core = client.CoreV1Api(cluster.api_client())
+    print(json.dumps({"src": str(_components_path.ROOT), "modes": args.modes}), flush=True)
     results = []
     for nodes in sorted(args.nodes):
         selector = ensure_nodes(core, nodes)
+        if "claims" in args.modes:
+            ensure_dra(nodes)
         time.sleep(args.settle)
         for round_ in range(args.repeat):
             for mode in args.modes:
@@ -250,7 +309,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for mode in dict.fromkeys(r["mode"] for r in results if r["nodes"] == nodes):
             runs = [r for r in results if r["nodes"] == nodes and r["mode"] == mode]
             medians[mode] = statistics.median(r["pods_per_s"] for r in runs)
-            failed = sum(r.get("failed_binds", 0) for r in runs) if mode != "plain" else "-"
+            failed = sum(r.get("failed_binds", 0) for r in runs) if mode.startswith("extender") else "-"
             rows.append(
                 {
                     "nodes": nodes,

@@ -207,6 +207,7 @@ CLUSTER_WIDE = {
     "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
+    "vgpu_scheduling": "kube-scheduler places every GPU pod of the cluster by one path, extender or DRA",
 }
 # Per node, and why that makes sense: GPUs of different generations need different driver branches
 # (docs/platforms.md); a node's GPUs are its own; MPS suits nodes of many small pods (the node label
@@ -273,6 +274,26 @@ def cluster_problems(values_by_host, spec):
     return problems
 
 
+# The first release with every DRA feature the dra path uses on by default (DRAConsumableCapacity
+# and DRAPartitionableDevices beta in 1.36; resource.k8s.io/v1 is GA since 1.34).
+DRA_MINIMUM = (1, 36)
+_MINOR = re.compile(r"^v?(\d+)\.(\d+)\.")
+
+
+def scheduling_problems(settings):
+    if settings.get("vgpu_scheduling") != "dra":
+        return []
+    flavour = settings.get("vgpu_kubernetes_flavour")
+    name = {"k3s": "vgpu_k3s_version", "kubeadm": "vgpu_kubernetes_version"}.get(flavour)
+    match = _MINOR.match(str(settings.get(name, ""))) if name else None
+    if match is None or (int(match.group(1)), int(match.group(2))) >= DRA_MINIMUM:
+        return []  # no cluster, or a version of the wrong form (version_problems says so)
+    return [
+        "vgpu_scheduling: 'dra' needs Kubernetes %d.%d or later (GPU memory as a DRA consumable capacity, "
+        "beta and on by default from %d.%d); %s is %r" % (DRA_MINIMUM + DRA_MINIMUM + (name, settings[name]))
+    ]
+
+
 def settings_problems(settings, spec=None, given=None, prefixes=()):
     """Every problem of the settings, one message each (empty when valid).
 
@@ -285,6 +306,7 @@ def settings_problems(settings, spec=None, given=None, prefixes=()):
     problems += version_problems(settings)
     problems += memory_problems(settings)
     problems += range_problems(settings)
+    problems += scheduling_problems(settings)
     return problems
 
 

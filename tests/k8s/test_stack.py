@@ -63,8 +63,9 @@ PLAYBOOK = """\
 """
 
 
-def run_playbook(work: Path) -> str:
-    """Run the role once; returns ansible-playbook's output (the test fails on a non-zero exit)."""
+def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
+    """Run the role once (with `overrides` of its variables); returns ansible-playbook's output (the
+    test fails on a non-zero exit)."""
     collections = work / "collections" / "ansible_collections" / "vgpu"
     collections.mkdir(parents=True, exist_ok=True)
     if not (collections / "isolation").exists():
@@ -93,6 +94,7 @@ def run_playbook(work: Path) -> str:
         "vgpu_stack_label_nodes": False,
         "vgpu_stack_wait": True,
         "vgpu_stack_wait_timeout": 60,
+        **(overrides or {}),
     }
     args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
     for key, value in extra.items():
@@ -186,8 +188,9 @@ def test_extender_schedules_with_only_its_service_account(
     cluster.ctl("stop-extender")  # extender_back_up restarts it with the admin identity
 
 
-def plugin_pod_client(core: Any, node: str, work: Path) -> Any:
-    """A client with the token a device-plugin pod on ``node`` gets: bound to the pod, so it names the node."""
+def plugin_pod_client(core: Any, node: str, work: Path, account: str = PLUGIN_SA) -> Any:
+    """A client with the token a pod of ``account`` (the device plugin's) on ``node`` gets: bound to
+    the pod, so it names the node. The pod is plugin-token-<node>."""
     name = f"plugin-token-{node}"
     try:
         core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
@@ -198,7 +201,7 @@ def plugin_pod_client(core: Any, node: str, work: Path) -> Any:
         "metadata": {"name": name},
         "spec": {
             "nodeName": node,
-            "serviceAccountName": PLUGIN_SA,
+            "serviceAccountName": account,
             "automountServiceAccountToken": False,
             "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": "c", "image": "localhost/none"}],
@@ -214,7 +217,7 @@ def plugin_pod_client(core: Any, node: str, work: Path) -> Any:
             time.sleep(1)
     bound = {"kind": "Pod", "apiVersion": "v1", "name": name, "uid": pod.metadata.uid}
     request = {"spec": {"expirationSeconds": 3600, "boundObjectRef": bound}}
-    token = core.create_namespaced_service_account_token(PLUGIN_SA, NS, request).status.token
+    token = core.create_namespaced_service_account_token(account, NS, request).status.token
     return client.CoreV1Api(cluster.api_client(cluster.token_kubeconfig(work / f"{name}.kubeconfig", token)))
 
 

@@ -81,7 +81,7 @@ chroot "$work/rootfs" python3 -m compileall -q "/usr/local/lib/python$py_version
 
 # Console scripts (pip --target does not write them for the image's interpreter).
 for entry in nvidia-shared-device-plugin:device_plugin gpushare-scheduler-extender:extender \
-    cgpu-monitor:monitor nvidia-mps:mps; do
+    cgpu-monitor:monitor nvidia-mps:mps vgpu-dra-driver:dra_driver; do
     name=${entry%%:*}
     module=${entry##*:}
     printf '#!/usr/bin/python3\nimport sys\nfrom vgpu_components.%s import main\nsys.exit(main())\n' "$module" \

@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -672,3 +672,168 @@ def cgroup_of(proc: Path, pid: int, pod: dict[str, Any], container_id: str) -> N
     path = f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{container_id}.scope"
     (proc / str(pid)).mkdir(parents=True, exist_ok=True)
     (proc / str(pid) / "cgroup").write_text(f"0::{path}\n")
+
+
+class FakeDraKubelet:
+    """A real gRPC peer playing kubelet's side of a DRA plugin: its plugin watcher and DRA manager.
+
+    It looks for registration sockets in the registry folder as kubelet's plugin watcher does
+    (kubelet is told by inotify; this fake polls), asks GetInfo, checks the plugin type and that
+    "v1.DRAPlugin" is offered, dials the endpoint and reports the registration. prepare() and
+    unprepare() then make kubelet's NodePrepareResources and NodeUnprepareResources calls.
+    """
+
+    def __init__(self, registry_dir: Path) -> None:
+        self.registry_dir = registry_dir
+        self.msgs, self.services = protos.dra()
+        self.reg_msgs, self.reg_services = protos.pluginregistration()
+        self.infos: list[Any] = []
+        self.registered = threading.Event()
+        self.stub: Any = None
+        self._channels: list[grpc.Channel] = []
+        self._seen: set[tuple[str, int, int]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> FakeDraKubelet:
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            for path in sorted(self.registry_dir.glob("*.sock")) if self.registry_dir.is_dir() else []:
+                try:
+                    st = path.stat()
+                    key = (str(path), st.st_ino, st.st_ctime_ns)  # a socket made again is new
+                except FileNotFoundError:
+                    continue
+                if key not in self._seen:
+                    self._seen.add(key)
+                    self._register(path)
+
+    def _register(self, path: Path) -> None:
+        channel = grpc.insecure_channel(f"unix://{path}")
+        self._channels.append(channel)
+        registration = self.reg_services.RegistrationStub(channel)
+        info = registration.GetInfo(self.reg_msgs.InfoRequest(), timeout=5)
+        self.infos.append(info)
+        ok = info.type == "DRAPlugin" and "v1.DRAPlugin" in info.supported_versions
+        error = "" if ok else f"unsupported plugin {info.type} {list(info.supported_versions)}"
+        if ok:
+            service = grpc.insecure_channel(f"unix://{info.endpoint}")
+            self._channels.append(service)
+            self.stub = self.services.DRAPluginStub(service)
+        registration.NotifyRegistrationStatus(
+            self.reg_msgs.RegistrationStatus(plugin_registered=ok, error=error), timeout=5
+        )
+        if ok:
+            self.registered.set()
+
+    def _claims(self, claims: list[tuple[str, str, str]]) -> list[Any]:
+        return [self.msgs.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims]
+
+    def prepare(self, *claims: tuple[str, str, str]) -> Any:
+        """NodePrepareResources for (namespace, uid, name) claims."""
+        request = self.msgs.NodePrepareResourcesRequest(claims=self._claims(list(claims)))
+        return self.stub.NodePrepareResources(request, timeout=10)
+
+    def unprepare(self, *claims: tuple[str, str, str]) -> Any:
+        request = self.msgs.NodeUnprepareResourcesRequest(claims=self._claims(list(claims)))
+        return self.stub.NodeUnprepareResources(request, timeout=10)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        for channel in self._channels:
+            channel.close()
+
+
+class FakeDraApi:
+    """The DRA driver's API calls on in-memory objects (the real API server runs in tests/k8s)."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self._version = 0
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append(("get_claim", f"{namespace}/{name}"))
+        if (namespace, name) not in self.claims:
+            raise ApiException(status=404, reason="Not Found")
+        return json.loads(json.dumps(self.claims[(namespace, name)]))
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append(("get_pod", f"{namespace}/{name}"))
+        if (namespace, name) not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+        return json.loads(json.dumps(self.pods[(namespace, name)]))
+
+    def node_uid(self, node: str) -> str:
+        return f"uid-of-{node}"
+
+    def list_slices(self, node: str, driver: str) -> list[dict[str, Any]]:
+        self.calls.append(("list_slices", node))
+        found = [s for s in self.slices.values() if s["spec"]["nodeName"] == node and s["spec"]["driver"] == driver]
+        return json.loads(json.dumps(found))
+
+    def create_slice(self, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        self.calls.append(("create_slice", name))
+        if name in self.slices:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self._version += 1
+        self.slices[name] = json.loads(json.dumps(body))
+        self.slices[name]["metadata"]["resourceVersion"] = str(self._version)
+
+    def replace_slice(self, name: str, body: dict[str, Any]) -> None:
+        self.calls.append(("replace_slice", name))
+        if body["metadata"].get("resourceVersion") != self.slices[name]["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        self._version += 1
+        self.slices[name] = json.loads(json.dumps(body))
+        self.slices[name]["metadata"]["resourceVersion"] = str(self._version)
+
+    def delete_slice(self, name: str) -> None:
+        self.calls.append(("delete_slice", name))
+        self.slices.pop(name, None)
+
+
+def allocated_claim(
+    name: str,
+    uid: str,
+    node: str,
+    results: list[tuple[str, str, str | None]],
+    *,
+    namespace: str = "ns",
+    reserved_for: Sequence[tuple[str, str]] = (),
+    driver: str = "gpu.vgpu.io",
+) -> dict[str, Any]:
+    """A ResourceClaim as kube-scheduler leaves it: results (request, device, consumed memory or
+    None) on `node`'s pool of `driver`, reserved for (pod name, pod uid)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+        "spec": {
+            "devices": {"requests": [{"name": result[0], "exactly": {"deviceClassName": driver}} for result in results]}
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": request,
+                            "driver": driver,
+                            "pool": node,
+                            "device": device,
+                            **({"consumedCapacity": {"memory": mem}, "shareID": str(uuid.uuid4())} if mem else {}),
+                        }
+                        for request, device, mem in results
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": p, "uid": u} for p, u in reserved_for],
+        },
+    }

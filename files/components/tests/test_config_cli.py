@@ -1,4 +1,4 @@
-"""The shared config file with VGPU_* overrides, and the four entry points' command lines."""
+"""The shared config file with VGPU_* overrides, and the five entry points' command lines."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ def test_bad_values_name_the_key(tmp_path: Path, text: str, env: dict[str, str],
         ("monitor", "cgpu-monitor"),
         ("mps", "nvidia-mps"),
         ("extender", "gpushare-scheduler-extender"),
+        ("dra_driver", "vgpu-dra-driver"),
     ],
 )
 def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, module: str, prog: str) -> None:

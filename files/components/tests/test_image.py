@@ -24,7 +24,13 @@ VERSION = next(
 )
 IMAGE = f"localhost/vgpu-components:{VERSION}"
 TARBALL = ROOT / "build" / "images" / f"vgpu-components-{VERSION}.tar"
-ENTRY_POINTS = ["nvidia-shared-device-plugin", "gpushare-scheduler-extender", "cgpu-monitor", "nvidia-mps"]
+ENTRY_POINTS = [
+    "nvidia-shared-device-plugin",
+    "gpushare-scheduler-extender",
+    "cgpu-monitor",
+    "nvidia-mps",
+    "vgpu-dra-driver",
+]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -194,15 +194,21 @@ def build_allocation(
     slot = table.resolve(device_ids)
     if not slot.healthy:
         raise AllocationError(f"GPU {slot.gpu.uuid} is unhealthy: {slot.unhealthy_reason or 'unknown reason'}")
-    units = len(device_ids)
-    limit_mib = units * table.unit_mib
-    aid = ids.alloc_id(device_ids)
+    return container_contract(slot.gpu, len(device_ids), table.unit_mib, ids.alloc_id(device_ids), cfg)
+
+
+def container_contract(gpu: Gpu, units: int, unit_mib: int, aid: str, cfg: Mapping[str, Any]) -> Allocation:
+    """The container contract of docs/architecture.md: `units` units of `unit_mib` MiB of `gpu`,
+    under the host paths of allocation `aid`. The one implementation, for the device plugin's
+    Allocate and the DRA driver's NodePrepareResources alike; its settings (switches, MPS) are the
+    device_plugin section's."""
+    limit_mib = units * unit_mib
     plugin = cfg["device_plugin"]
     state_dir = Path(cfg["state_dir"])
     install_prefix = cfg["install_prefix"]
     switches = plugin["switches"]
     envs = {
-        "NVIDIA_VISIBLE_DEVICES": slot.gpu.uuid,
+        "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
         "CUDA_VISIBLE_DEVICES": "0",
         "VGPU_MEMORY_LIMIT": f"{limit_mib}MiB",
         "VGPU_CONFIG_FILE": config.CONTAINER_QUOTA_FILE,
@@ -230,13 +236,13 @@ def build_allocation(
         # a client only connects to the daemon's sockets (tests/gpu/mps_readonly_pipe.sh, on the H200).
         mounts.append((mps.pipe_dir, mps.pipe_dir, True))
     lines = [
-        f"# vgpu quota for allocation {aid} on GPU {slot.gpu.uuid}",
+        f"# vgpu quota for allocation {aid} on GPU {gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",
         *(f"{name}={int(switches[name])}" for name in SWITCH_ENV),
     ]
     return Allocation(
         alloc_id=aid,
-        gpu=slot.gpu,
+        gpu=gpu,
         units=units,
         limit_mib=limit_mib,
         envs=envs,

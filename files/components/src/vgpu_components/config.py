@@ -22,7 +22,7 @@ import yaml
 from vgpu_components import logs
 
 DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
-SECTIONS = ("device_plugin", "monitor", "mps", "extender")
+SECTIONS = ("device_plugin", "monitor", "mps", "extender", "dra")
 
 # The paths and ports of docs/architecture.md, each defined once; the defaults below and the
 # container contract (allocator.py) use these names. roles/vgpu_stack renders the same values.
@@ -35,6 +35,7 @@ CONTAINER_QUOTA_FILE = "/etc/vgpu/quota.conf"  # where a container sees its quot
 MONITOR_PORT = 9395
 DEVICE_PLUGIN_HEALTHZ_PORT = 9396
 MPS_HEALTHZ_PORT = 9397
+DRA_HEALTHZ_PORT = 9398
 EXTENDER_PORT = 32766
 MAX_SHARE = 100  # a container's compute share (<prefix>/gpu-cores) is a percentage of one GPU
 MAX_CORES_PER_GPU = 1000  # shares of one GPU may add up to ten times the GPU at most
@@ -106,6 +107,17 @@ DEFAULTS: dict[str, Any] = {
         "tls_cert_file": "",
         "tls_key_file": "",
         "client_ca_file": "",
+    },
+    # The DRA driver (dra_driver.py); the container contract's settings (switches, MPS) are the
+    # device_plugin section's, which both node agents hand to containers.
+    "dra": {
+        "plugins_dir": f"{KUBELET_DIR}/plugins",  # its socket: <plugins_dir>/<driver>/dra.sock
+        "registry_dir": f"{KUBELET_DIR}/plugins_registry",  # kubelet's plugin watcher
+        "cdi_dir": "/var/run/cdi",  # where it writes a CDI specification per prepared claim
+        # Where NVIDIA's CDI specifications of the GPUs may be (the runtime's cdi mode), comma-separated.
+        "nvidia_cdi_dirs": "/etc/cdi,/var/run/cdi",
+        "healthz_port": DRA_HEALTHZ_PORT,
+        "resync_s": 60.0,  # how often the ResourceSlice is checked and repaired
     },
 }
 
@@ -241,12 +253,19 @@ def validate(config: Mapping[str, Any]) -> None:
     prefix = config["resource_prefix"]
     if not prefix or "/" in prefix or prefix.endswith("kubernetes.io"):
         raise ConfigError(f"resource_prefix: expected a domain such as vgpu.io, got {prefix!r}")
-    for section, key in (("device_plugin", "healthz_port"), ("monitor", "port"), ("mps", "healthz_port")):
+    for section, key in (
+        ("device_plugin", "healthz_port"),
+        ("monitor", "port"),
+        ("mps", "healthz_port"),
+        ("dra", "healthz_port"),
+    ):
         port = config[section][key]
         if not 0 <= port <= 65535:
             raise ConfigError(f"{section}.{key}: expected a TCP port 0-65535, got {port}")
     _validate_monitor(config["monitor"])
     _validate_extender(config["extender"])
+    if config["dra"]["resync_s"] <= 0:
+        raise ConfigError(f"dra.resync_s: expected a positive number of seconds, got {config['dra']['resync_s']}")
 
 
 def _validate_monitor(monitor: Mapping[str, Any]) -> None:

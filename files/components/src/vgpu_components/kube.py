@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kubernetes import client as k8s
 from kubernetes import config
@@ -287,3 +287,73 @@ class KubeClusterApi:
         )
         response.read()
         response.release_conn()
+
+
+# --- the DRA driver's reads and its ResourceSlice ----------------------------------------------
+class DraApi(Protocol):
+    """What the DRA driver asks of the API server (the real one is KubeDraApi): its claims and
+    their pods are read, only its own node's ResourceSlice is written."""
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def node_uid(self, node: str) -> str: ...
+
+    def list_slices(self, node: str, driver: str) -> list[dict[str, Any]]: ...
+
+    def create_slice(self, body: dict[str, Any]) -> None: ...
+
+    def replace_slice(self, name: str, body: dict[str, Any]) -> None: ...
+
+    def delete_slice(self, name: str) -> None: ...
+
+
+class KubeDraApi:
+    def __init__(self, api_client: Any) -> None:
+        self.core = k8s.CoreV1Api(api_client)
+        self.resource = k8s.ResourceV1Api(api_client)
+
+    @staticmethod
+    def _json(response: Any) -> dict[str, Any]:
+        return dict(json.loads(response.data))
+
+    @staticmethod
+    def _drain(response: Any) -> None:
+        # Raw answers: the client's models are not needed, and reading hands the connection back.
+        response.read()
+        response.release_conn()
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._json(
+            self.resource.read_namespaced_resource_claim(name, namespace, _preload_content=False, _request_timeout=10)
+        )
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._json(self.core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=10))
+
+    def node_uid(self, node: str) -> str:
+        node_doc = self._json(self.core.read_node(node, _preload_content=False, _request_timeout=10))
+        return str(node_doc["metadata"]["uid"])
+
+    def list_slices(self, node: str, driver: str) -> list[dict[str, Any]]:
+        response = self.resource.list_resource_slice(
+            field_selector=f"spec.nodeName={node},spec.driver={driver}", _preload_content=False, _request_timeout=30
+        )
+        return list(self._json(response).get("items") or [])
+
+    # The body goes as the JSON it is (the client serialises a dict unchanged): a client model older
+    # than the API server would drop the fields it does not know.
+    def create_slice(self, body: dict[str, Any]) -> None:
+        self._drain(self.resource.create_resource_slice(cast(Any, body), _preload_content=False, _request_timeout=10))
+
+    def replace_slice(self, name: str, body: dict[str, Any]) -> None:
+        raw = cast(Any, body)
+        self._drain(self.resource.replace_resource_slice(name, raw, _preload_content=False, _request_timeout=10))
+
+    def delete_slice(self, name: str) -> None:
+        try:
+            self._drain(self.resource.delete_resource_slice(name, _preload_content=False, _request_timeout=10))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

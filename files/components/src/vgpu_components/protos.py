@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 PROTO_DIR = Path(__file__).resolve().parent / "proto"
-PROTO_FILES = ("deviceplugin.proto", "podresources.proto")
+PROTO_FILES = ("deviceplugin.proto", "podresources.proto", "dra.proto", "pluginregistration.proto")
 
 
 def _stub_paths(proto: str) -> list[Path]:
@@ -69,6 +69,16 @@ def deviceplugin() -> tuple[ModuleType, ModuleType]:
 def podresources() -> tuple[ModuleType, ModuleType]:
     """(messages, services) of the PodResources API v1."""
     return _load("podresources_pb2"), _load("podresources_pb2_grpc")
+
+
+def dra() -> tuple[ModuleType, ModuleType]:
+    """(messages, services) of the DRA kubelet plugin API v1."""
+    return _load("dra_pb2"), _load("dra_pb2_grpc")
+
+
+def pluginregistration() -> tuple[ModuleType, ModuleType]:
+    """(messages, services) of kubelet's plugin registration API v1."""
+    return _load("pluginregistration_pb2"), _load("pluginregistration_pb2_grpc")
 
 
 def main() -> int:

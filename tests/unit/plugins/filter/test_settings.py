@@ -188,3 +188,39 @@ def test_every_setting_is_either_cluster_wide_or_per_node():
 
 def test_the_filter_plugin_exposes_the_cluster_check():
     assert FilterModule().filters()["cluster_problems"] is cluster_problems
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "k3s", "vgpu_k3s_version": "v1.31.4+k3s1"},
+            "vgpu_scheduling: 'dra' needs Kubernetes 1.36 or later (GPU memory as a DRA consumable capacity, "
+            "beta and on by default from 1.36); vgpu_k3s_version is 'v1.31.4+k3s1'",
+        ),
+        (
+            {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "kubeadm", "vgpu_kubernetes_version": "1.35.2"},
+            "vgpu_scheduling: 'dra' needs Kubernetes 1.36 or later (GPU memory as a DRA consumable capacity, "
+            "beta and on by default from 1.36); vgpu_kubernetes_version is '1.35.2'",
+        ),
+    ],
+)
+def test_dra_scheduling_needs_kubernetes_1_36(overrides, expected):
+    assert problems(**overrides) == [expected]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "kubeadm", "vgpu_kubernetes_version": "1.36.3"},
+        {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "k3s", "vgpu_k3s_version": "v1.36.1+k3s1"},
+        {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "none"},
+        {"vgpu_scheduling": "extender", "vgpu_kubernetes_flavour": "k3s", "vgpu_k3s_version": "v1.31.4+k3s1"},
+    ],
+)
+def test_dra_scheduling_on_a_recent_enough_cluster_is_accepted(overrides):
+    assert problems(**overrides) == []
+
+
+def test_an_unknown_scheduling_path_is_refused():
+    assert problems(vgpu_scheduling="hami") == ["vgpu_scheduling: 'hami' is not one of extender, dra"]

@@ -260,3 +260,11 @@ def test_the_mounted_certificate_folder_is_the_one_vgpu_stack_fills():
     stack = yaml.safe_load((ROOT / "roles/vgpu_stack/defaults/main.yml").read_text())
     kubeadm = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert stack["vgpu_stack_tls_dir"] == kubeadm["kubeadm_scheduler_tls_dir"] == TLS
+
+
+def test_dra_scheduling_leaves_kube_scheduler_as_it_comes(tmp_path):
+    """vgpu_scheduling dra: no --config flag and no volume (kube-scheduler allocates claims alone)."""
+    _with, _without, init = run(tmp_path, UNWIRED, {"vgpu_scheduling": "dra", "vgpu_kubernetes_flavour": "kubeadm"})
+    cluster = init[1]
+    assert cluster["scheduler"] == {}
+    assert cluster["kubernetesVersion"] == "v1.36.3"

@@ -249,6 +249,7 @@ ARCHITECTURE_KEYS = {
     "monitor",
     "mps",
     "extender",
+    "dra",
 }
 
 
