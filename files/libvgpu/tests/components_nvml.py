@@ -26,5 +26,9 @@ assert backend.compute_mode(gpus[0].uuid) == nvml.COMPUTE_MODE_DEFAULT
 for index in (0, 1):
     procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(index))
     assert isinstance(procs, list), procs
+# ... and the backend's own query, which also asks for MPS clients: a driver without the MPS call
+# (this fake, like older branches without its _v3) still gives the compute processes.
+for gpu in gpus:
+    assert isinstance(backend.processes(gpu.uuid), list)
 backend.close()
 print("ok")

@@ -105,15 +105,23 @@ class NvmlBackend:
         handle = self._handles[uuid]
         seen: dict[int, int] = {}
         for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
-            try:
-                entries = getattr(self.nvml, query)(handle)
-            except (AttributeError, self.nvml.NVMLError_NotSupported):
-                continue
-            for entry in entries:
+            for entry in self._newest(query, handle):
                 used = entry.usedGpuMemory  # None when the driver cannot tell (e.g. some vGPU guests)
                 if used is not None:
                     seen[int(entry.pid)] = max(seen.get(int(entry.pid), 0), int(used))
         return [ProcessMemory(pid, used) for pid, used in sorted(seen.items())]
+
+    def _newest(self, query: str, handle: Any) -> list[Any]:
+        """The newest version of an NVML call the driver has: pynvml's unversioned name asks for _v3,
+        which R470 lacks, and some drivers (vGPU guests, libvgpu's fake) have no MPS query at all."""
+        for version in ("_v3", "_v2"):
+            try:
+                return list(getattr(self.nvml, query + version)(handle))
+            except self.nvml.NVMLError_FunctionNotFound:
+                continue
+            except (AttributeError, self.nvml.NVMLError_NotSupported):
+                return []
+        return []
 
     def _event_set(self) -> Any:
         if self._events is None:

@@ -1,0 +1,78 @@
+"""NvmlBackend's process query against drivers that lack some of NVML's versioned calls.
+
+pynvml's unversioned nvmlDevice*RunningProcesses call the _v3 functions, which R470 (the default
+branch, CUDA 11.4) does not have: pynvml then raises NVMLLibraryMismatchError. A stand-in for the
+pynvml module is used because no NVIDIA library runs here; the real pynvml against libvgpu's fake
+NVML is tested in files/libvgpu/tests/components_nvml.py, and against the H200 in ground_truth.sh.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+import pytest
+from vgpu_components import nvml
+from vgpu_components.nvml import ProcessMemory
+
+
+class Driver:
+    """pynvml with only the given process calls; the others are missing from the library."""
+
+    def __init__(self, present: dict[str, list[tuple[int, int | None]]]) -> None:
+        self.present = present
+        self.NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+        self.NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+
+    def __getattr__(self, name: str) -> Any:
+        if "RunningProcesses" not in name:
+            return getattr(pynvml, name)
+
+        def call(handle: object) -> list[SimpleNamespace]:
+            if name not in self.present:
+                if name.endswith(("_v2", "_v3")):
+                    raise pynvml.NVMLError_FunctionNotFound(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                raise pynvml.NVMLLibraryMismatchError("Unversioned function called")
+            return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self.present[name]]
+
+        return call
+
+
+def backend_on(driver: Driver) -> nvml.NvmlBackend:
+    backend = nvml.NvmlBackend.__new__(nvml.NvmlBackend)
+    backend.nvml = driver
+    backend._handles = {"GPU-0": object()}  # pylint: disable=protected-access
+    return backend
+
+
+@pytest.mark.parametrize(
+    ("present", "want"),
+    [
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v2": [(10, 100)],
+                "nvmlDeviceGetMPSComputeRunningProcesses_v2": [(11, 200)],
+            },
+            [ProcessMemory(10, 100), ProcessMemory(11, 200)],
+            id="R470: only the _v2 calls",
+        ),
+        pytest.param(
+            {"nvmlDeviceGetComputeRunningProcesses_v3": [(10, 100), (12, None)]},
+            [ProcessMemory(10, 100)],
+            id="no MPS call at all (libvgpu's fake NVML)",
+        ),
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": [(10, 100)],
+                "nvmlDeviceGetMPSComputeRunningProcesses_v3": [(10, 300)],
+            },
+            [ProcessMemory(10, 300)],
+            id="current drivers: _v3, a PID seen twice counts once at its larger use",
+        ),
+    ],
+)
+def test_processes_use_the_newest_call_the_driver_has(
+    present: dict[str, list[tuple[int, int | None]]], want: list[ProcessMemory]
+) -> None:
+    assert backend_on(Driver(present)).processes("GPU-0") == want
