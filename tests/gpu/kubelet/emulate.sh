@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # run.sh on this GPU-less machine, in a Docker container that stands in for the GPU host:
 #   tests/gpu/kubelet/emulate.sh
+# VGPU_KUBELET_SCENARIO (reference or multi) and VGPU_KUBELET_FAKE_GPUS (the fake GPUs, default 2)
+# go to run.sh: VGPU_KUBELET_SCENARIO=multi tests/gpu/kubelet/emulate.sh is the two-GPU reference.
 # The container, like the GPU host: root without CAP_SYS_RESOURCE, PID 1 not systemd (node-init.sh
 # mounts its private cgroup hierarchies read-write, then sleeps), no network beyond loopback, no
 # containerd, runc or iptables, python3 with Jinja2, PyYAML, packaging and requests, gcc and make.
@@ -74,7 +76,8 @@ for i in $(seq 1 "$calls"); do
         docker exec "$NAME" tests/gpu/kubelet/unpack.sh ".gpu-kubelet-$i" || { rc=1; break; }
     else
         log "call $i: tests/gpu/kubelet/unpack.sh .gpu-kubelet-$i && tests/gpu/kubelet/run.sh"
-        docker exec -e OUT=/out -e VGPU_KUBELET_FAKE=1 -e VGPU_KUBELET_PYTHON_TOOLS=1 "$NAME" \
+        docker exec -e OUT=/out -e VGPU_KUBELET_FAKE=1 -e VGPU_KUBELET_PYTHON_TOOLS=1 \
+            -e "VGPU_KUBELET_SCENARIO=${VGPU_KUBELET_SCENARIO:-reference}" -e "VGPU_KUBELET_FAKE_GPUS=${VGPU_KUBELET_FAKE_GPUS:-2}" "$NAME" \
             sh -c "tests/gpu/kubelet/unpack.sh .gpu-kubelet-$i && timeout 600 tests/gpu/kubelet/run.sh" || rc=1
     fi
 done

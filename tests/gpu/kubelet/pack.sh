@@ -17,7 +17,8 @@
 # Pieces are cached in $VGPU_CACHE_DIR/gpu-kubelet by what went into them. Needs `make image` (or
 # VGPU_KUBELET_IMAGE_TAR), `make collection` and Docker (the pause image).
 # Environment: VGPU_KUBELET_CARRY (folder prefix, default <checkout>/.gpu-kubelet),
-#   VGPU_KUBELET_CALL_MIB (what one call may carry with the tree, default 58).
+#   VGPU_KUBELET_CALL_MIB (what one call may carry with the tree, default 58),
+#   VGPU_KUBELET_SCENARIO (multi: print the calls of the two-GPU reference, on nvidia-h200-x2).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -186,14 +187,19 @@ for i in "${!parts[@]}"; do
 done
 
 # ------------------------------------------------------------------------------- the calls
+# VGPU_KUBELET_SCENARIO=multi: the calls of the two-GPU reference (run.sh's multi.sh), on two GPUs.
 count=${#parts[@]}
+kind="" scenario=""
+if [[ ${VGPU_KUBELET_SCENARIO:-reference} != reference ]]; then
+    kind='kind="nvidia-h200-x2", ' scenario="VGPU_KUBELET_SCENARIO=$VGPU_KUBELET_SCENARIO "
+fi
 echo
 echo "The device calls, one right after the other (a machine stays warm 30 s after a call):"
 for i in $(seq 1 "$count"); do
     name=$(basename "$CARRY")-$i
     if ((i < count)); then
-        echo "  $i. run(carry=[\"$name\"], timeout_s=300, command=\"tests/gpu/kubelet/unpack.sh $name\")"
+        echo "  $i. run(${kind}carry=[\"$name\"], timeout_s=300, command=\"tests/gpu/kubelet/unpack.sh $name\")"
     else
-        echo "  $i. run(carry=[\"$name\"], timeout_s=600, command=\"tests/gpu/kubelet/unpack.sh $name && tests/gpu/kubelet/run.sh\")"
+        echo "  $i. run(${kind}carry=[\"$name\"], timeout_s=600, command=\"tests/gpu/kubelet/unpack.sh $name && ${scenario}tests/gpu/kubelet/run.sh\")"
     fi
 done

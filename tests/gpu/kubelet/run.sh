@@ -17,8 +17,11 @@
 #   - the runtime in cdi mode with the spec of `nvidia-ctk cdi generate` gives the same pod its GPU.
 # The binaries, the images and the Python libraries come unpacked by unpack.sh into $VGPU_KUBELET_WORK
 # (default /tmp/vgpu-kubelet) from the carry folders of pack.sh. Everything is stopped at the end.
+# VGPU_KUBELET_SCENARIO=multi runs the two-GPU reference of issue 17 (multi.sh) instead of the
+# checks above, after the same set-up.
 # VGPU_KUBELET_FAKE=1 runs it without a GPU (emulate.sh): libvgpu's fake driver and a static CDI
-# spec stand in for the driver; the checks that need NVIDIA's nvidia-smi or PyTorch are skipped.
+# spec stand in for the driver (VGPU_KUBELET_FAKE_GPUS of them, default 2); the checks that need
+# NVIDIA's nvidia-smi or PyTorch are skipped.
 # Writes LOG_DIR/{run.log,results.txt,playbooks.log,cluster.txt,daemons.log,host.txt}; the last
 # line is "N passed, N failed". Default LOG_DIR: $OUT, else /tmp/vgpu-kubelet-logs.
 set -uo pipefail
@@ -28,6 +31,10 @@ LOG_DIR=${1:-${OUT:-/tmp/vgpu-kubelet-logs}}
 WORK=${VGPU_KUBELET_WORK:-/tmp/vgpu-kubelet}
 PAYLOAD=$WORK/payload
 FAKE=${VGPU_KUBELET_FAKE:-0}
+SCENARIO=${VGPU_KUBELET_SCENARIO:-reference}
+[[ $SCENARIO =~ ^(reference|multi)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference or multi" >&2; exit 2; }
+FAKE_GPUS=${VGPU_KUBELET_FAKE_GPUS:-2}
+[[ $FAKE_GPUS =~ ^([1-9]|1[0-6])$ ]] || { echo "VGPU_KUBELET_FAKE_GPUS=$FAKE_GPUS: expected a number of fake GPUs from 1 to 16" >&2; exit 2; }
 NODE=${VGPU_KUBELET_NODE:-vgpu-gpu-host}
 # Addresses on the loopback interface: the node's (kubelet rejects 127.0.0.0/8), and the first
 # address of the Service range, the `kubernetes` Service, where kube-apiserver listens itself.
@@ -199,6 +206,7 @@ if [[ $FAKE == 1 ]]; then
     section "fake GPU driver (emulation)"
     logrun make -C "$ROOT/files/libvgpu" OUT=build/emulation fake-driver || stop_here "the fake driver builds"
     VGPU_FAKE_DRIVER_DIR=$ROOT/files/libvgpu/build/emulation/fake playbook fake-gpu "$ROOT/tests/node/fake_gpu.yml" \
+        -e "{\"fake_gpu_count\": $FAKE_GPUS}" \
         || stop_here "tests/node/fake_gpu.yml installs the fake driver and its CDI spec"
 else
     section "the driver"
@@ -323,7 +331,12 @@ if playbook stack "$HERE/stack.yml"; then
 else
     stop_here "stack.yml (see playbooks.log and cluster.txt)"
 fi
-units=$(k get node "$NODE" -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}')
+# kubelet reports the device plugin's resource in the node's status a little after the plugin's pod
+# is ready: wait for it (the emulation once read it before).
+advertised() { k get node "$NODE" -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}' 2>/dev/null; }
+has_units() { [[ -n $(advertised) ]]; }
+poll 60 has_units
+units=$(advertised)
 say "allocatable vgpu.io/gpu-memory on $NODE: ${units:-none}"
 if [[ ${units:-0} -ge 30 ]]; then
     pass "the device plugin registered with kubelet: $units units of 100 MiB"
@@ -352,6 +365,12 @@ POD
 }
 phase() { k get pod -n "$NS" "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 finished() { [[ $(phase "$1") =~ ^(Succeeded|Failed)$ ]]; }
+
+if [[ $SCENARIO == multi ]]; then
+    # shellcheck source=tests/gpu/kubelet/multi.sh
+    source "$HERE/multi.sh"
+    exit 0
+fi
 
 section "the reference pod: 30 units, vgpu-memory-usage 1200"
 logrun k create namespace "$NS"
