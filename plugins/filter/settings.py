@@ -207,6 +207,9 @@ CLUSTER_WIDE = {
     "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
+    "vgpu_compute_shares": "one ConfigMap tells every device plugin and the extender whether shares exist",
+    "vgpu_compute_shares_total": "one ConfigMap: what the shares on any GPU may add up to",
+    "vgpu_mps_pinned_memory_limit": "one ConfigMap for every node's device plugin",
     "vgpu_scheduling": "kube-scheduler places every GPU pod of the cluster by one path, extender or DRA",
 }
 # Per node, and why that makes sense: GPUs of different generations need different driver branches
