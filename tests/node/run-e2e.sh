@@ -85,15 +85,16 @@ play upgrade "$root/playbooks/upgrade.yml"
 unchanged upgrade
 [[ ${KEEP:-0} == 1 ]] && exit 0
 
+# The stack goes, then comes back onto the existing cluster with stack.yml (as onto a cluster that
+# kubespray or k3s-ansible built), then goes for good; each second run must change nothing.
 play uninstall "$root/playbooks/uninstall.yml"
-play uninstall-again "$root/playbooks/uninstall.yml"
-unchanged uninstall-again
 "$here/check-uninstalled.sh" stack
 play stack "$root/playbooks/stack.yml"
-play stack-verify "$root/playbooks/verify_cluster.yml"
 play stack-again "$root/playbooks/stack.yml"
 unchanged stack-again
 play stack-uninstall "$root/playbooks/uninstall.yml"
+play stack-uninstall-again "$root/playbooks/uninstall.yml"
+unchanged stack-uninstall-again
 "$here/check-uninstalled.sh" stack
 play uninstall-cluster "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
 play uninstall-cluster-again "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
