@@ -194,14 +194,16 @@ def build_allocation(
     slot = table.resolve(device_ids)
     if not slot.healthy:
         raise AllocationError(f"GPU {slot.gpu.uuid} is unhealthy: {slot.unhealthy_reason or 'unknown reason'}")
-    return container_contract(slot.gpu, len(device_ids), table.unit_mib, ids.alloc_id(device_ids), cfg)
+    return container_contract(slot.gpu, len(device_ids), table.unit_mib, ids.alloc_id(device_ids), cfg, mps=mps)
 
 
-def container_contract(gpu: Gpu, units: int, unit_mib: int, aid: str, cfg: Mapping[str, Any]) -> Allocation:
+def container_contract(
+    gpu: Gpu, units: int, unit_mib: int, aid: str, cfg: Mapping[str, Any], *, mps: MpsContract | None = None
+) -> Allocation:
     """The container contract of docs/architecture.md: `units` units of `unit_mib` MiB of `gpu`,
-    under the host paths of allocation `aid`. The one implementation, for the device plugin's
-    Allocate and the DRA driver's NodePrepareResources alike; its settings (switches, MPS) are the
-    device_plugin section's."""
+    under the host paths of allocation `aid`, with `mps` when MPS is on for the node. The one
+    implementation, for the device plugin's Allocate and the DRA driver's NodePrepareResources
+    alike; its interposer switches are the device_plugin section's."""
     limit_mib = units * unit_mib
     plugin = cfg["device_plugin"]
     state_dir = Path(cfg["state_dir"])

@@ -44,17 +44,11 @@ class NodeApi(Protocol):
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None: ...
 
-    def node_labels(self, node: str) -> dict[str, str]: ...
-
 
 class KubeNodeApi:
     def __init__(self, client: Any, component: str) -> None:
         self.core = k8s.CoreV1Api(client)
         self.component = component
-
-    def node_labels(self, node: str) -> dict[str, str]:
-        meta = self.core.read_node(node).metadata
-        return dict((meta.labels if meta else None) or {})
 
     def annotate_node(self, node: str, annotations: dict[str, str]) -> None:
         self.core.patch_node(node, {"metadata": {"annotations": annotations}}, _content_type=MERGE_PATCH)
