@@ -52,9 +52,23 @@ def test_scheduler_dropin_and_configuration(host):
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["clientConnection"]["kubeconfig"] == "/var/lib/rancher/k3s/server/cred/scheduler.kubeconfig"
     (extender,) = config["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:32766"
+    # Mutual TLS with the extender (issue 12): the certificates the role made on this server.
+    assert extender["urlPrefix"] == "https://127.0.0.1:32766"
+    assert extender["enableHTTPS"] is True
+    tls = extender["tlsConfig"]
+    assert tls == {
+        "certFile": "/etc/vgpu/tls/client.crt",
+        "keyFile": "/etc/vgpu/tls/client.key",
+        "caFile": "/etc/vgpu/tls/ca.crt",
+    }
+    for name in ("client.crt", "ca.crt"):
+        assert host.file(f"/etc/vgpu/tls/{name}").exists
+    assert host.file("/etc/vgpu/tls/client.key").mode == 0o600
     assert extender["nodeCacheCapable"] is True
-    assert extender["managedResources"] == [{"name": "acme.dev/gpu-memory", "ignoredByScheduler": False}]
+    assert extender["managedResources"] == [
+        {"name": "acme.dev/gpu-memory", "ignoredByScheduler": False},
+        {"name": "acme.dev/gpu-cores", "ignoredByScheduler": False},
+    ]
 
 
 def test_unit_runs_server_or_agent_and_is_not_started(host):
