@@ -35,9 +35,15 @@ def _preflight(*extra_vars: str) -> str:
     return result.stdout + result.stderr
 
 
-def test_a_node_without_gpu_is_stopped_with_a_report_and_left_unchanged(host):
+def test_a_node_without_gpu_is_stopped_with_a_report_and_left_unchanged(host, tmp_path):
     before = host.file("/etc/ansible/facts.d/vgpu_preflight.fact").content_string
-    output = _preflight("preflight_require_gpu=true", "vgpu_kubernetes_flavour=k3s")
+    # A cluster flavour also needs the component image: give preflight a tarball, so that the
+    # missing GPU is the one problem (the image check has its own tests in tests/unit).
+    tarball = tmp_path / "vgpu-components-0.1.0.tar"
+    tarball.write_bytes(b"")
+    output = _preflight(
+        "preflight_require_gpu=true", "vgpu_kubernetes_flavour=k3s", f"vgpu_component_image_tarball={tarball}"
+    )
     assert "Preflight found 1 problem(s)" in output
     assert "no NVIDIA GPU found" in output
     assert "Traceback" not in output
