@@ -184,10 +184,17 @@ for name in kube-apiserver kube-controller-manager kube-scheduler kubelet kubect
 ln -sfn "$ROOT" "$WORK/collections/ansible_collections/vgpu/isolation"
 ln -sfn "$PAYLOAD/collections/ansible_collections/community" "$WORK/collections/ansible_collections/community"
 ln -sfn "$PAYLOAD/collections/ansible_collections/kubernetes" "$WORK/collections/ansible_collections/kubernetes"
-# The Kubernetes modules (kubernetes.core) run with <vgpu_kubernetes_client_venv>/bin/python: here the
-# host's python3, which finds the carried client through PYTHONPATH (no virtualenv, nothing to install).
-install -d "$WORK/kubernetes-python/bin"
-ln -sfn "$(command -v python3)" "$WORK/kubernetes-python/bin/python"
+# The Kubernetes modules (kubernetes.core) run with <vgpu_kubernetes_client_venv>/bin/python: here a
+# virtualenv (no pip: nothing is installed) whose .pth file adds the carried client and the
+# libraries of the host's python3, which is itself a virtualenv on the H200 (PyTorch's): a link to
+# it, or a virtualenv of it, loses its site-packages, and the client's dependencies with them.
+rm -rf "$WORK/kubernetes-python"
+python3 -m venv --without-pip --system-site-packages "$WORK/kubernetes-python"
+host_sites=$(python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))')
+"$WORK/kubernetes-python/bin/python" -c 'import site; print(site.getsitepackages()[0])' \
+    | { read -r site_dir; printf '%s\n' "$PAYLOAD/site" "$host_sites" >"$site_dir/vgpu-kubelet-payload.pth"; }
+env -u PYTHONPATH "$WORK/kubernetes-python/bin/python" -c 'import kubernetes, kubernetes.dynamic' \
+    || { echo "!! the carried Kubernetes client does not import in $WORK/kubernetes-python" >&2; exit 1; }
 export VGPU_KUBELET_K8S_PYTHON=$WORK/kubernetes-python
 # Hosts without curl or the openssl command: the Python stand-ins (VGPU_KUBELET_PYTHON_TOOLS=1 forces
 # them, as emulate.sh does, so that they are tried before a GPU host needs them).
