@@ -346,7 +346,13 @@ def test_each_service_account_gets_what_it_needs_and_nothing_more(stack: Path, c
     assert allowed(core, EXTENDER_SA, "watch", "pods")
     assert allowed(core, EXTENDER_SA, "create", "pods", namespace="default", subresource="binding")
     assert not allowed(core, EXTENDER_SA, "delete", "pods", namespace="default")
-    assert not allowed(core, "cgpu-monitor", "list", "pods")
+    # The monitor's enforcement (issue 12's ground truth): its node's pods, Events on them, and
+    # evictions (vgpu_enforcement: evict, the default); never deleting a pod or reading secrets.
+    assert allowed(core, "cgpu-monitor", "list", "pods")
+    assert allowed(core, "cgpu-monitor", "create", "events", namespace="default")
+    assert allowed(core, "cgpu-monitor", "create", "pods", namespace="default", subresource="eviction")
+    assert not allowed(core, "cgpu-monitor", "delete", "pods", namespace="default")
+    assert not allowed(core, "cgpu-monitor", "get", "secrets", namespace=NS)
     assert not allowed(core, "nvidia-mps", "get", "nodes")
 
 
