@@ -63,7 +63,7 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
-        "vgpu_stack_wait_timeout": 120,
+        "vgpu_stack_wait_timeout": 300,
         **extra,
     }
     env = dict(

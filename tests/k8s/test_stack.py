@@ -93,7 +93,7 @@ def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
         "vgpu_kubernetes_client_venv": sys.prefix,
         "vgpu_stack_label_nodes": False,
         "vgpu_stack_wait": True,
-        "vgpu_stack_wait_timeout": 60,
+        "vgpu_stack_wait_timeout": 300,
         **(overrides or {}),
     }
     args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]

@@ -18,6 +18,9 @@ kubectl() { on_node kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }
 case "${1:-}" in
     stack)
         absent /opt/vgpu /opt/vgpu-releases /etc/vgpu /var/lib/vgpu /etc/kubernetes/vgpu-scheduler-config.yaml
+        # The Kubernetes modules' client stays with the cluster: a driver change drains nodes with it.
+        on_node test -x /opt/vgpu-python/bin/python \
+            || problems+=("the Kubernetes client /opt/vgpu-python went with the stack; it must stay with the cluster")
         left=$(kubectl get daemonset,deployment,serviceaccount,configmap -n kube-system -o name \
             | grep -E 'nvidia-|cgpu-|gpushare-|vgpu-' || true)
         [[ -z $left ]] || problems+=("components still in kube-system: $left")
@@ -30,7 +33,7 @@ case "${1:-}" in
     cluster)
         absent /usr/bin/kubelet /usr/bin/kubeadm /usr/bin/kubectl /etc/kubernetes/manifests \
             /etc/kubernetes/admin.conf /etc/containerd/config.toml /etc/cni/net.d/10-vgpu-bridge.conflist \
-            /opt/vgpu /etc/vgpu /var/lib/vgpu
+            /opt/vgpu /etc/vgpu /var/lib/vgpu /opt/vgpu-python
         on_node systemctl is-active --quiet kubelet && problems+=("kubelet still runs")
         ;;
     *) echo "usage: $0 stack|cluster" >&2; exit 2 ;;

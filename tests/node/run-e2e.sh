@@ -4,11 +4,11 @@
 #   1. the suite tests/node/test_node.py against the real cluster;
 #   2. playbooks/verify_cluster.yml;
 #   3. a second site.yml, which must report changed=0, and upgrade.yml with nothing new (changed=0);
-#   4. uninstall.yml (the stack) and its rerun; stack.yml puts the GPU stack back on the cluster that
-#      is left (an existing cluster), verify_cluster.yml checks it, a rerun of stack.yml changes
-#      nothing, and uninstall.yml removes it again;
-#   5. uninstall.yml with vgpu_uninstall_cluster (the cluster too) and its rerun: nothing may be left
-#      and each rerun must change nothing.
+#   4. uninstall.yml (the stack; the cluster stays) and its rerun (changed=0); then stack.yml puts the
+#      GPU stack back onto the cluster that is left (as onto one kubespray or k3s-ansible built), and
+#      its rerun changes nothing;
+#   5. uninstall.yml with vgpu_uninstall_cluster removes that stack and the cluster; its rerun changes
+#      nothing, and nothing may be left.
 # KEEP=1 stops after step 3 and leaves the cluster up, also after a failure (kubeconfig:
 # build/node/admin.conf);
 # `make e2e-node-down` removes it. Logs of every step and of the node are in build/node/.
@@ -24,6 +24,8 @@ VGPU_E2E_CGROUP_V1=true
 [[ ! -f /sys/fs/cgroup/cgroup.controllers ]] || VGPU_E2E_CGROUP_V1=false
 export VGPU_E2E_CGROUP_V1
 export ANSIBLE_FORCE_COLOR=0
+# Each task's time in the step logs: how the CI budget is watched.
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
 mkdir -p "$state"
 
@@ -85,17 +87,15 @@ play upgrade "$root/playbooks/upgrade.yml"
 unchanged upgrade
 [[ ${KEEP:-0} == 1 ]] && exit 0
 
-# The stack goes, then comes back onto the existing cluster with stack.yml (as onto a cluster that
-# kubespray or k3s-ansible built), then goes for good; each second run must change nothing.
+# The stack goes, then comes back onto the existing cluster with stack.yml, then goes with the
+# cluster; each second run must change nothing.
 play uninstall "$root/playbooks/uninstall.yml"
+play uninstall-again "$root/playbooks/uninstall.yml"
+unchanged uninstall-again
 "$here/check-uninstalled.sh" stack
 play stack "$root/playbooks/stack.yml"
 play stack-again "$root/playbooks/stack.yml"
 unchanged stack-again
-play stack-uninstall "$root/playbooks/uninstall.yml"
-play stack-uninstall-again "$root/playbooks/uninstall.yml"
-unchanged stack-uninstall-again
-"$here/check-uninstalled.sh" stack
 play uninstall-cluster "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
 play uninstall-cluster-again "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
 unchanged uninstall-cluster-again
