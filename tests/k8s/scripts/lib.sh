@@ -156,11 +156,14 @@ start_extender() {
 }
 
 # start_scheduler [config]: kube-scheduler with our extender (default) or another config file.
+# VGPU_E2E_SCHEDULER_PPROF=1 opens its /debug/pprof to anyone on loopback (profiling a bench).
 start_scheduler() {
-    local config="${1:-$STATE_DIR/scheduler-extender.yaml}"
+    local config="${1:-$STATE_DIR/scheduler-extender.yaml}" open=/healthz,/readyz,/livez
+    [[ ${VGPU_E2E_SCHEDULER_PPROF:-0} != 1 ]] || open+=',/debug/pprof/*'
     start_proc kube-scheduler "$BIN_DIR/kube-scheduler" --config="$config" \
         --authentication-kubeconfig="$STATE_DIR/scheduler.kubeconfig" \
         --authorization-kubeconfig="$STATE_DIR/scheduler.kubeconfig" \
+        --authorization-always-allow-paths="$open" \
         --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
     wait_until kube-scheduler 60 curl -skf --max-time 2 "https://127.0.0.1:$SCHEDULER_PORT/readyz"
 }
