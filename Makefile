@@ -175,6 +175,11 @@ e2e-node: collection images bundle ## a real kubeadm node provisioned by site.ym
 	@echo ">> make e2e-node: a kubeadm node provisioned and tested end to end (about 15 minutes)"
 	tests/node/run-e2e.sh
 
+.PHONY: e2e-node-day2
+e2e-node-day2: collection images bundle ## make e2e-node plus upgrade.yml and stack.yml on its cluster (not in make test)
+	$(MAKE) -C files/libvgpu fake-driver
+	VGPU_E2E_DAY2=1 tests/node/run-e2e.sh
+
 .PHONY: e2e-node-down
 e2e-node-down: ## remove the node KEEP=1 make e2e-node left up
 	tests/node/node.sh down
