@@ -113,10 +113,7 @@ start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
 # Pods are only admitted once the service-account controller made the namespace's "default".
 wait_until kube-controller-manager 60 api_get /api/v1/namespaces/default/serviceaccounts/default
 
-# kwok asks for streaming lists, which Debian's etcd 3.4 cannot serve (no RequestWatchProgress);
-# its fallback saw newly bound pods up to a minute late (test_day_two.py's DaemonSet rollouts
-# outwaited the role in the cold CI of 2026-12-01), so its client uses plain list and watch.
-start_proc kwok env KUBE_FEATURE_WatchListClient=false "$KWOK_BIN" --kubeconfig="$STATE_DIR/admin.kubeconfig" --config="$KWOK_STAGES" \
+start_proc kwok "$KWOK_BIN" --kubeconfig="$STATE_DIR/admin.kubeconfig" --config="$KWOK_STAGES" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --cidr=10.244.0.0/16
 wait_until kwok 60 curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz"
