@@ -63,7 +63,9 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
-        "vgpu_stack_wait_timeout": 300,
+        # kwok marks a newly bound pod Running up to a minute late at times (cold CI, 2026-12-01: its
+        # streaming-list fallback against Debian's etcd 3.4), and a rollout replaces pods one by one.
+        "vgpu_stack_wait_timeout": 540,
         **extra,
     }
     env = dict(
@@ -75,7 +77,7 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
     binary = str(Path(sys.executable).parent / "ansible-playbook")
     args = [binary, "-i", str(work / "inventory.yml"), str(work / "play.yml")]
     return subprocess.run(
-        [*args, "-e", json.dumps(settings)], env=env, capture_output=True, text=True, timeout=600, check=False
+        [*args, "-e", json.dumps(settings)], env=env, capture_output=True, text=True, timeout=900, check=False
     )
 
 
