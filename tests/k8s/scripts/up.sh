@@ -83,10 +83,15 @@ cat "$STATE_DIR/vgpu-config-plain.yaml" - >"$STATE_DIR/vgpu-config.yaml" <<VC
   client_ca_file: $PKI/extender-ca.crt
 VC
 
-# etcd: Debian's etcd-server binary, never its system service; data in RAM, thrown away by down.
+# etcd: the one build-binaries.sh builds for the bundle's control-plane image (Kubernetes' own
+# version), else Debian's etcd-server binary (3.4: without RequestWatchProgress, so clients that ask
+# for streaming lists, kwok among them, fall back and see new pods up to a minute late); never a
+# system service; data in RAM, thrown away by down.
+etcd_bin="$CACHE_DIR/etcd-$ETCD_VERSION/etcd"
+[[ -x $etcd_bin ]] || etcd_bin=etcd
 etcd_data="$(mktemp -d /dev/shm/vgpu-e2e-etcd.XXXXXX 2>/dev/null || mktemp -d)"
 echo "$etcd_data" >"$STATE_DIR/etcd-data-dir"
-start_proc etcd etcd --name vgpu-e2e --data-dir "$etcd_data" \
+start_proc etcd "$etcd_bin" --name vgpu-e2e --data-dir "$etcd_data" \
     --listen-client-urls "http://127.0.0.1:$PORT_ETCD" --advertise-client-urls "http://127.0.0.1:$PORT_ETCD" \
     --listen-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" \
     --initial-cluster "vgpu-e2e=http://127.0.0.1:$PORT_ETCD_PEER" --listen-metrics-urls "" \
