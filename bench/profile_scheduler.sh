@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/profile_scheduler.sh MODE [NODES] [SECONDS]: where kube-scheduler spends its CPU in one
 # mode of bench/scheduling_throughput.py (plain, extender, claims, ...). It runs the bench once for
-# that mode at NODES nodes (default 1000) with kube-scheduler's /debug/pprof open on loopback, takes
+# that mode (then plain, the baseline the bench requires) at NODES nodes (default 1000) with
+# kube-scheduler's /debug/pprof open on loopback, takes
 # a CPU profile of SECONDS (default 20) as soon as kube-scheduler starts on the Pending pods, and
 # prints its top functions. Profile: build/bench/kube-scheduler-MODE-NODES.pprof (go tool pprof).
 set -euo pipefail
@@ -28,7 +29,9 @@ capture() {
 }
 capture &
 catcher=$!
+modes=("$mode")
+[[ $mode == plain ]] || modes+=(plain)
 VGPU_E2E_SCHEDULER_PPROF=1 "$root/tests/k8s/scripts/run-bench.sh" \
-    --nodes "$nodes" --repeat 1 --settle 10 --modes "$mode"
+    --nodes "$nodes" --repeat 1 --settle 10 --modes "${modes[@]}"
 wait "$catcher"
 go tool pprof -top -nodecount=35 "$out" 2>/dev/null | head -45
