@@ -27,6 +27,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export VGPU_CACHE_DIR := $(CACHE_DIR)
 
 MOLECULE_JOBS ?= 2
+# 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
+E2E_NODE_DAY2 ?= 0
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 PY_SOURCES := plugins files/components tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
@@ -173,12 +175,11 @@ e2e: collection ## end-to-end tests against a real local Kubernetes control plan
 e2e-node: collection images bundle ## a real kubeadm node provisioned by site.yml, air-gapped (KEEP=1 leaves it up)
 	$(MAKE) -C files/libvgpu fake-driver
 	@echo ">> make e2e-node: a kubeadm node provisioned and tested end to end (about 15 minutes)"
-	tests/node/run-e2e.sh
+	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) tests/node/run-e2e.sh
 
 .PHONY: e2e-node-day2
-e2e-node-day2: collection images bundle ## make e2e-node plus upgrade.yml and stack.yml on its cluster (not in make test)
-	$(MAKE) -C files/libvgpu fake-driver
-	VGPU_E2E_DAY2=1 tests/node/run-e2e.sh
+e2e-node-day2: ## make e2e-node plus upgrade.yml and stack.yml on its cluster (not in make test)
+	$(MAKE) e2e-node E2E_NODE_DAY2=1
 
 .PHONY: e2e-node-down
 e2e-node-down: ## remove the node KEEP=1 make e2e-node left up

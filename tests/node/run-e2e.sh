@@ -93,8 +93,8 @@ if [[ $day2 == 1 ]]; then
 fi
 [[ ${KEEP:-0} == 1 ]] && exit 0
 
-# The stack goes, then comes back onto the existing cluster with stack.yml, then goes with the
-# cluster; each second run must change nothing.
+# The stack goes (and, day two, comes back onto the existing cluster with stack.yml), then goes
+# with the cluster; each second run must change nothing.
 play uninstall "$root/playbooks/uninstall.yml"
 play uninstall-again "$root/playbooks/uninstall.yml"
 unchanged uninstall-again

@@ -10,7 +10,12 @@ source "$(dirname "$0")/lib.sh"
 for bin in "$BIN_DIR/kube-apiserver" "$BIN_DIR/kube-controller-manager" "$BIN_DIR/kube-scheduler" "$KWOK_BIN" "$KWOK_STAGES"; do
     [[ -e "$bin" ]] || die "$bin is missing: run 'make -C tests/k8s build' first"
 done
-command -v etcd >/dev/null || die "etcd is not installed: run 'make -C tests/k8s etcd' (Debian package etcd-server)"
+# etcd: the one build-binaries.sh builds for the bundle's control-plane image (Kubernetes' own
+# version), else Debian's etcd-server binary (3.4: without RequestWatchProgress, so clients that ask
+# for streaming lists, kwok among them, fall back and see new pods up to a minute late).
+etcd_bin="$CACHE_DIR/etcd-$ETCD_VERSION/etcd"
+[[ -x $etcd_bin ]] || etcd_bin=etcd
+command -v "$etcd_bin" >/dev/null || die "etcd is not installed: run 'make -C tests/k8s build' (or 'make -C tests/k8s etcd': Debian's etcd-server)"
 if [[ -d "$STATE_DIR/pids" ]] && compgen -G "$STATE_DIR/pids/*.pid" >/dev/null; then
     die "a control plane from $STATE_DIR/pids looks alive: run 'make -C tests/k8s down' first"
 fi
@@ -83,12 +88,7 @@ cat "$STATE_DIR/vgpu-config-plain.yaml" - >"$STATE_DIR/vgpu-config.yaml" <<VC
   client_ca_file: $PKI/extender-ca.crt
 VC
 
-# etcd: the one build-binaries.sh builds for the bundle's control-plane image (Kubernetes' own
-# version), else Debian's etcd-server binary (3.4: without RequestWatchProgress, so clients that ask
-# for streaming lists, kwok among them, fall back and see new pods up to a minute late); never a
-# system service; data in RAM, thrown away by down.
-etcd_bin="$CACHE_DIR/etcd-$ETCD_VERSION/etcd"
-[[ -x $etcd_bin ]] || etcd_bin=etcd
+# etcd ($etcd_bin, above): never a system service; data in RAM, thrown away by down.
 etcd_data="$(mktemp -d /dev/shm/vgpu-e2e-etcd.XXXXXX 2>/dev/null || mktemp -d)"
 echo "$etcd_data" >"$STATE_DIR/etcd-data-dir"
 start_proc etcd "$etcd_bin" --name vgpu-e2e --data-dir "$etcd_data" \
