@@ -8,6 +8,9 @@
 #   $CACHE/k8s/etcd-<ETCD_VERSION>/etcd
 #   $CACHE/k8s/cri-tools-<CRI_TOOLS_VERSION>/crictl
 #   $CACHE/k8s/nvidia-container-toolkit-<TOOLKIT_VERSION>/{nvidia-ctk,nvidia-container-runtime,nvidia-cdi-hook}
+# and, only when asked (`build-binaries.sh containerd`: the GPU kubelet test's DRA scenario; nothing
+# in `make test` needs it, so CI does not spend its minutes on it):
+#   $CACHE/k8s/containerd-<CONTAINERD_VERSION>/{containerd,containerd-shim-runc-v2,ctr}
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
@@ -45,6 +48,10 @@ build_set() {
     echo ">> built $* in $(( $(date +%s) - started )) s"
 }
 
+extras=" $* "
+for extra in "$@"; do
+    [[ $extra == containerd ]] || { echo "!! unknown extra build '$extra': expected containerd" >&2; exit 2; }
+done
 command -v go >/dev/null || { echo "!! go is not on PATH (Go >= 1.26 is needed to build Kubernetes $K8S_VERSION)" >&2; exit 1; }
 # One build at a time: `make test` starts this in the background early (tests/harness/prebuild.sh),
 # and the layers that need the binaries wait here for it, then find its stamps.
@@ -80,6 +87,14 @@ toolkit="github.com/NVIDIA/nvidia-container-toolkit"
 CGO=1 build_set "$here/upstream/nvidia-container-toolkit" "$cache/nvidia-container-toolkit-$TOOLKIT_VERSION" \
     "-X $toolkit/internal/info.version=${TOOLKIT_VERSION#v}" \
     "$toolkit/cmd/nvidia-ctk" "$toolkit/cmd/nvidia-container-runtime" "$toolkit/cmd/nvidia-cdi-hook"
+if [[ $extras == *" containerd "* ]]; then
+    # A containerd with CRI CDI support (on by default from 2.0), which Debian 12's 1.6 lacks.
+    build_set "$here/upstream/containerd" "$cache/containerd-$CONTAINERD_VERSION" \
+        "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+        github.com/containerd/containerd/v2/cmd/containerd \
+        github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+        github.com/containerd/containerd/v2/cmd/ctr
+fi
 
 # kwok has no built-in behaviour: its "fast" stages (nodes become Ready and keep a lease, bound
 # pods become Running, deleted pods go away) come from the same module, so they match the binary.

@@ -182,13 +182,15 @@ class FakeKubelet:
 class FakePodResources:
     """A real gRPC server speaking kubelet's PodResources API v1 on a unix socket.
 
-    `holders` is the list of (namespace, pod, container, resource, device IDs) it reports.
+    `holders` is the list of (namespace, pod, container, resource, device IDs) it reports;
+    `claims` the DRA devices, as (namespace, pod, container, driver, device name, CDI device names).
     """
 
     def __init__(self, socket_path: Path) -> None:
         self.socket_path = socket_path
         self.msgs, self.services = protos.podresources()
         self.holders: list[tuple[str, str, str, str, list[str]]] = []
+        self.claims: list[tuple[str, str, str, str, str, list[str]]] = []
         self.calls = 0
         self.server: grpc.Server | None = None
 
@@ -200,13 +202,29 @@ class FakePodResources:
                 fake.calls += 1
                 pods: dict[tuple[str, str], Any] = {}
                 containers: dict[tuple[str, str, str], Any] = {}
-                for namespace, pod, container, resource, devices in fake.holders:
+
+                def container_of(namespace: str, pod: str, container: str) -> Any:
                     entry = pods.setdefault((namespace, pod), fake.msgs.PodResources(name=pod, namespace=namespace))
                     if (namespace, pod, container) not in containers:
                         entry.containers.append(fake.msgs.ContainerResources(name=container))
                         containers[namespace, pod, container] = entry.containers[-1]
-                    containers[namespace, pod, container].devices.append(
+                    return containers[namespace, pod, container]
+
+                for namespace, pod, container, resource, devices in fake.holders:
+                    container_of(namespace, pod, container).devices.append(
                         fake.msgs.ContainerDevices(resource_name=resource, device_ids=devices)
+                    )
+                for namespace, pod, container, driver, device, cdi_names in fake.claims:
+                    resource = fake.msgs.ClaimResource(
+                        driver_name=driver,
+                        pool_name="node-a",
+                        device_name=device,
+                        cdi_devices=[fake.msgs.CDIDevice(name=n) for n in cdi_names],
+                    )
+                    container_of(namespace, pod, container).dynamic_resources.append(
+                        fake.msgs.DynamicResource(
+                            claim_name=f"{pod}-gpu", claim_namespace=namespace, claim_resources=[resource]
+                        )
                     )
                 return fake.msgs.ListPodResourcesResponse(pod_resources=list(pods.values()))
 

@@ -94,6 +94,29 @@ def test_container_quota_used_and_peak_from_its_region(exporter: Exporter) -> No
     assert value(m, "vgpu_gpu_memory_allocated_bytes", gpu="1") == 0
 
 
+def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Exporter) -> None:
+    """A container of a DRA claim (vgpu_scheduling: dra) holds no device-plugin IDs: kubelet lists
+    its claim's devices, with the CDI device the driver prepared, whose name carries the alloc-id."""
+    aid = "0123456789abcdef"
+    quota = exporter.cfg["state_dir"] + f"/quotas/{aid}.conf"
+    Path(quota).parent.mkdir(parents=True, exist_ok=True)
+    Path(quota).write_text(f"# vgpu quota for allocation {aid} on GPU {GPUS[1].uuid}\nmemory_limit=0:3000MiB\n")
+    write_region(
+        region.region_path(exporter.cfg["state_dir"], aid), limit=3000 * MIB, used=1200 * MIB, ctx=0, peak=1200 * MIB
+    )
+    exporter.pod_resources.claims = [
+        ("ml", "claimer", "app", "gpu.vgpu.io", "gpu-1", [f"vgpu.io/claim={aid}", "vgpu.io/claim=uid.gpu.gpu"]),
+        # another driver's claim in the same pod is not ours
+        ("ml", "claimer", "app", "other.example.com", "gpu-0", ["example.com/dev=x"]),
+    ]
+    m = exporter.scrape()
+    who = {"namespace": "ml", "pod": "claimer", "container": "app", "gpu": "1", "UUID": GPUS[1].uuid}
+    assert value(m, "vgpu_container_memory_quota_bytes", **who) == 3000 * MIB
+    assert value(m, "vgpu_container_memory_used_bytes", **who) == 1200 * MIB
+    assert value(m, "vgpu_gpu_memory_allocated_bytes", gpu="1") == 3000 * MIB
+    assert value(m, "vgpu_gpu_memory_allocated_bytes", gpu="0") == 0
+
+
 def test_idle_allocation_exports_zeros_and_finished_containers_vanish(exporter: Exporter) -> None:
     exporter.pod_resources.holders = [("default", "idle", "c", "vgpu.io/gpu-memory", [f"{KEY1}-0", f"{KEY1}-1"])]
     m = exporter.scrape()

@@ -18,7 +18,11 @@
 # VGPU_KUBELET_IMAGE_TAR), `make collection` and Docker (the pause image).
 # Environment: VGPU_KUBELET_CARRY (folder prefix, default <checkout>/.gpu-kubelet),
 #   VGPU_KUBELET_CALL_MIB (what one call may carry with the tree, default 58),
-#   VGPU_KUBELET_SCENARIO (multi: print the calls of the two-GPU reference, on nvidia-h200-x2).
+#   VGPU_KUBELET_SCENARIO: reference (default); multi (the calls of the two-GPU reference, on
+#   nvidia-h200-x2); dra (the DRA path, run.sh's dra.sh: adds containerd.tar.xz, containerd
+#   $CONTAINERD_VERSION built by build-binaries.sh, whose CRI applies CDI devices); bench (the
+#   scheduling bench, bench.sh: k8s.tar.xz and bench.tar.xz only: kwok and its stages, etcd, and the
+#   Python libraries of bench/scheduling_throughput.py and the extender).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -31,11 +35,17 @@ IMAGE_TAR=${VGPU_KUBELET_IMAGE_TAR:-$ROOT/build/images/vgpu-components-0.1.0.tar
 CARRY=${VGPU_KUBELET_CARRY:-$ROOT/.gpu-kubelet}
 LIMIT_MIB=${VGPU_KUBELET_CALL_MIB:-58}
 PY=$ROOT/.venv/bin/python
+SCENARIO=${VGPU_KUBELET_SCENARIO:-reference}
+[[ $SCENARIO =~ ^(reference|multi|dra|bench)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference, multi, dra or bench" >&2; exit 2; }
 # Debian 12's packages (bookworm and its security updates), as the offline bundle has them.
 DEBS="containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1 containernetworking-plugins=1.1.1+ds1-3+b5"
 # What ansible-core, kubernetes.core's modules and community.crypto need that the
 # GPU host's Python lacks (it has Jinja2, PyYAML, packaging, requests, urllib3, certifi, six and
 # python-dateutil). The Kubernetes client 35 is the last without pydantic and aiohttp.
+# The bench's (bench/scheduling_throughput.py, the extender, pki.py; with their dependencies), as the
+# repository's virtualenv has them.
+BENCH_WHEELS="kubernetes==37.0.2 prometheus_client==0.26.0 PyYAML==6.0.4 grpcio==1.85.3 grpcio-tools==1.85.1 protobuf==7.36.2
+    cryptography==50.0.2 nvidia-ml-py==13.615.71"
 WHEELS="ansible-core==2.19.14 resolvelib==1.2.1 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
     kubernetes==35.0.0 websocket-client==1.9.2 requests-oauthlib==2.0.0 oauthlib==4.0.1 durationpy==0.11"
 mkdir -p "$PACK"
@@ -57,12 +67,14 @@ xz_piece() {
 
 # ---------------------------------------------------------------------------------- the inputs
 [[ -x $PY ]] || die "$PY is missing: run 'make venv' first"
-[[ -s $IMAGE_TAR ]] || die "$IMAGE_TAR is missing: run 'make image' (or set VGPU_KUBELET_IMAGE_TAR)"
+[[ $SCENARIO == bench || -s $IMAGE_TAR ]] || die "$IMAGE_TAR is missing: run 'make image' (or set VGPU_KUBELET_IMAGE_TAR)"
 crypto=$ROOT/.collections/ansible_collections/community/crypto
 [[ -f $crypto/MANIFEST.json ]] || die "$crypto is missing: run 'make collection' first"
 k8s_core=$ROOT/.collections/ansible_collections/kubernetes/core
 [[ -f $k8s_core/MANIFEST.json ]] || die "$k8s_core is missing: run 'make collection' first"
-"$ROOT/files/bundle/build-binaries.sh" >/dev/null
+extras=()
+[[ $SCENARIO != dra ]] || extras=(containerd)
+"$ROOT/files/bundle/build-binaries.sh" "${extras[@]}" >/dev/null
 
 # The multi-call executable, from the same pinned go.mod as the five upstream binaries.
 minor=${K8S_VERSION#v*.}
@@ -108,41 +120,63 @@ mkdir -p "$stage/k8s/k8s"
 ln "$multicall" "$stage/k8s/k8s/k8s-multicall" 2>/dev/null || cp "$multicall" "$stage/k8s/k8s/k8s-multicall"
 pieces+=("$(xz_piece k8s "$mc_key" "$stage/k8s")")
 
-mkdir -p "$stage/bin/bin" "$stage/bin/cni" "$stage/debs"
-for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$stage/debs"; done
-cp "$stage"/debs/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$stage/debs/usr/sbin/runc" "$stage/bin/bin/"
-cp "$stage"/debs/usr/lib/cni/{bridge,host-local,loopback} "$stage/bin/cni/"
-cp "$CACHE/k8s/etcd-$ETCD_VERSION/etcd" "$CACHE/k8s/nvidia-container-toolkit-$TOOLKIT_VERSION"/nvidia-{ctk,container-runtime,cdi-hook} \
-    "$stage/bin/bin/"
-# All are stripped already: Go's -s -w here, dh_strip in Debian's packages.
-bin_key=$(cd "$stage/bin" && find . -type f -exec sha256sum {} + | sort | hash_of)
-pieces+=("$(xz_piece bin "$bin_key" "$stage/bin")")
-
-mkdir -p "$stage/image/images"
-ln "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar" 2>/dev/null || cp "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar"
-cp "$pause" "$stage/image/images/pause.tar"
-(cd "$stage/image/images" && sha256sum vgpu-components-0.1.0.tar >SHA256SUMS)
-image_key=$(cat "$stage/image/images/SHA256SUMS" <(sha256sum <"$pause") | hash_of)
-pieces+=("$(xz_piece image "$image_key" "$stage/image")")
-
-py_key=$(echo "$PYTHON_VERSION $WHEELS $(cat "$crypto/MANIFEST.json" "$k8s_core/MANIFEST.json" | sha256sum)" | hash_of)
-if [[ ! -s $PACK/python-$py_key.tar.xz ]]; then
-    log "the Python libraries for CPython $PYTHON_VERSION"
+if [[ $SCENARIO == bench ]]; then
+    # Where tests/k8s/scripts/lib.sh looks under VGPU_CACHE_DIR=<payload>/cache.
+    kwok=$CACHE/k8s/kwok-$KWOK_VERSION
+    mkdir -p "$stage/bench/cache/k8s/kwok-$KWOK_VERSION" "$stage/bench/cache/k8s/etcd-$ETCD_VERSION"
+    cp "$kwok/kwok" "$kwok/stages.yaml" "$stage/bench/cache/k8s/kwok-$KWOK_VERSION/"
+    cp "$CACHE/k8s/etcd-$ETCD_VERSION/etcd" "$stage/bench/cache/k8s/etcd-$ETCD_VERSION/"
     # shellcheck disable=SC2086 # one argument per pinned wheel
-    "$PY" -m pip install --quiet --no-deps --no-compile --only-binary=:all: --target "$stage/python/site" \
+    "$PY" -m pip install --quiet --no-compile --only-binary=:all: --target "$stage/bench/bench-site" \
         --python-version "$PYTHON_VERSION" --implementation cp --platform manylinux_2_28_x86_64 \
-        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any $WHEELS
-    # Not needed to run playbooks: ansible-core's test tool.
-    rm -rf "$stage/python/site/ansible_test"
-    mkdir -p "$stage/python/collections/ansible_collections/community"
-    cp -a "$crypto" "$stage/python/collections/ansible_collections/community/"
-    mkdir -p "$stage/python/collections/ansible_collections/kubernetes"
-    cp -a "$k8s_core" "$stage/python/collections/ansible_collections/kubernetes/"
-    # Not needed to run playbooks: kubernetes.core's own tests and docs.
-    rm -rf "$stage/python/collections/ansible_collections/kubernetes/core/"{tests,docs}
-    find "$stage/python" -name __pycache__ -prune -exec rm -rf {} +
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any $BENCH_WHEELS
+    find "$stage/bench" -name __pycache__ -prune -exec rm -rf {} +
+    bench_key=$(cd "$stage/bench" && find . -type f -exec sha256sum {} + | sort | hash_of)
+    pieces+=("$(xz_piece bench "$bench_key" "$stage/bench")")
+else
+    if [[ $SCENARIO == dra ]]; then
+        mkdir -p "$stage/containerd/containerd2"
+        cp "$CACHE/k8s/containerd-$CONTAINERD_VERSION"/{containerd,containerd-shim-runc-v2,ctr} "$stage/containerd/containerd2/"
+        containerd_key=$(cd "$stage/containerd" && find . -type f -exec sha256sum {} + | sort | hash_of)
+        pieces+=("$(xz_piece containerd "$containerd_key" "$stage/containerd")")
+    fi
+
+    mkdir -p "$stage/bin/bin" "$stage/bin/cni" "$stage/debs"
+    for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$stage/debs"; done
+    cp "$stage"/debs/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$stage/debs/usr/sbin/runc" "$stage/bin/bin/"
+    cp "$stage"/debs/usr/lib/cni/{bridge,host-local,loopback} "$stage/bin/cni/"
+    cp "$CACHE/k8s/etcd-$ETCD_VERSION/etcd" "$CACHE/k8s/nvidia-container-toolkit-$TOOLKIT_VERSION"/nvidia-{ctk,container-runtime,cdi-hook} \
+        "$stage/bin/bin/"
+    # All are stripped already: Go's -s -w here, dh_strip in Debian's packages.
+    bin_key=$(cd "$stage/bin" && find . -type f -exec sha256sum {} + | sort | hash_of)
+    pieces+=("$(xz_piece bin "$bin_key" "$stage/bin")")
+
+    mkdir -p "$stage/image/images"
+    ln "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar" 2>/dev/null || cp "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar"
+    cp "$pause" "$stage/image/images/pause.tar"
+    (cd "$stage/image/images" && sha256sum vgpu-components-0.1.0.tar >SHA256SUMS)
+    image_key=$(cat "$stage/image/images/SHA256SUMS" <(sha256sum <"$pause") | hash_of)
+    pieces+=("$(xz_piece image "$image_key" "$stage/image")")
+
+    py_key=$(echo "$PYTHON_VERSION $WHEELS $(cat "$crypto/MANIFEST.json" "$k8s_core/MANIFEST.json" | sha256sum)" | hash_of)
+    if [[ ! -s $PACK/python-$py_key.tar.xz ]]; then
+        log "the Python libraries for CPython $PYTHON_VERSION"
+        # shellcheck disable=SC2086 # one argument per pinned wheel
+        "$PY" -m pip install --quiet --no-deps --no-compile --only-binary=:all: --target "$stage/python/site" \
+            --python-version "$PYTHON_VERSION" --implementation cp --platform manylinux_2_28_x86_64 \
+            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any $WHEELS
+        # Not needed to run playbooks: ansible-core's test tool.
+        rm -rf "$stage/python/site/ansible_test"
+        mkdir -p "$stage/python/collections/ansible_collections/community"
+        cp -a "$crypto" "$stage/python/collections/ansible_collections/community/"
+        mkdir -p "$stage/python/collections/ansible_collections/kubernetes"
+        cp -a "$k8s_core" "$stage/python/collections/ansible_collections/kubernetes/"
+        # Not needed to run playbooks: kubernetes.core's own tests and docs.
+        rm -rf "$stage/python/collections/ansible_collections/kubernetes/core/"{tests,docs}
+        find "$stage/python" -name __pycache__ -prune -exec rm -rf {} +
+    fi
+    pieces+=("$(xz_piece python "$py_key" "$stage/python")")
 fi
-pieces+=("$(xz_piece python "$py_key" "$stage/python")")
 
 # ------------------------------------------------------------------------- pieces into calls
 tree_mib=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null \
@@ -187,12 +221,14 @@ for i in "${!parts[@]}"; do
 done
 
 # ------------------------------------------------------------------------------- the calls
-# VGPU_KUBELET_SCENARIO=multi: the calls of the two-GPU reference (run.sh's multi.sh), on two GPUs.
+# multi: on two GPUs; bench: bench.sh instead of run.sh.
 count=${#parts[@]}
-kind="" scenario=""
-if [[ ${VGPU_KUBELET_SCENARIO:-reference} != reference ]]; then
-    kind='kind="nvidia-h200-x2", ' scenario="VGPU_KUBELET_SCENARIO=$VGPU_KUBELET_SCENARIO "
-fi
+kind="" scenario="" script=tests/gpu/kubelet/run.sh
+case $SCENARIO in
+    multi) kind='kind="nvidia-h200-x2", ' scenario="VGPU_KUBELET_SCENARIO=multi " ;;
+    dra) scenario="VGPU_KUBELET_SCENARIO=dra " ;;
+    bench) script=tests/gpu/kubelet/bench.sh ;;
+esac
 echo
 echo "The device calls, one right after the other (a machine stays warm 30 s after a call):"
 for i in $(seq 1 "$count"); do
@@ -200,6 +236,6 @@ for i in $(seq 1 "$count"); do
     if ((i < count)); then
         echo "  $i. run(${kind}carry=[\"$name\"], timeout_s=300, command=\"tests/gpu/kubelet/unpack.sh $name\")"
     else
-        echo "  $i. run(${kind}carry=[\"$name\"], timeout_s=600, command=\"tests/gpu/kubelet/unpack.sh $name && ${scenario}tests/gpu/kubelet/run.sh\")"
+        echo "  $i. run(${kind}carry=[\"$name\"], timeout_s=600, command=\"tests/gpu/kubelet/unpack.sh $name && ${scenario}$script\")"
     fi
 done

@@ -18,7 +18,9 @@
 # The binaries, the images and the Python libraries come unpacked by unpack.sh into $VGPU_KUBELET_WORK
 # (default /tmp/vgpu-kubelet) from the carry folders of pack.sh. Everything is stopped at the end.
 # VGPU_KUBELET_SCENARIO=multi runs the two-GPU reference of issue 17 (multi.sh) instead of the
-# checks above, after the same set-up.
+# checks above, after the same set-up. VGPU_KUBELET_SCENARIO=dra runs the reference on the DRA path
+# (dra.sh): containerd $CONTAINERD_VERSION from the payload (CRI with CDI) instead of Debian's 1.6,
+# the stack with vgpu_scheduling: dra, and kube-scheduler as it comes (no extender).
 # VGPU_KUBELET_FAKE=1 runs it without a GPU (emulate.sh): libvgpu's fake driver and a static CDI
 # spec stand in for the driver (VGPU_KUBELET_FAKE_GPUS of them, default 2); the checks that need
 # NVIDIA's nvidia-smi or PyTorch are skipped.
@@ -32,7 +34,9 @@ WORK=${VGPU_KUBELET_WORK:-/tmp/vgpu-kubelet}
 PAYLOAD=$WORK/payload
 FAKE=${VGPU_KUBELET_FAKE:-0}
 SCENARIO=${VGPU_KUBELET_SCENARIO:-reference}
-[[ $SCENARIO =~ ^(reference|multi)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference or multi" >&2; exit 2; }
+[[ $SCENARIO =~ ^(reference|multi|dra)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference, multi or dra" >&2; exit 2; }
+SCHEDULING=extender
+[[ $SCENARIO != dra ]] || SCHEDULING=dra
 FAKE_GPUS=${VGPU_KUBELET_FAKE_GPUS:-2}
 [[ $FAKE_GPUS =~ ^([1-9]|1[0-6])$ ]] || { echo "VGPU_KUBELET_FAKE_GPUS=$FAKE_GPUS: expected a number of fake GPUs from 1 to 16" >&2; exit 2; }
 NODE=${VGPU_KUBELET_NODE:-vgpu-gpu-host}
@@ -60,7 +64,7 @@ export PATH=$BIN_DIR:$WORK/bin:/usr/local/nvidia/bin:$PATH KUBECONFIG=$STATE_DIR
 export PYTHONPATH=$PAYLOAD/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$WORK/collections ANSIBLE_NOCOLOR=1
 export ANSIBLE_LOCAL_TEMP=$WORK/ansible-tmp ANSIBLE_REMOTE_TEMP=$WORK/ansible-tmp
-export VGPU_KUBELET_STATE=$STATE_DIR VGPU_KUBELET_NODE=$NODE
+export VGPU_KUBELET_STATE=$STATE_DIR VGPU_KUBELET_NODE=$NODE VGPU_KUBELET_SCHEDULING=$SCHEDULING
 export VGPU_KUBELET_IMAGE_TARBALL=$PAYLOAD/images/vgpu-components-0.1.0.tar
 VGPU_KUBELET_RUNTIME_MODE=auto
 [[ $FAKE == 1 ]] && VGPU_KUBELET_RUNTIME_MODE=cdi
@@ -153,6 +157,11 @@ for f in k8s/k8s-multicall bin/containerd bin/containerd-shim-runc-v2 bin/ctr bi
     collections/ansible_collections/kubernetes/core/MANIFEST.json; do
     [[ -e $PAYLOAD/$f ]] || stop_here "the payload lacks $f: run the carry calls (unpack.sh) first"
 done
+if [[ $SCENARIO == dra ]]; then
+    for f in containerd2/containerd containerd2/containerd-shim-runc-v2 containerd2/ctr; do
+        [[ -e $PAYLOAD/$f ]] || stop_here "the payload lacks $f: pack with VGPU_KUBELET_SCENARIO=dra"
+    done
+fi
 if (cd "$PAYLOAD/images" && sha256sum -c --quiet SHA256SUMS) >>"$LOG" 2>&1; then
     pass "the component image tarball is the one pack.sh packed (sha256 $(cut -c1-16 "$PAYLOAD/images/SHA256SUMS" | head -1)...)"
 else
@@ -173,7 +182,9 @@ fi
 
 # ------------------------------------------------------------------------ install (no packages)
 section "install the carried binaries"
-install -m 0755 "$PAYLOAD"/bin/{containerd,containerd-shim-runc-v2,ctr} /usr/bin/
+containerd_dir=$PAYLOAD/bin
+[[ $SCENARIO != dra ]] || containerd_dir=$PAYLOAD/containerd2
+install -m 0755 "$containerd_dir"/{containerd,containerd-shim-runc-v2,ctr} /usr/bin/
 install -m 0755 "$PAYLOAD/bin/runc" /usr/sbin/runc
 install -m 0755 "$PAYLOAD"/bin/{nvidia-ctk,nvidia-container-runtime,nvidia-cdi-hook} /usr/bin/
 install -d /usr/lib/cni "$BIN_DIR" "$WORK/bin" "$WORK/collections/ansible_collections/vgpu"
@@ -262,7 +273,8 @@ if playbook node "$HERE/node.yml"; then
 else
     stop_here "node.yml (see playbooks.log)"
 fi
-logrun cat /etc/containerd/config.toml /etc/kubernetes/vgpu-scheduler-config.yaml /etc/nvidia-container-runtime/config.toml
+logrun cat /etc/containerd/config.toml /etc/nvidia-container-runtime/config.toml
+[[ $SCHEDULING == dra ]] || logrun cat /etc/kubernetes/vgpu-scheduler-config.yaml
 newest=$(objdump -T /opt/vgpu/libcuda.so.1 /opt/vgpu/libnvidia-ml.so.1 /opt/vgpu/vgpu-memory-usage 2>>"$LOG" \
     | grep -o 'GLIBC_2\.[0-9]*' | sed 's/GLIBC_2\.//' | sort -n | tail -n 1)
 if [[ -n $newest ]] && ((newest <= 34)); then
@@ -292,8 +304,19 @@ start_proc kube-controller-manager kube-controller-manager --kubeconfig="$STATE_
     --leader-elect=false --secure-port=0 --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --use-service-account-credentials=true --profiling=false
 wait_until kube-controller-manager 60 api_get /api/v1/namespaces/default/serviceaccounts/default
-# kube-scheduler reads the role's KubeSchedulerConfiguration (clientConnection: scheduler.kubeconfig).
-start_scheduler /etc/kubernetes/vgpu-scheduler-config.yaml
+# kube-scheduler reads the role's KubeSchedulerConfiguration (clientConnection: scheduler.kubeconfig);
+# on the DRA path it runs as it comes, as the kubeadm role leaves it there.
+if [[ $SCHEDULING == dra ]]; then
+    cat >"$STATE_DIR/scheduler-plain.yaml" <<SC
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: $STATE_DIR/scheduler.kubeconfig}
+leaderElection: {leaderElect: false}
+SC
+    start_scheduler "$STATE_DIR/scheduler-plain.yaml"
+else
+    start_scheduler /etc/kubernetes/vgpu-scheduler-config.yaml
+fi
 pass "etcd, kube-apiserver, kube-controller-manager and kube-scheduler (the role's configuration) run"
 
 start_proc containerd env PATH="$PATH" containerd --config /etc/containerd/config.toml
@@ -334,7 +357,7 @@ check "node $NODE is labelled as a control-plane node" kubectl label node "$NODE
 # ---------------------------------------------------------------------------- the stack as pods
 section "stack.yml: vgpu_stack imports the component image and runs the components"
 if playbook stack "$HERE/stack.yml"; then
-    pass "stack.yml: vgpu_stack imports the real image and its pods run (device plugin, monitor, extender)"
+    pass "stack.yml: vgpu_stack ($SCHEDULING path) imports the real image and its pods run"
 else
     stop_here "stack.yml (see playbooks.log and cluster.txt)"
 fi
@@ -342,13 +365,15 @@ fi
 # is ready: wait for it (the emulation once read it before).
 advertised() { k get node "$NODE" -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}' 2>/dev/null; }
 has_units() { [[ -n $(advertised) ]]; }
-poll 60 has_units
-units=$(advertised)
-say "allocatable vgpu.io/gpu-memory on $NODE: ${units:-none}"
-if [[ ${units:-0} -ge 30 ]]; then
-    pass "the device plugin registered with kubelet: $units units of 100 MiB"
-else
-    fail "the node advertises vgpu.io/gpu-memory (got '${units:-}')"
+if [[ $SCHEDULING == extender ]]; then
+    poll 60 has_units
+    units=$(advertised)
+    say "allocatable vgpu.io/gpu-memory on $NODE: ${units:-none}"
+    if [[ ${units:-0} -ge 30 ]]; then
+        pass "the device plugin registered with kubelet: $units units of 100 MiB"
+    else
+        fail "the node advertises vgpu.io/gpu-memory (got '${units:-}')"
+    fi
 fi
 
 # ----------------------------------------------------------------------------------- workloads
@@ -376,6 +401,10 @@ finished() { [[ $(phase "$1") =~ ^(Succeeded|Failed)$ ]]; }
 if [[ $SCENARIO == multi ]]; then
     # shellcheck source=tests/gpu/kubelet/multi.sh
     source "$HERE/multi.sh"
+    exit 0
+elif [[ $SCENARIO == dra ]]; then
+    # shellcheck source=tests/gpu/kubelet/dra.sh
+    source "$HERE/dra.sh"
     exit 0
 fi
 

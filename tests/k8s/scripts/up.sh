@@ -21,7 +21,8 @@ if [[ -d "$STATE_DIR/pids" ]] && compgen -G "$STATE_DIR/pids/*.pid" >/dev/null; 
 fi
 
 rm -rf "$STATE_DIR" && mkdir -p "$STATE_DIR/logs" "$STATE_DIR/pids"
-"$K8S_DIR/scripts/gen-certs.sh"
+# VGPU_E2E_CERTS_COMMAND: another maker of the same files (a host without openssl: tests/gpu/kubelet/pki.py).
+${VGPU_E2E_CERTS_COMMAND:-"$K8S_DIR/scripts/gen-certs.sh"}
 
 write_kubeconfig admin admin
 write_kubeconfig controller-manager controller-manager

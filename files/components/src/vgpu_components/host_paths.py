@@ -50,6 +50,22 @@ class Prepared(Protocol):
     quota_host_file: Path
 
 
+def read_quota_mib(state_dir: str | os.PathLike[str], alloc_id: str) -> int | None:
+    """The memory limit an allocation's quota file gives (its `memory_limit=0:<N>MiB` line, as
+    allocator.container_contract writes it); None when the file is gone or has no such line."""
+    try:
+        text = (Path(state_dir) / "quotas" / f"{alloc_id}.conf").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "memory_limit" and value.strip().startswith("0:") and value.strip().endswith("MiB"):
+            number = value.strip()[2:-3]
+            if number.isdigit():
+                return int(number)
+    return None
+
+
 class HostPaths:
     def __init__(self, state_dir: str | os.PathLike[str], grace_s: float) -> None:
         self.containers = Path(state_dir) / "containers"

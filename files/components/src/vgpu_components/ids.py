@@ -51,6 +51,11 @@ def alloc_id(device_ids: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()[:ALLOC_ID_LEN]
 
 
+def is_alloc_id(text: str) -> bool:
+    """Whether text has the form alloc_id gives (ALLOC_ID_LEN lowercase hex digits)."""
+    return len(text) == ALLOC_ID_LEN and all(c in "0123456789abcdef" for c in text)
+
+
 def units_for(total_mib: int, reserved_mib: int, unit_mib: int) -> int:
     """How many units a GPU advertises: floor((total - reserved) / unit), never negative."""
     return max(0, (total_mib - reserved_mib) // unit_mib)

@@ -1,8 +1,10 @@
 """cgpu-monitor: Prometheus exporter of GPU memory per GPU and per container on one node.
 
-Per GPU (NVML): total and used memory. Per container holding <prefix>/gpu-memory units (kubelet
-PodResources API): quota, used, context and peak from the interposer's region file, found by the
-alloc-id rule of docs/architecture.md. Containers that have not touched the GPU yet export zeros.
+Per GPU (NVML): total and used memory. Per container holding <prefix>/gpu-memory units, or a
+device of the DRA driver through a claim (both from kubelet's PodResources API): quota, used,
+context and peak from the interposer's region file, found by the alloc-id rule of
+docs/architecture.md (for a claim: the alloc-id in the name of the CDI device the driver prepared,
+the quota from its quota file). Containers that have not touched the GPU yet export zeros.
 The region is the container's own account; the ground truth, each process's memory as the driver
 reports it, is checked against the quota by enforcement.py on its own thread and exported here.
 Label names follow dcgm-exporter where they overlap (gpu, UUID, modelName, Hostname, namespace,
@@ -22,13 +24,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vgpu_components import __version__, config, health, ids, kube, nvml, region
+from vgpu_components import __version__, config, dra, health, host_paths, ids, kube, nvml, region
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.nvml import Gpu
 from vgpu_components.podresources import PodResourcesClient
@@ -37,6 +40,18 @@ log = logging.getLogger("vgpu.monitor")
 MIB = 1024 * 1024
 GPU_LABELS = ["gpu", "UUID", "modelName", "Hostname"]
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu", "UUID", "Hostname"]
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A container with a GPU-memory quota on this node, through either scheduling path."""
+
+    namespace: str
+    pod: str
+    container: str
+    gpu: Gpu | None  # None: its devices span GPUs, or the GPU is unknown here
+    quota_bytes: int
+    alloc_id: str
 
 
 class MonitorCollector(Collector):
@@ -56,6 +71,8 @@ class MonitorCollector(Collector):
         self.backend = backend
         self.pod_resources = pod_resources
         self.resource = f"{cfg['resource_prefix']}/gpu-memory"
+        self.dra_driver = dra.driver_name(cfg)
+        self.claim_prefix = f"{dra.cdi_kind(cfg)}="
         self.gpus: list[Gpu] = backend.gpus() if backend is not None else []
         self.by_key = {ids.gpu_key(g.uuid): g for g in self.gpus}
         self.region_errors = 0
@@ -126,26 +143,14 @@ class MonitorCollector(Collector):
             "vgpu_container_oom_refusals", "Allocations refused because of the quota", labels=CONTAINER_LABELS
         )
         allocated: dict[str, int] = {}
-        holders = []
-        if self.pod_resources is not None:
-            try:
-                holders = self.pod_resources.list(self.resource)
-                self.last_ok = True
-            except Exception as exc:
-                self.pod_resources_errors += 1
-                self.last_ok = False
-                log.warning("PodResources List failed: %s", exc)
-        unit_bytes = int(self.cfg["unit_mib"]) * MIB
-        for holder in holders:
-            keys = {ids.parse_device_id(d)[0] for d in holder.device_ids if _ours(d)}
-            gpu = self.by_key.get(min(keys)) if len(keys) == 1 else None
+        for holder in self._holders():
+            gpu = holder.gpu
             gpu_index, uuid = (str(gpu.index), gpu.uuid) if gpu else ("", "")
             labels = [holder.namespace, holder.pod, holder.container, gpu_index, uuid, self.node]
-            quota = len(holder.device_ids) * unit_bytes
-            allocated[uuid] = allocated.get(uuid, 0) + quota
-            families["quota"].add_metric(labels, quota)
+            allocated[uuid] = allocated.get(uuid, 0) + holder.quota_bytes
+            families["quota"].add_metric(labels, holder.quota_bytes)
             try:
-                sample = self._read_region(ids.alloc_id(holder.device_ids))
+                sample = self._read_region(holder.alloc_id)
             except region.RegionBusy:
                 continue  # a torn read costs this container one sample
             usage = sample.devices[0] if sample and sample.devices else None
@@ -161,6 +166,38 @@ class MonitorCollector(Collector):
         for gpu in self.gpus:
             alloc.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], allocated.get(gpu.uuid, 0))
         yield alloc
+
+    def _holders(self) -> list[Holder]:
+        """The containers with a quota, from one PodResources List per path; [] when kubelet fails."""
+        if self.pod_resources is None:
+            return []
+        try:
+            devices = self.pod_resources.list(self.resource)
+            claims = self.pod_resources.claim_devices(self.dra_driver)
+            self.last_ok = True
+        except Exception as exc:
+            self.pod_resources_errors += 1
+            self.last_ok = False
+            log.warning("PodResources List failed: %s", exc)
+            return []
+        unit_bytes = int(self.cfg["unit_mib"]) * MIB
+        out = []
+        for held in devices:
+            keys = {ids.parse_device_id(d)[0] for d in held.device_ids if _ours(d)}
+            gpu = self.by_key.get(min(keys)) if len(keys) == 1 else None
+            quota = len(held.device_ids) * unit_bytes
+            out.append(Holder(held.namespace, held.pod, held.container, gpu, quota, ids.alloc_id(held.device_ids)))
+        by_device = {dra.device_name(g): g for g in self.gpus}
+        for claim in claims:
+            # The driver names the CDI device of an allocation <kind>=<alloc-id> (dra_driver.py); its
+            # other names are aliases for runtimes that take CDI names from the pod.
+            for name in claim.cdi_devices:
+                alloc_id = name.removeprefix(self.claim_prefix)
+                if name.startswith(self.claim_prefix) and ids.is_alloc_id(alloc_id):
+                    quota_mib = host_paths.read_quota_mib(self.cfg["state_dir"], alloc_id) or 0
+                    gpu = by_device.get(claim.device)
+                    out.append(Holder(claim.namespace, claim.pod, claim.container, gpu, quota_mib * MIB, alloc_id))
+        return out
 
     def _ground_truth_metrics(self) -> Iterator[Any]:
         """What the enforcer's last check saw: NVML's per-process truth, summed per container."""

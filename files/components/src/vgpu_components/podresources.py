@@ -23,6 +23,18 @@ class ContainerDevices:
     others: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ContainerClaimDevice:
+    """One device of a DRA claim a container uses, as kubelet lists it (KubeletPodResourcesDynamicResources):
+    the device's name in its driver's ResourceSlice and the CDI devices the driver prepared for it."""
+
+    namespace: str
+    pod: str
+    container: str
+    device: str
+    cdi_devices: tuple[str, ...]
+
+
 class PodResourcesClient:
     def __init__(self, socket_path: str, timeout_s: float = 5.0) -> None:
         self.socket_path = socket_path
@@ -56,6 +68,25 @@ class PodResourcesClient:
                         ContainerDevices(pod.namespace, pod.name, container.name, tuple(held[resource_name]), others)
                     )
         return out
+
+    def claim_devices(self, driver: str) -> tuple[ContainerClaimDevice, ...]:
+        """Every device of `driver` that a container on the node uses through a DRA claim."""
+        msgs, _services = protos.podresources()
+        response = self._stub().List(msgs.ListPodResourcesRequest(), timeout=self.timeout_s)
+        return tuple(
+            ContainerClaimDevice(
+                pod.namespace,
+                pod.name,
+                container.name,
+                resource.device_name,
+                tuple(d.name for d in resource.cdi_devices),
+            )
+            for pod in response.pod_resources
+            for container in pod.containers
+            for claim in container.dynamic_resources
+            for resource in claim.claim_resources
+            if resource.driver_name == driver
+        )
 
     def close(self) -> None:
         if self._channel is not None:

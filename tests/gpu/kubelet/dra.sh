@@ -1,0 +1,177 @@
+# shellcheck shell=bash
+# The reference scenario on the DRA path (issue 15, docs/dra.md), sourced by run.sh once the stack
+# runs with vgpu_scheduling: dra:
+#   VGPU_KUBELET_SCENARIO=dra tests/gpu/kubelet/run.sh
+# run.sh has then started containerd $CONTAINERD_VERSION (its CRI applies the CDI devices kubelet
+# passes; Debian 12's 1.6 ignores them) and kube-scheduler without the extender. Checks:
+#   - the DRA driver publishes the node's ResourceSlice: each GPU a device with its memory;
+#   - a pod whose claim asks for 3000 MiB runs vgpu-memory-usage 1200: kube-scheduler allocated the
+#     claim (consumedCapacity 3000Mi), kubelet had the driver prepare it, and inside the pod
+#     `nvidia-smi` shows 1200MiB / 3000MiB and `nvidia-smi -L` one GPU (on the fake, which has no
+#     nvidia-smi: libvgpu's `manage --stats`); cgpu-monitor's /metrics has its quota and usage;
+#   - the same with a 1000 MiB claim fails with CUDA_ERROR_OUT_OF_MEMORY;
+#   - a claim for more memory than a GPU has stays Pending with kube-scheduler's reason;
+#   - deleting the pod unprepares its claim: the claim's CDI specification leaves /var/run/cdi.
+# Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, NS, NODE, FAKE, IMAGE).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    echo "dra.sh is sourced by run.sh: VGPU_KUBELET_SCENARIO=dra tests/gpu/kubelet/run.sh" >&2
+    exit 2
+fi
+DRIVER=gpu.vgpu.io
+CDI_DIR=/var/run/cdi
+
+section "the DRA driver's ResourceSlice"
+node_slice() {
+    k get resourceslices -o json | python3 -c '
+import json, sys
+node, driver = sys.argv[1], sys.argv[2]
+for s in json.load(sys.stdin)["items"]:
+    spec = s["spec"]
+    if spec.get("nodeName") == node and spec.get("driver") == driver:
+        for d in spec.get("devices", []):
+            print(d["name"], d["capacity"]["memory"]["value"], d.get("allowMultipleAllocations", False))
+        sys.exit(0)
+sys.exit(1)' "$NODE" "$DRIVER"
+}
+if poll 90 node_slice; then
+    devices=$(node_slice)
+    echo "$devices" >>"$LOG"
+    pass "the driver publishes $NODE's ResourceSlice: $(echo "$devices" | tr '\n' ';' | sed 's/;$//')"
+else
+    stop_here "a ResourceSlice of driver $DRIVER for $NODE within 90 s"
+fi
+# The largest GPU's memory in MiB, for a claim that fits none.
+gpu_mib=$(node_slice | awk '{v = $2; sub(/Mi$/, "", v); if (v + 0 > max) max = v + 0} END {print max + 0}')
+
+# claim_pod <name> <MiB> <command json>: a ResourceClaimTemplate of <MiB> and a pod using it.
+claim_pod() {
+    k apply -f - >>"$LOG" 2>&1 <<POD
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: $1, namespace: $NS}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: $DRIVER
+            capacity: {requests: {memory: $2Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: $1}]
+  containers:
+    - name: app
+      image: $IMAGE
+      imagePullPolicy: Never
+      command: $3
+      resources: {claims: [{name: gpu}]}
+POD
+}
+claim_of() { k get pod -n "$NS" "$1" -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}' 2>/dev/null; }
+
+section "a 3000 MiB claim, vgpu-memory-usage 1200"
+logrun k create namespace "$NS"
+claim_pod dra-3000 3000 '["/opt/vgpu/vgpu-memory-usage", "1200", "900"]'
+if poll 150 sh -c "kubectl logs -n $NS dra-3000 2>/dev/null | grep -q 'allocated 1200 MiB'"; then
+    pass "dra-3000 runs and holds 1200 MiB ($(k logs -n "$NS" dra-3000 | head -n 1))"
+else
+    fail "dra-3000 runs and allocates 1200 MiB (phase $(phase dra-3000))"
+fi
+claim=$(claim_of dra-3000)
+allocation=$(k get resourceclaim -n "$NS" "$claim" -o jsonpath='{.status.allocation.devices.results[0]}' 2>>"$LOG")
+echo "claim $claim: $allocation" >>"$LOG"
+if python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+sys.exit(not (r["driver"] == sys.argv[2] and r["pool"] == sys.argv[3] and r["consumedCapacity"]["memory"] == "3000Mi"))' \
+    "$allocation" "$DRIVER" "$NODE" 2>>"$LOG"; then
+    pass "kube-scheduler allocated claim $claim: 3000Mi of $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["device"])' "$allocation") on $NODE"
+else
+    fail "claim $claim is allocated with consumedCapacity memory 3000Mi on $NODE (got: $allocation)"
+fi
+claim_uid=$(k get resourceclaim -n "$NS" "$claim" -o jsonpath='{.metadata.uid}' 2>>"$LOG")
+spec_file=$CDI_DIR/vgpu.io-claim_$claim_uid.json
+check "the driver prepared the claim: its CDI specification $spec_file" test -s "$spec_file"
+stats=$(k exec -n "$NS" dra-3000 -- /opt/vgpu/manage --stats --json 2>>"$LOG")
+echo "$stats" >>"$LOG"
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1])["devices"][0]; sys.exit(not (d["limit_bytes"]>>20 == 3000 and d["used_bytes"]>>20 == 1200))' "$stats" 2>>"$LOG"; then
+    pass "manage --stats in dra-3000: quota 3000 MiB, 1200 MiB used (the claim's quota)"
+else
+    fail "manage --stats in dra-3000 shows quota 3000 MiB and 1200 MiB used"
+fi
+if [[ $FAKE == 1 ]]; then
+    skip "nvidia-smi in the claim's pod (the fake driver has no nvidia-smi)"
+else
+    smi=$(k exec -n "$NS" dra-3000 -- nvidia-smi 2>&1)
+    echo "$smi" >>"$LOG"
+    if grep -q '1200MiB / *3000MiB' <<<"$smi"; then
+        pass "kubectl exec dra-3000 -- nvidia-smi shows 1200MiB / 3000MiB"
+    else
+        fail "kubectl exec dra-3000 -- nvidia-smi shows 1200MiB / 3000MiB (got: $(grep -o '[0-9]*MiB / *[0-9]*MiB' <<<"$smi" | head -n 1))"
+    fi
+    listed=$(k exec -n "$NS" dra-3000 -- nvidia-smi -L 2>&1)
+    echo "$listed" >>"$LOG"
+    if [[ $(grep -c '^GPU ' <<<"$listed") == 1 ]]; then
+        pass "nvidia-smi -L in dra-3000 lists one GPU ($listed)"
+    else
+        fail "nvidia-smi -L in dra-3000 lists one GPU (got: $listed)"
+    fi
+fi
+monitor_ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
+# vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="dra-3000",...} 1.2582912e+09
+claim_metric_ok() {
+    curl -sf --max-time 5 "http://$monitor_ip:9395/metrics" | python3 -c '
+import sys
+want = {"vgpu_container_memory_used_bytes": 1200 * 2**20, "vgpu_container_memory_quota_bytes": 3000 * 2**20}
+seen = {}
+for line in sys.stdin:
+    name = line.split("{", 1)[0]
+    if name in want and "pod=\"dra-3000\"" in line and "namespace=\"vgpu-test\"" in line:
+        seen[name] = float(line.split()[-1])
+        print(line.strip())
+sys.exit(0 if seen == want else 1)'
+}
+if poll 60 claim_metric_ok; then
+    pass "cgpu-monitor's /metrics has the claim's container: $(claim_metric_ok | tr '\n' ' ' | cut -c1-240)"
+else
+    curl -sf --max-time 5 "http://$monitor_ip:9395/metrics" | grep -E '^vgpu_container' >>"$LOG"
+    fail "cgpu-monitor's /metrics shows dra-3000's quota 3000 MiB and 1200 MiB used under its pod and namespace"
+fi
+
+section "the same with a 1000 MiB claim"
+claim_pod dra-1000 1000 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
+poll 150 finished dra-1000
+log1000=$(k logs -n "$NS" dra-1000 2>&1)
+echo "$log1000" >>"$LOG"
+if [[ $(phase dra-1000) == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$log1000"; then
+    pass "dra-1000 fails with CUDA_ERROR_OUT_OF_MEMORY ($(grep -m1 CUDA_ERROR_OUT_OF_MEMORY <<<"$log1000"))"
+else
+    fail "dra-1000 fails with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase dra-1000))"
+fi
+
+section "a claim larger than any GPU"
+too_big=$((gpu_mib + 1000))
+claim_pod dra-too-big "$too_big" '["/bin/true"]'
+unschedulable() {
+    k get pod -n "$NS" dra-too-big -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' 2>/dev/null \
+        | grep -q 'cannot allocate all claims'
+}
+if poll 60 unschedulable && [[ $(phase dra-too-big) == Pending ]]; then
+    pass "a ${too_big} MiB claim stays Pending: $(k get pod -n "$NS" dra-too-big -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')"
+else
+    fail "a ${too_big} MiB claim stays Pending with kube-scheduler's 'cannot allocate all claims' (phase $(phase dra-too-big))"
+fi
+
+section "unprepare"
+logrun k delete pod -n "$NS" dra-3000 --wait=true --timeout=60s
+if poll 60 sh -c "! test -e $spec_file"; then
+    pass "deleting dra-3000 unprepared its claim: $spec_file is gone"
+else
+    fail "deleting dra-3000 unprepares its claim ($spec_file still there)"
+fi
