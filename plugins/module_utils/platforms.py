@@ -12,6 +12,7 @@ the test machines).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 # libvgpu builds for x86-64 only (files/libvgpu/Makefile), and the component image is x86-64.
@@ -201,3 +202,38 @@ def gpu_docs_table() -> str:
     newest = NEWER_THAN_KNOWN
     lines.append(f"| above 0x{NEWEST_KNOWN_ID:04x} | newer than Blackwell | {newest} | {needed_offer(newest)} |")
     return "\n".join(lines) + "\n"
+
+
+# --- the DRA path's container runtime -----------------------------------------------------------
+# Rule: kubelet hands the CDI devices a DRA driver prepared to the runtime in the CRI request; only
+# a runtime that applies them gives a claim's container its GPU and quota. containerd does from 1.7
+# with enable_cdi = true, and by default from 2.0; 1.6 (Debian 12's) ignores them.
+_CONTAINERD_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)")
+_ENABLE_CDI_ON = re.compile(r"^\s*enable_cdi\s*=\s*true\s*$", re.MULTILINE)
+
+
+def cdi_runtime_problem(version_text: str, config_dump: str = "") -> str:
+    """What keeps this containerd (its `containerd --version` line, and for 1.7 its `containerd
+    config dump`) from applying the CDI devices of claims; "" when nothing does."""
+    match = _CONTAINERD_VERSION.search(version_text.split("containerd", 2)[-1] if version_text else "")
+    if match is None:
+        return (
+            "cannot read a containerd version in %r: vgpu_scheduling dra needs containerd 1.7 or later, "
+            "whose CRI applies the CDI devices of claims" % version_text.strip()
+        )
+    version = tuple(int(part) for part in match.groups())
+    shown = ".".join(match.groups())
+    if version >= (2, 0, 0):
+        return ""
+    if version >= (1, 7, 0):
+        if _ENABLE_CDI_ON.search(config_dump):
+            return ""
+        return (
+            "containerd %s applies the CDI devices of claims only with enable_cdi = true in the CRI plugin's "
+            "section of /etc/containerd/config.toml (containerd config dump does not show it)" % shown
+        )
+    return (
+        "containerd %s has no CDI support in its CRI: a claim's container would start without its GPU and "
+        "quota. vgpu_scheduling dra needs containerd 1.7 or later (with enable_cdi = true; on by default from "
+        "2.0) or CRI-O; keep vgpu_scheduling: extender on this node's cluster otherwise" % shown
+    )

@@ -133,3 +133,32 @@ def test_the_offered_branches_match_the_settings_defaults():
     default = platforms.BRANCHES[defaults["vgpu_driver_branch"]]
     assert (default["version"], default["cuda"]) == (defaults["vgpu_driver_version"], defaults["vgpu_cuda_version"])
     assert re.match(r"^\d+$", defaults["vgpu_driver_branch"])
+
+
+# --- the DRA path's container runtime (docs/dra.md "The container runtime: CDI") ---------------
+# `containerd --version` as each one prints it.
+DEBIAN_12 = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3"
+DOCKER_17 = "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da"
+BUILT_24 = "containerd github.com/containerd/containerd/v2 v2.4.2 "
+
+
+def test_debian_12s_containerd_is_refused_for_claims_with_the_reason_and_the_way_out():
+    problem = platforms.cdi_runtime_problem(DEBIAN_12)
+    assert "1.6.20" in problem and "CDI" in problem
+    assert "1.7" in problem and "vgpu_scheduling: extender" in problem
+
+
+def test_containerd_2_applies_cdi_devices_as_it_comes():
+    assert platforms.cdi_runtime_problem(BUILT_24) == ""
+
+
+def test_containerd_1_7_needs_cdi_switched_on_in_its_configuration():
+    off = "[plugins.'io.containerd.grpc.v1.cri']\n    enable_cdi = false\n"
+    on = "[plugins.'io.containerd.grpc.v1.cri']\n    enable_cdi = true\n"
+    assert "enable_cdi" in platforms.cdi_runtime_problem(DOCKER_17, off)
+    assert platforms.cdi_runtime_problem(DOCKER_17, on) == ""
+
+
+def test_a_version_it_cannot_read_is_named_not_guessed():
+    problem = platforms.cdi_runtime_problem("something else")
+    assert "something else" in problem
