@@ -29,6 +29,8 @@ export VGPU_CACHE_DIR := $(CACHE_DIR)
 MOLECULE_JOBS ?= 2
 # 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
 E2E_NODE_DAY2 ?= 0
+# extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
+E2E_NODE_SCHEDULING ?= extender
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 PY_SOURCES := plugins files/components tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
@@ -175,11 +177,15 @@ e2e: collection ## end-to-end tests against a real local Kubernetes control plan
 e2e-node: collection images bundle ## a real kubeadm node provisioned by site.yml, air-gapped (KEEP=1 leaves it up)
 	$(MAKE) -C files/libvgpu fake-driver
 	@echo ">> make e2e-node: a kubeadm node provisioned and tested end to end (about 15 minutes)"
-	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) tests/node/run-e2e.sh
+	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) VGPU_E2E_SCHEDULING=$(E2E_NODE_SCHEDULING) tests/node/run-e2e.sh
 
 .PHONY: e2e-node-day2
 e2e-node-day2: ## make e2e-node plus upgrade.yml and stack.yml on its cluster (not in make test)
 	$(MAKE) e2e-node E2E_NODE_DAY2=1
+
+.PHONY: e2e-node-dra
+e2e-node-dra: ## make e2e-node on the DRA path: the bundle's containerd-cdi, claims (not in make test)
+	$(MAKE) e2e-node E2E_NODE_SCHEDULING=dra
 
 .PHONY: e2e-node-down
 e2e-node-down: ## remove the node KEEP=1 make e2e-node left up

@@ -8,8 +8,8 @@
 #   $CACHE/k8s/etcd-<ETCD_VERSION>/etcd
 #   $CACHE/k8s/cri-tools-<CRI_TOOLS_VERSION>/crictl
 #   $CACHE/k8s/nvidia-container-toolkit-<TOOLKIT_VERSION>/{nvidia-ctk,nvidia-container-runtime,nvidia-cdi-hook}
-# and, only when asked (`build-binaries.sh containerd`: the GPU kubelet test's DRA scenario; nothing
-# in `make test` needs it, so CI does not spend its minutes on it):
+# and, only when asked (`build-binaries.sh containerd`: the offline bundle's containerd-cdi/ and the
+# GPU kubelet test's DRA scenario; the harness's control plane does not need it):
 #   $CACHE/k8s/containerd-<CONTAINERD_VERSION>/{containerd,containerd-shim-runc-v2,ctr}
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

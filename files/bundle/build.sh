@@ -5,6 +5,9 @@
 #                        k8s.io/kubernetes and cri-tools), containerd, runc, the CNI plugins and
 #                        their Debian dependencies
 #   container-toolkit/   nvidia-container-toolkit-base (built here from NVIDIA's Go sources)
+#   containerd-cdi/      containerd (built here from the pinned containerd module), whose CRI applies
+#                        CDI devices: the kubeadm role installs it over Debian's 1.6 for
+#                        vgpu_scheduling dra (docs/dra.md)
 #   build-tools/         gcc, make, libc6-dev: the node builds libvgpu with them
 #   python-client/       python3-cryptography (the extender's certificates); wheels/: the pinned
 #                        Kubernetes client, its dependencies and pip for the Kubernetes modules'
@@ -36,7 +39,7 @@ log() { echo ">> $*"; }
 started=$(date +%s)
 log "Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, crictl $CRI_TOOLS_VERSION, NVIDIA toolkit $TOOLKIT_VERSION" \
     "(a cold build takes about 15 minutes on 2 cores)"
-"$here/build-binaries.sh"
+"$here/build-binaries.sh" containerd
 "$here/package-debs.sh" "$parts_dir/debs"
 "$here/build-images.sh" "$parts_dir/kubernetes-$K8S_VERSION.tar"
 "$root/files/components/image/build.sh"
@@ -52,6 +55,7 @@ local_files=$(
         for deb in debs/*.deb; do
             case "$(basename "$deb")" in
                 nvidia-container-toolkit*) dest=container-toolkit ;;
+                containerd_*) dest=containerd-cdi ;;
                 *) dest=kubeadm ;;
             esac
             printf '{"src": "%s/%s", "dest": "%s/%s"},' "$parts_dir" "$deb" "$dest" "$(basename "$deb")"

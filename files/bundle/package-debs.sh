@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Packs the binaries built by build-binaries.sh as Debian packages with dpkg-deb: kubeadm, kubelet,
 # kubectl and cri-tools (the file layout and dependencies of the pkgs.k8s.io packages of the same
-# names), and nvidia-container-toolkit-base (the layout of NVIDIA's package: nvidia-ctk,
-# nvidia-container-runtime, nvidia-cdi-hook). Sites that reach pkgs.k8s.io and NVIDIA's repository
+# names), nvidia-container-toolkit-base (the layout of NVIDIA's package: nvidia-ctk,
+# nvidia-container-runtime, nvidia-cdi-hook) and, when build-binaries.sh built it, containerd
+# $CONTAINERD_VERSION (the DRA path's runtime, whose CRI applies CDI devices: it upgrades Debian 12's
+# containerd 1.6 package of the same name). Sites that reach pkgs.k8s.io and NVIDIA's repository
 # download those packages instead; this is how they are made where only the Go module proxy is.
 #
 # Usage: files/bundle/package-debs.sh OUT_DIR
@@ -90,3 +92,24 @@ package nvidia-container-toolkit-base "${TOOLKIT_VERSION#v}-1" "libc6" "NVIDIA C
     "$toolkit/nvidia-ctk:/usr/bin/nvidia-ctk" \
     "$toolkit/nvidia-container-runtime:/usr/bin/nvidia-container-runtime" \
     "$toolkit/nvidia-cdi-hook:/usr/bin/nvidia-cdi-hook"
+
+containerd="$cache/containerd-$CONTAINERD_VERSION"
+if [[ -x $containerd/containerd ]]; then
+    root="$work/containerd"
+    mkdir -p "$root/DEBIAN"
+    # Debian's package started the unit; this one replaces its files, so systemd rereads the unit.
+    cat >"$root/DEBIAN/postinst" <<'POSTINST'
+#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload
+fi
+exit 0
+POSTINST
+    chmod 0755 "$root/DEBIAN/postinst"
+    package containerd "${CONTAINERD_VERSION#v}-0vgpu1" "runc (>= 1.1)" "containerd container runtime, with CDI in its CRI" \
+        "$containerd/containerd:/usr/bin/containerd" \
+        "$containerd/containerd-shim-runc-v2:/usr/bin/containerd-shim-runc-v2" \
+        "$containerd/ctr:/usr/bin/ctr" \
+        "$here/containerd.service:/usr/lib/systemd/system/containerd.service"
+fi

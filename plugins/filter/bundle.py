@@ -17,6 +17,8 @@ import re
 
 # Folder -> the packages a role installs from it (Debian names; Red Hat differ where noted).
 KUBEADM_PACKAGES = ("kubeadm", "kubelet", "kubectl", "cri-tools", "containerd", "runc", "containernetworking-plugins")
+# vgpu_scheduling dra on kubeadm: a containerd whose CRI applies CDI devices (built from source).
+CONTAINERD_CDI_PACKAGES = ("containerd",)
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit-base",)
 BUILD_TOOLS = {"Debian": ("gcc", "make", "libc6-dev"), "RedHat": ("gcc", "make", "glibc-devel")}
 CRYPTO_PACKAGES = ("python3-cryptography",)
@@ -62,8 +64,8 @@ def bundle_needs(host):
     """The pieces of the bundle one host needs, as (kind, folder or files, names, why) tuples.
 
     ``host`` describes it: roles (what the playbook runs, of ROLES), flavour, kubernetes_version,
-    architecture, os_family, gpu_node, first_control_plane, driver_method, driver_version,
-    has_compiler.
+    scheduling, architecture, os_family, gpu_node, first_control_plane, driver_method,
+    driver_version, has_compiler.
     """
     roles = host.get("roles", ROLES)
     family = host.get("os_family", "Debian")
@@ -74,6 +76,9 @@ def bundle_needs(host):
         needs.append(("packages", "kubeadm", KUBEADM_PACKAGES, "kubeadm installs Kubernetes from it"))
         version = str(host.get("kubernetes_version", "")).lstrip("v")
         needs.append(("files", None, ["images/kubernetes-v%s.tar" % version], "kubeadm imports its images from it"))
+        if host.get("scheduling") == "dra":
+            why = "vgpu_scheduling dra: a containerd whose CRI applies the CDI devices of claims"
+            needs.append(("packages", "containerd-cdi", CONTAINERD_CDI_PACKAGES, why))
     if "cluster" in roles and flavour == "k3s":
         k3s_arch = K3S_ARCH.get(arch, arch)
         binary = "k3s/k3s" if k3s_arch == "amd64" else "k3s/k3s-%s" % k3s_arch

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 NODE = os.environ.get("VGPU_E2E_NODE", "vgpu-e2e-node")
+# The path the node was provisioned with (run-e2e.sh: vgpu_scheduling), which decides the suite.
+SCHEDULING = os.environ.get("VGPU_E2E_SCHEDULING", "extender")
 PREFIX = "vgpu.io"
 RESOURCE = f"{PREFIX}/gpu-memory"
 UNIT_MIB = 100
@@ -35,6 +37,12 @@ def kubectl(
     if check and result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, cmd, result.stdout, result.stderr)
     return result.stdout + (result.stderr if stderr else "")
+
+
+def exec_node(*args: str, timeout: float = 60) -> str:
+    """Run a command on the node itself; its stdout, or CalledProcessError."""
+    cmd = ["docker", "exec", NODE, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout
 
 
 def get(kind: str, name: str = "", namespace: str = "") -> Any:

@@ -10,6 +10,8 @@
 #      or k3s-ansible built), and its rerun changes nothing;
 #   5. uninstall.yml with vgpu_uninstall_cluster removes the stack and the cluster; its rerun
 #      changes nothing, and nothing may be left.
+# VGPU_E2E_SCHEDULING=dra (`make e2e-node-dra`): the node gets vgpu_scheduling dra (the bundle's
+# containerd-cdi, the DRA driver) and the suite is tests/node/test_node_dra.py (claims).
 # KEEP=1 stops after step 3 and leaves the cluster up, also after a failure (kubeconfig:
 # build/node/admin.conf);
 # `make e2e-node-down` removes it. Logs of every step and of the node are in build/node/.
@@ -25,6 +27,7 @@ VGPU_E2E_CGROUP_V1=true
 [[ ! -f /sys/fs/cgroup/cgroup.controllers ]] || VGPU_E2E_CGROUP_V1=false
 export VGPU_E2E_CGROUP_V1
 export ANSIBLE_FORCE_COLOR=0
+export VGPU_E2E_SCHEDULING=${VGPU_E2E_SCHEDULING:-extender}
 # Each task's time in the step logs: how the CI budget is watched.
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
@@ -79,7 +82,7 @@ docker exec "$NODE" cat /etc/kubernetes/admin.conf \
     | sed -E "s#server: https://[^ ]+#server: https://$address:6443#" >"$state/admin.conf"
 chmod 0600 "$state/admin.conf"
 
-log "the e2e node suite"
+log "the e2e node suite ($VGPU_E2E_SCHEDULING path)"
 (cd "$root" && PYTHONPATH="$root" VGPU_E2E_NODE="$NODE" timeout 1800 pytest -p no:cacheprovider -q tests/node)
 play verify-cluster "$root/playbooks/verify_cluster.yml"
 play site-again "$root/playbooks/site.yml"

@@ -17,6 +17,10 @@ import pytest
 
 from tests.node import node
 
+pytestmark = pytest.mark.skipif(
+    node.SCHEDULING != "extender", reason="the extender path's suite (test_node_dra.py is the DRA path's)"
+)
+
 # The reference workload of the README: 30 units = 3000 MiB, of which the app holds 1200.
 HOLD = ["/opt/vgpu/vgpu-memory-usage", "1200", "86400"]
 

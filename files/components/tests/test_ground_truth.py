@@ -165,6 +165,20 @@ def test_honest_containers_and_processes_without_a_quota_are_left_alone(tmp_path
     assert (seen.container.pod, seen.used_bytes) == ("honest", 3400 * MIB)
 
 
+def test_a_claim_container_over_its_claims_quota_is_evicted_too(tmp_path: Path) -> None:
+    """vgpu_scheduling dra: the pod asks for no units; its quota is its claim's (from kubelet's
+    PodResources and the driver's quota file, which cgpu-monitor hands the enforcer)."""
+    node = Node(tmp_path)
+    claimer = gpu_pod("claimer", 0, container_id=CID)
+    node.api.pods = [claimer]
+    node.enforcer.claim_quotas = lambda: {("team", "claimer", "main"): 3000 * MIB}
+    node.run(4242, claimer, 4000)
+    assert node.enforcer.check(now=0) == []
+    (violation,) = node.enforcer.check(now=10)
+    assert violation.container.pod == "claimer" and violation.quota_bytes == 3000 * MIB
+    assert node.api.evictions == [("team", "claimer")]
+
+
 def test_the_monitor_exports_the_ground_truth(short_tmp: Path) -> None:
     exporter = Exporter(short_tmp)
     try:

@@ -109,6 +109,7 @@ def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Expor
         # another driver's claim in the same pod is not ours
         ("ml", "claimer", "app", "other.example.com", "gpu-0", ["example.com/dev=x"]),
     ]
+    assert exporter.collector.claim_quotas() == {("ml", "claimer", "app"): 3000 * MIB}  # for the enforcer
     m = exporter.scrape()
     who = {"namespace": "ml", "pod": "claimer", "container": "app", "gpu": "1", "UUID": GPUS[1].uuid}
     assert value(m, "vgpu_container_memory_quota_bytes", **who) == 3000 * MIB

@@ -4,8 +4,10 @@ Every monitor.check_interval_s:
 1. NVML's per-process memory on each GPU (host PIDs);
 2. each process's container, from its cgroup (cgroups.py), and that container's pod and quota,
    from the pods on this node as the API server lists them: the container whose status carries
-   the cgroup's container ID (else the pod's only container holding units), its quota the units
-   it asks for times unit_mib;
+   the cgroup's container ID (else the pod's only container with a quota), its quota the units
+   it asks for times unit_mib, or, for a container of a DRA claim (vgpu_scheduling dra), its
+   claim's quota (claim_quotas: cgpu-monitor's view of kubelet's PodResources and the driver's
+   quota files);
 3. ground_truth.Tracker; for each violation: a log line, the metrics, a Warning Event
    `GPUMemoryOverQuota` on the pod, and then per monitor.enforcement:
    - evict (the default): the Eviction API, as kubelet evicts a pod over its ephemeral-storage
@@ -35,6 +37,8 @@ from vgpu_components.scheduling import container_units
 log = logging.getLogger("vgpu.monitor")
 MIB = 1024 * 1024
 MODES = ("evict", "report")
+# (namespace, pod, container) -> quota in bytes, of the containers of DRA claims on this node.
+ClaimQuotas = Callable[[], Mapping[tuple[str, str, str], int]]
 
 
 @dataclass
@@ -55,6 +59,8 @@ class Enforcer:
         backend: nvml.GpuBackend,
         pods: kube.PodApi | None,
         proc: Path = Path("/proc"),
+        *,
+        claim_quotas: ClaimQuotas | None = None,
     ) -> None:
         section = cfg["monitor"]
         self.node = node
@@ -72,6 +78,8 @@ class Enforcer:
         self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "refused": 0}
         self.check_errors = 0
         self._pods_by_uid: dict[str, dict[str, Any]] = {}
+        self.claim_quotas = claim_quotas
+        self._claims: Mapping[tuple[str, str, str], int] = {}
 
     # --- one check ------------------------------------------------------------------------------
     def check(self, now: float | None = None) -> list[Violation]:
@@ -82,6 +90,7 @@ class Enforcer:
         refs = {pid: cgroups.container_of(pid, self.proc) for _gpu, pid, _used in seen}
         if self.pods is not None and any(refs.values()):
             self._pods_by_uid = {p["metadata"]["uid"]: p for p in self.pods.pods_on_node(self.node)}
+            self._claims = self._read_claims()
         current, unaccounted = ground_truth.usages(seen, self._owner(refs))
         due = self.tracker.observe(current, now)
         self.latest = Snapshot(
@@ -104,22 +113,35 @@ class Enforcer:
 
         return owner
 
+    def _read_claims(self) -> Mapping[tuple[str, str, str], int]:
+        if self.claim_quotas is None:
+            return {}
+        try:
+            return self.claim_quotas()
+        except Exception as exc:  # kubelet away: the claims' containers go unenforced this check
+            log.warning("cannot read the DRA claims' quotas: %s", exc)
+            return {}
+
     def _container_of(self, pod: Mapping[str, Any], container_id: str) -> Owner | None:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        meta = pod["metadata"]
         containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        units = {c.get("name"): self._units(c) for c in containers}
+        quotas = {
+            c.get("name"): self._units(c) * self.unit_bytes
+            or self._claims.get((meta["namespace"], meta["name"], str(c.get("name"))), 0)
+            for c in containers
+        }
         statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
         name = next(
             (s.get("name") for s in statuses if str(s.get("containerID", "")).endswith(f"://{container_id}")), None
         )
-        if name is None:  # no status with that ID yet: the pod's only container with units
-            holders = [n for n, u in units.items() if u]
+        if name is None:  # no status with that ID yet: the pod's only container with a quota
+            holders = [n for n, q in quotas.items() if q]
             name = holders[0] if len(holders) == 1 else None
         if name is None:
             return None
-        meta = pod["metadata"]
         container = Container(meta["namespace"], meta["name"], str(name), meta["uid"])
-        return Owner(container, units.get(name, 0) * self.unit_bytes)
+        return Owner(container, quotas.get(name, 0))
 
     def _units(self, container: Mapping[str, Any]) -> int:
         try:

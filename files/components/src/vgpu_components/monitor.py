@@ -173,7 +173,7 @@ class MonitorCollector(Collector):
             return []
         try:
             devices = self.pod_resources.list(self.resource)
-            claims = self.pod_resources.claim_devices(self.dra_driver)
+            claims = self._claim_holders()
             self.last_ok = True
         except Exception as exc:
             self.pod_resources_errors += 1
@@ -187,8 +187,15 @@ class MonitorCollector(Collector):
             gpu = self.by_key.get(min(keys)) if len(keys) == 1 else None
             quota = len(held.device_ids) * unit_bytes
             out.append(Holder(held.namespace, held.pod, held.container, gpu, quota, ids.alloc_id(held.device_ids)))
+        return out + claims
+
+    def _claim_holders(self) -> list[Holder]:
+        """The containers of DRA claims of our driver (raises when kubelet cannot be asked)."""
+        if self.pod_resources is None:
+            return []
         by_device = {dra.device_name(g): g for g in self.gpus}
-        for claim in claims:
+        out = []
+        for claim in self.pod_resources.claim_devices(self.dra_driver):
             # The driver names the CDI device of an allocation <kind>=<alloc-id> (dra_driver.py); its
             # other names are aliases for runtimes that take CDI names from the pod.
             for name in claim.cdi_devices:
@@ -198,6 +205,15 @@ class MonitorCollector(Collector):
                     gpu = by_device.get(claim.device)
                     out.append(Holder(claim.namespace, claim.pod, claim.container, gpu, quota_mib * MIB, alloc_id))
         return out
+
+    def claim_quotas(self) -> dict[tuple[str, str, str], int]:
+        """(namespace, pod, container) -> quota in bytes of each container of a DRA claim, for the
+        enforcer (a container using two claims' devices has their sum)."""
+        quotas: dict[tuple[str, str, str], int] = {}
+        for holder in self._claim_holders():
+            key = (holder.namespace, holder.pod, holder.container)
+            quotas[key] = quotas.get(key, 0) + holder.quota_bytes
+        return quotas
 
     def _ground_truth_metrics(self) -> Iterator[Any]:
         """What the enforcer's last check saw: NVML's per-process truth, summed per container."""
@@ -313,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     collector = MonitorCollector(
         cfg, node, backend, PodResourcesClient(cfg["monitor"]["pod_resources_socket"]), enforcer
     )
+    if enforcer is not None:
+        enforcer.claim_quotas = collector.claim_quotas  # the claims' containers, as /metrics sees them
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -59,6 +59,17 @@ def test_each_missing_piece_is_named_with_its_folder_and_why():
     ]
 
 
+def test_a_kubeadm_node_on_the_dra_path_needs_the_bundles_containerd_with_cdi():
+    """vgpu_scheduling dra: Debian's containerd 1.6 in kubeadm/ ignores the claims' CDI devices."""
+    dra = {**HOST, "scheduling": "dra"}
+    assert bundle_problems(KUBEADM + NODE, dra) == [
+        "offline bundle: containerd-cdi/ has no package for containerd (vgpu_scheduling dra: a containerd "
+        "whose CRI applies the CDI devices of claims)"
+    ]
+    assert bundle_problems([*KUBEADM, *NODE, "containerd-cdi/containerd_2.4.2-0vgpu1_amd64.deb"], dra) == []
+    assert bundle_problems(KUBEADM + NODE, {**dra, "flavour": "k3s", "roles": ("vgpu_stack",)}) == []
+
+
 def test_a_node_with_a_compiler_needs_no_build_tools_and_a_worker_no_python_client():
     listing = [p for p in KUBEADM + NODE if not p.startswith(("build-tools/", "python-client/"))]
     assert bundle_problems(listing, {**HOST, "has_compiler": True, "first_control_plane": False}) == []
@@ -111,6 +122,9 @@ def test_the_lists_are_the_roles_own():
     required = kubeadm_task["vars"]["vgpu_bundle_required"]
     for name in bundle.KUBEADM_PACKAGES:
         assert name in kubeadm_vars["kubeadm_packages"] or name in required
+    offline = yaml.safe_load((ROOT / "roles/kubeadm/tasks/packages_offline.yml").read_text())
+    cdi = next(t for t in offline if t.get("vars", {}).get("vgpu_bundle_folder") == "containerd-cdi")
+    assert tuple(cdi["vars"]["vgpu_bundle_required"]) == bundle.CONTAINERD_CDI_PACKAGES
     interposer = yaml.safe_load((ROOT / "roles/vgpu_interposer/vars/main.yml").read_text())
     tools = interposer["__vgpu_interposer_default_build_packages"]
     assert {family: tuple(names) for family, names in tools.items()} == bundle.BUILD_TOOLS
