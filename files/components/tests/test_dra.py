@@ -8,6 +8,7 @@ and kube-scheduler). NVML is replaced by fixed GPUs: there is no GPU on the CI m
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import time
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import GIB, FakeDraApi, FakeDraKubelet, allocated_claim, make_config, two_gpus
-from vgpu_components import config, dra
+from fakes import GIB, FakeDraApi, FakeDraKubelet, FakeGpus, allocated_claim, make_config, two_gpus
+from vgpu_components import allocator, config, dra
 from vgpu_components.allocator import DeviceTable, build_allocation, container_contract
 from vgpu_components.dra import PrepareError
 from vgpu_components.dra_driver import DraDriver
@@ -195,6 +196,31 @@ def test_the_cdi_device_is_exactly_the_device_plugin_contract(tmp_path: Path) ->
         (c, h, "ro" if ro else "rw") for c, h, ro in plugin.mounts
     }
     assert "VGPU_MEMORY_LIMIT=3000MiB" in edits["env"] and f"NVIDIA_VISIBLE_DEVICES={UUID0}" in edits["env"]
+
+
+def test_a_claim_on_an_mps_node_gets_the_mps_contract_as_the_device_plugin_gives_it(tmp_path: Path) -> None:
+    """MPS on the node (its <prefix>/mps label, or the config): the claim's container finds the
+    daemon, gets the configured thread percentage and, on a CUDA 11.5+ driver, the driver's own
+    limit at its quota, exactly as a device-plugin container of the same size does."""
+    cfg = cfg_for(tmp_path)
+    cfg["device_plugin"]["mps_enabled"] = True
+    cfg["device_plugin"]["mps_active_thread_percentage"] = 40
+    backend = FakeGpus(GPUS)
+    driver = DraDriver(cfg, GPUS, NODE, api=FakeDraApi(), backend=backend)
+    device = dra.ClaimDevice("gpu", NODE, "gpu-0", "", GPUS[0], 30, "0123456789abcdef")
+    envs = driver._allocation(device).envs
+    assert envs["CUDA_MPS_PIPE_DIRECTORY"] == cfg["mps"]["pipe_dir"]
+    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+    assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3000M"
+    table = DeviceTable(GPUS, 100)
+    ids = [f"{table.gpus()[0].key}-{n}" for n in range(30)]
+    plugin = build_allocation(table, ids, cfg, allocator.mps_contract(cfg, backend, logging.getLogger("test")))
+    assert {k: v for k, v in plugin.envs.items() if k.startswith("CUDA_MPS")} == {
+        k: v for k, v in envs.items() if k.startswith("CUDA_MPS")
+    }
+    cfg["device_plugin"]["mps_enabled"] = False
+    off = DraDriver(cfg, GPUS, NODE, api=FakeDraApi(), backend=backend)._allocation(device).envs
+    assert not any(k.startswith("CUDA_MPS") for k in off)
 
 
 def test_nvidia_edits_of_the_gpu_come_first_so_the_contract_wins(tmp_path: Path) -> None:

@@ -25,7 +25,14 @@ from typing import Any
 import grpc
 
 from vgpu_components import __version__, config, health, ids, kube, nvml, protos
-from vgpu_components.allocator import AllocationError, DeviceTable, MpsContract, build_allocation
+from vgpu_components.allocator import (
+    AllocationError,
+    DeviceTable,
+    MpsContract,
+    build_allocation,
+    mps_contract,
+    node_mps,
+)
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.mps import READY_FILE
 from vgpu_components.nvml import APPLICATION_XIDS, Gpu, GpuBackend
@@ -41,8 +48,6 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
-# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT came with CUDA 11.5; R470 drivers support CUDA 11.4.
-PINNED_LIMIT_CUDA = 11050
 
 
 class AdvertiseError(RuntimeError):
@@ -79,23 +84,6 @@ def check_message_size(table: DeviceTable, budget: int) -> int:
             f"would show 0); set unit_mib to at least {suggested}"
         )
     return size
-
-
-def pinned_limit(cfg: dict[str, Any], backend: GpuBackend | None) -> tuple[bool, str]:
-    """Whether containers get CUDA_MPS_PINNED_DEVICE_MEM_LIMIT here, and why (for the log)."""
-    if not cfg["device_plugin"]["mps_pinned_memory_limit"]:
-        return False, "off (device_plugin.mps_pinned_memory_limit is false)"
-    try:
-        version = backend.cuda_driver_version() if backend is not None else 0
-    except Exception as exc:
-        return False, f"off: the driver's CUDA version is unknown ({exc})"
-    found = f"{version // 1000}.{version % 1000 // 10}" if version else "unknown"
-    if version < PINNED_LIMIT_CUDA:
-        return False, (
-            f"off: the driver supports CUDA {found}; CUDA_MPS_PINNED_DEVICE_MEM_LIMIT needs CUDA 11.5 or newer "
-            "(R470 is CUDA 11.4), so libvgpu alone limits GPU memory"
-        )
-    return True, f"on (driver CUDA {found}): the driver refuses a client's allocations past its quota"
 
 
 class _Service:
@@ -291,18 +279,10 @@ class DevicePlugin:
     def _mps_contract(self, backend: GpuBackend | None) -> tuple[MpsContract | None, ShareTokens | None]:
         """What MPS adds to the containers of this node, and the share tokens when it has shares."""
         section = self.cfg["device_plugin"]
-        if not section["mps_enabled"]:
-            return None, None
-        pinned, why = pinned_limit(self.cfg, backend)
-        log.info("MPS pinned device-memory limit %s", why)
         shares = bool(section["compute_shares"])
-        contract = MpsContract(
-            pipe_dir=self.cfg["mps"]["pipe_dir"],
-            log_dir=self.cfg["mps"]["log_dir"],
-            shares=shares,
-            thread_percentage=int(section["mps_active_thread_percentage"]),
-            pinned_limit=pinned,
-        )
+        contract = mps_contract(self.cfg, backend, log, shares=shares)
+        if contract is None:
+            return None, None
         tokens = ShareTokens(len(self.table.gpus()), int(section["cores_per_gpu"])) if shares else None
         return contract, tokens
 
@@ -573,20 +553,6 @@ DESCRIPTION = (
     "resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the device_plugin "
     "section). The node name comes from NODE_NAME."
 )
-
-
-def node_mps(cfg: dict[str, Any], node_api: kube.NodeApi | None, node: str) -> None:
-    """MPS is on for this node where its `<prefix>/mps` label says so (roles/vgpu_stack sets it per
-    node, and the nvidia-mps DaemonSet runs only there); without the label, the config decides."""
-    key = f"{cfg['resource_prefix']}/mps"
-    try:
-        labels = node_api.node_labels(node) if node_api is not None else {}
-    except Exception as exc:
-        log.warning("could not read the labels of node %s (%s); MPS as the config says", node, exc)
-        return
-    if labels.get(key) in ("true", "false"):
-        cfg["device_plugin"]["mps_enabled"] = labels[key] == "true"
-        log.info("MPS is %s on this node (label %s)", "on" if labels[key] == "true" else "off", key)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ import grpc
 from kubernetes.client.rest import ApiException
 
 from vgpu_components import __version__, config, dra, health, kube, nvml, protos
-from vgpu_components.allocator import Allocation, container_contract
+from vgpu_components.allocator import Allocation, container_contract, mps_contract, node_mps
 from vgpu_components.dra import ClaimDevice, PrepareError
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.nvml import Gpu
@@ -140,7 +140,15 @@ class RegistrationService:
 
 
 class DraDriver:
-    def __init__(self, cfg: dict[str, Any], gpus: list[Gpu], node: str, *, api: kube.DraApi | None = None) -> None:
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        gpus: list[Gpu],
+        node: str,
+        *,
+        api: kube.DraApi | None = None,
+        backend: nvml.GpuBackend | None = None,
+    ) -> None:
         self.cfg = cfg
         self.gpus = sorted(gpus, key=lambda g: g.index)
         self.node = node
@@ -154,6 +162,9 @@ class DraDriver:
         self.nvidia_cdi_dirs = [d.strip() for d in section["nvidia_cdi_dirs"].split(",") if d.strip()]
         self.host_paths = HostPaths(cfg["state_dir"], float(cfg["device_plugin"]["region_gc_grace_s"]))
         self.records = ClaimRecords(cfg["state_dir"])
+        # MPS as on the device-plugin path (the node's <prefix>/mps label, else the config): the
+        # pipe, the thread percentage and the driver's pinned limit at the claim's quota.
+        self.mps = mps_contract(cfg, backend, log)
         self.lock = threading.Lock()  # one prepare or unprepare at a time: they share the host paths
         self.registered = False
         self.published = False
@@ -170,7 +181,9 @@ class DraDriver:
         raise PrepareError(f"GPU {uuid} is no longer on this node")
 
     def _allocation(self, device: ClaimDevice) -> Allocation:
-        return container_contract(device.gpu, device.units, int(self.cfg["unit_mib"]), device.alloc_id, self.cfg)
+        return container_contract(
+            device.gpu, device.units, int(self.cfg["unit_mib"]), device.alloc_id, self.cfg, mps=self.mps
+        )
 
     def _from_record(self, record: dict[str, Any]) -> list[ClaimDevice]:
         return [
@@ -429,10 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     args, cfg = started
     node = config.node_name()
     try:
-        api = kube.KubeDraApi(kube.api_client(args.kubeconfig))
+        client = kube.api_client(args.kubeconfig)
+        api = kube.KubeDraApi(client)
     except Exception as exc:
         log.error("no Kubernetes API (%s): the driver cannot read claims or publish its ResourceSlice", exc)
         return 1
+    node_mps(cfg, kube.KubeNodeApi(client, "vgpu-dra-driver"), node)
     try:
         backend = nvml.NvmlBackend()
         gpus = backend.gpus()
@@ -443,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("NVML found no GPU on this node; nothing to publish")
         return 1
     log.info("found %d GPU(s)", len(gpus), extra={"gpus": [g.uuid for g in gpus]})
-    driver = DraDriver(cfg, gpus, node, api=api)
+    driver = DraDriver(cfg, gpus, node, api=api, backend=backend)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
