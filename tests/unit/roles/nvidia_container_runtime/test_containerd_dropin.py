@@ -52,6 +52,9 @@ def test_the_kubeadm_role_hands_its_cgroup_driver_to_the_drop_in(tmp_path):
     prepare = yaml.safe_load((ROOT / "roles" / "kubeadm" / "tasks" / "prepare.yml").read_text())
     step = next(t for t in prepare if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "containerd.yml")
     passed = step["vars"]["nvidia_container_runtime_cgroup_driver"]
-    assert render(tmp_path, {"nvidia_container_runtime_cgroup_driver": passed, "kubeadm_cgroup_driver": "cgroupfs"})[
-        "SystemdCgroup"
-    ] is False
+    assert (
+        render(tmp_path, {"nvidia_container_runtime_cgroup_driver": passed, "kubeadm_cgroup_driver": "cgroupfs"})[
+            "SystemdCgroup"
+        ]
+        is False
+    )
