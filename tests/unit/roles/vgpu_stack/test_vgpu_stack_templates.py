@@ -379,6 +379,20 @@ def test_the_sample_pod_asks_its_quota_in_whole_units_of_the_prefix(tmp_path):
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["runtimeClassName"] == "nvidia"
 
 
+def test_on_the_dra_path_the_sample_claims_its_quota_through_the_device_class(tmp_path):
+    """vgpu_scheduling dra: nothing advertises <prefix>/gpu-memory, so a sample asking units stayed
+    Pending and verify_cluster.yml failed (make e2e-node-dra). It claims the quota instead."""
+    settings = {"vgpu_scheduling": "dra", "vgpu_kubernetes_version": "1.36.3", "vgpu_sample_app_quota": "3000MiB"}
+    template, pod = render(tmp_path, settings)["sample-pod.yaml"]
+    assert template["kind"] == "ResourceClaimTemplate"
+    assert template["metadata"] == {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]}
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": "gpu.vgpu.io", "capacity": {"requests": {"memory": "3000Mi"}}}
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": template["metadata"]["name"]}]
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"] == {"claims": [{"name": "gpu"}]}
+
+
 def test_the_sample_prints_libvgpus_own_report_for_nodes_without_nvidia_smi(tmp_path):
     """A node whose runtime gives containers no nvidia-smi (the e2e node's fake driver) still shows the
     quota: the sample prints libvgpu's report (manage --stats), which the sample_memory filter reads."""
