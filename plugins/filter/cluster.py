@@ -18,7 +18,13 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     parse_vgpu_report_memory,
 )
 
-COMPONENTS = ("nvidia-shared-device-plugin", "cgpu-monitor", "nvidia-mps", "gpushare-scheduler-extender")
+COMPONENTS = (
+    "nvidia-shared-device-plugin",
+    "vgpu-dra-driver",
+    "cgpu-monitor",
+    "nvidia-mps",
+    "gpushare-scheduler-extender",
+)
 NAME_LABEL = "app.kubernetes.io/name"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 
@@ -41,15 +47,16 @@ def is_control_plane(node):
     return any(label in labels for label in CONTROL_PLANE_LABELS)
 
 
-def expected_components(node, gpu_node_names, prefix):
-    """The components that must run on this node: GPU agents on GPU nodes, the extender on control planes."""
+def expected_components(node, gpu_node_names, prefix, scheduling="extender"):
+    """The components that must run on this node: GPU agents on GPU nodes (the device plugin, or on
+    the DRA path the DRA driver), and on the extender path the extender on control planes."""
     labels = _meta(node).get("labels") or {}
     wanted = []
     if _meta(node).get("name") in gpu_node_names:
-        wanted += ["nvidia-shared-device-plugin", "cgpu-monitor"]
+        wanted += ["vgpu-dra-driver" if scheduling == "dra" else "nvidia-shared-device-plugin", "cgpu-monitor"]
         if labels.get("%s/mps" % prefix) == "true":
             wanted.append("nvidia-mps")
-    if is_control_plane(node):
+    if is_control_plane(node) and scheduling != "dra":
         wanted.append("gpushare-scheduler-extender")
     return wanted
 
@@ -77,11 +84,34 @@ def node_memory(node, prefix, unit_mib):
     }
 
 
-def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100):
+def slice_memory(node_name, slices, prefix, unit_mib):
+    """What a node offers on the DRA path: the memory of the devices of its ResourceSlices of our driver."""
+    driver = "gpu.%s" % prefix
+    total = 0
+    published = False
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("nodeName") != node_name or spec.get("driver") != driver:
+            continue
+        published = True
+        for device in spec.get("devices") or []:
+            value = str(((device.get("capacity") or {}).get("memory") or {}).get("value", "0"))
+            total += _quantity_int(value[:-2] if value.endswith("Mi") else value)
+    return published, {
+        "name": node_name,
+        "capacity_units": total // int(unit_mib),
+        "allocatable_units": total // int(unit_mib),
+        "allocatable_mib": total,
+        "gpus_annotation": None,
+    }
+
+
+def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100, scheduling="extender", slices=None):
     """Per-component and per-node view of the vgpu stack, and the problems a user has to act on.
 
     ``nodes`` and ``pods`` are k8s_info resources (the stack's pods); ``gpu_nodes`` the names of the
-    GPU nodes (None: the nodes labelled <prefix>/gpu-node=true).
+    GPU nodes (None: the nodes labelled <prefix>/gpu-node=true); ``scheduling`` the path
+    (vgpu_scheduling), and on the DRA path ``slices`` the ResourceSlices.
     """
     by_name = {str(_meta(n).get("name")): n for n in nodes}
     if gpu_nodes is None:
@@ -107,14 +137,19 @@ def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100):
     memory = []
     for node_name in sorted(by_name):
         node = by_name[node_name]
-        for name in expected_components(node, gpu_nodes, prefix):
+        for name in expected_components(node, gpu_nodes, prefix, scheduling):
             components[name]["expected"] += 1
             if name in running_on.get(node_name, set()):
                 components[name]["running"] += 1
             else:
                 state = components[name]["nodes"].get(node_name, "no pod")
                 problems.append("%s is not running on %s (%s)" % (name, node_name, state))
-        if node_name in gpu_nodes:
+        if node_name in gpu_nodes and scheduling == "dra":
+            published, view = slice_memory(node_name, slices or [], prefix, unit_mib)
+            memory.append(view)
+            if not published:
+                problems.append("GPU node %s publishes no ResourceSlice of gpu.%s" % (node_name, prefix))
+        elif node_name in gpu_nodes:
             view = node_memory(node, prefix, unit_mib)
             memory.append(view)
             if view["allocatable_units"] <= 0:

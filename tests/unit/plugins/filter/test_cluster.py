@@ -113,3 +113,34 @@ def test_the_plugin_exposes_the_filters():
         "mps_label_changes",
         "sample_memory",
     }
+
+
+def resource_slice(node_name, *mib, driver="gpu.vgpu.io"):
+    devices = [{"name": f"gpu-{i}", "capacity": {"memory": {"value": f"{m}Mi"}}} for i, m in enumerate(mib)]
+    return {"metadata": {"name": f"{node_name}-{driver}"}, "spec": {"nodeName": node_name, "driver": driver, "devices": devices}}
+
+
+def test_on_the_dra_path_the_driver_runs_and_each_gpu_node_publishes_its_memory():
+    """vgpu_scheduling dra: the DRA driver instead of the device plugin, no extender, and the memory a
+    GPU node offers is its ResourceSlice's (make e2e-node-dra: verify_cluster.yml asked for the
+    extender path's components and units there)."""
+    nodes = [node("edge", control_plane=True), node("gpu-2", mps=True)]
+    pods = [pod(c, "edge") for c in ("vgpu-dra-driver", "cgpu-monitor")]
+    pods += [pod(c, "gpu-2") for c in ("vgpu-dra-driver", "cgpu-monitor", "nvidia-mps")]
+    slices = [resource_slice("edge", 12200, 12200), resource_slice("gpu-2", 24000), resource_slice("gpu-2", 5, driver="x.io")]
+    result = cluster_health(nodes, pods, ["edge", "gpu-2"], scheduling="dra", slices=slices)
+    assert result["problems"] == []
+    assert result["components"]["vgpu-dra-driver"] == {
+        "expected": 2,
+        "running": 2,
+        "nodes": {"edge": "Running", "gpu-2": "Running"},
+    }
+    assert result["components"]["gpushare-scheduler-extender"]["expected"] == 0
+    assert [(n["name"], n["allocatable_mib"]) for n in result["nodes"]] == [("edge", 24400), ("gpu-2", 24000)]
+    silent = cluster_health(nodes, pods[:2], ["edge", "gpu-2"], scheduling="dra", slices=slices[:1])
+    assert silent["problems"] == [
+        "vgpu-dra-driver is not running on gpu-2 (no pod)",
+        "cgpu-monitor is not running on gpu-2 (no pod)",
+        "nvidia-mps is not running on gpu-2 (no pod)",
+        "GPU node gpu-2 publishes no ResourceSlice of gpu.vgpu.io",
+    ]
