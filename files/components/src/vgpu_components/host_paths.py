@@ -58,9 +58,10 @@ def read_quota_mib(state_dir: str | os.PathLike[str], alloc_id: str) -> int | No
     except OSError:
         return None
     for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "memory_limit" and value.strip().startswith("0:") and value.strip().endswith("MiB"):
-            number = value.strip()[2:-3]
+        key, sep, value = line.partition("=")
+        value = value.strip()
+        if sep and key.strip() == "memory_limit" and value.startswith("0:") and value.endswith("MiB"):
+            number = value[2:-3]
             if number.isdigit():
                 return int(number)
     return None
