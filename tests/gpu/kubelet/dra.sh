@@ -12,7 +12,8 @@
 #   - the same with a 1000 MiB claim fails with CUDA_ERROR_OUT_OF_MEMORY;
 #   - a claim for more memory than a GPU has stays Pending with kube-scheduler's reason;
 #   - deleting the pod unprepares its claim: the claim's CDI specification leaves /var/run/cdi.
-# Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, NS, NODE, FAKE, IMAGE).
+# Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, quota_checks, NS, NODE,
+# FAKE, IMAGE).
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     echo "dra.sh is sourced by run.sh: VGPU_KUBELET_SCENARIO=dra tests/gpu/kubelet/run.sh" >&2
     exit 2
@@ -98,31 +99,7 @@ fi
 claim_uid=$(k get resourceclaim -n "$NS" "$claim" -o jsonpath='{.metadata.uid}' 2>>"$LOG")
 spec_file=$CDI_DIR/vgpu.io-claim_$claim_uid.json
 check "the driver prepared the claim: its CDI specification $spec_file" test -s "$spec_file"
-stats=$(k exec -n "$NS" dra-3000 -- /opt/vgpu/manage --stats --json 2>>"$LOG")
-echo "$stats" >>"$LOG"
-if python3 -c 'import json,sys; d=json.loads(sys.argv[1])["devices"][0]; sys.exit(not (d["limit_bytes"]>>20 == 3000 and d["used_bytes"]>>20 == 1200))' "$stats" 2>>"$LOG"; then
-    pass "manage --stats in dra-3000: quota 3000 MiB, 1200 MiB used (the claim's quota)"
-else
-    fail "manage --stats in dra-3000 shows quota 3000 MiB and 1200 MiB used"
-fi
-if [[ $FAKE == 1 ]]; then
-    skip "nvidia-smi in the claim's pod (the fake driver has no nvidia-smi)"
-else
-    smi=$(k exec -n "$NS" dra-3000 -- nvidia-smi 2>&1)
-    echo "$smi" >>"$LOG"
-    if grep -q '1200MiB / *3000MiB' <<<"$smi"; then
-        pass "kubectl exec dra-3000 -- nvidia-smi shows 1200MiB / 3000MiB"
-    else
-        fail "kubectl exec dra-3000 -- nvidia-smi shows 1200MiB / 3000MiB (got: $(grep -o '[0-9]*MiB / *[0-9]*MiB' <<<"$smi" | head -n 1))"
-    fi
-    listed=$(k exec -n "$NS" dra-3000 -- nvidia-smi -L 2>&1)
-    echo "$listed" >>"$LOG"
-    if [[ $(grep -c '^GPU ' <<<"$listed") == 1 ]]; then
-        pass "nvidia-smi -L in dra-3000 lists one GPU ($listed)"
-    else
-        fail "nvidia-smi -L in dra-3000 lists one GPU (got: $listed)"
-    fi
-fi
+quota_checks dra-3000 "the claim's quota"
 monitor_ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
 # vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="dra-3000",...} 1.2582912e+09
 claim_metric_ok() {

@@ -397,6 +397,36 @@ POD
 }
 phase() { k get pod -n "$NS" "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 finished() { [[ $(phase "$1") =~ ^(Succeeded|Failed)$ ]]; }
+# quota_checks <pod> <whose quota>: the reference pod's view of its 3000 MiB quota with 1200 MiB held:
+# libvgpu's `manage --stats` in it, and on a GPU `nvidia-smi` (x MiB / quota) and `nvidia-smi -L` (one GPU).
+quota_checks() {
+    local pod=$1 whose=$2 stats smi listed
+    stats=$(k exec -n "$NS" "$pod" -- /opt/vgpu/manage --stats --json 2>>"$LOG")
+    echo "$stats" >>"$LOG"
+    if python3 -c 'import json,sys; d=json.loads(sys.argv[1])["devices"][0]; sys.exit(not (d["limit_bytes"]>>20 == 3000 and d["used_bytes"]>>20 == 1200))' "$stats" 2>>"$LOG"; then
+        pass "manage --stats in $pod: quota 3000 MiB, 1200 MiB used ($whose)"
+    else
+        fail "manage --stats in $pod shows quota 3000 MiB and 1200 MiB used"
+    fi
+    if [[ $FAKE == 1 ]]; then
+        skip "nvidia-smi in $pod (the fake driver has no nvidia-smi)"
+        return
+    fi
+    smi=$(k exec -n "$NS" "$pod" -- nvidia-smi 2>&1)
+    echo "$smi" >>"$LOG"
+    if grep -q '1200MiB / *3000MiB' <<<"$smi"; then
+        pass "kubectl exec $pod -- nvidia-smi shows 1200MiB / 3000MiB"
+    else
+        fail "kubectl exec $pod -- nvidia-smi shows 1200MiB / 3000MiB (got: $(grep -o '[0-9]*MiB / *[0-9]*MiB' <<<"$smi" | head -n 1))"
+    fi
+    listed=$(k exec -n "$NS" "$pod" -- nvidia-smi -L 2>&1)
+    echo "$listed" >>"$LOG"
+    if [[ $(grep -c '^GPU ' <<<"$listed") == 1 ]]; then
+        pass "nvidia-smi -L in $pod lists one GPU ($listed)"
+    else
+        fail "nvidia-smi -L in $pod lists one GPU (got: $listed)"
+    fi
+}
 
 if [[ $SCENARIO == multi ]]; then
     # shellcheck source=tests/gpu/kubelet/multi.sh
@@ -422,31 +452,7 @@ if [[ -n $gpu ]]; then
 else
     fail "ref-30 carries the extender's vgpu.io/gpu-uuid annotation"
 fi
-stats=$(k exec -n "$NS" ref-30 -- /opt/vgpu/manage --stats --json 2>>"$LOG")
-echo "$stats" >>"$LOG"
-if python3 -c 'import json,sys; d=json.loads(sys.argv[1])["devices"][0]; sys.exit(not (d["limit_bytes"]>>20 == 3000 and d["used_bytes"]>>20 == 1200))' "$stats" 2>>"$LOG"; then
-    pass "manage --stats in ref-30: quota 3000 MiB, 1200 MiB used (the device plugin's quota)"
-else
-    fail "manage --stats in ref-30 shows quota 3000 MiB and 1200 MiB used"
-fi
-if [[ $FAKE == 1 ]]; then
-    skip "nvidia-smi in the pod (the fake driver has no nvidia-smi)"
-else
-    smi=$(k exec -n "$NS" ref-30 -- nvidia-smi 2>&1)
-    echo "$smi" >>"$LOG"
-    if grep -q '1200MiB / *3000MiB' <<<"$smi"; then
-        pass "kubectl exec ref-30 -- nvidia-smi shows 1200MiB / 3000MiB"
-    else
-        fail "kubectl exec ref-30 -- nvidia-smi shows 1200MiB / 3000MiB (got: $(grep -o '[0-9]*MiB / *[0-9]*MiB' <<<"$smi" | head -n 1))"
-    fi
-    listed=$(k exec -n "$NS" ref-30 -- nvidia-smi -L 2>&1)
-    echo "$listed" >>"$LOG"
-    if [[ $(grep -c '^GPU ' <<<"$listed") == 1 ]]; then
-        pass "nvidia-smi -L in ref-30 lists one GPU ($listed)"
-    else
-        fail "nvidia-smi -L in ref-30 lists one GPU (got: $listed)"
-    fi
-fi
+quota_checks ref-30 "the device plugin's quota"
 monitor_ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
 metrics() { curl -sf --max-time 5 "http://$monitor_ip:9395/metrics"; }
 # vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="ref-30",...} 1.2582912e+09
