@@ -110,7 +110,9 @@ def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Expor
         ("ml", "claimer", "app", "other.example.com", "gpu-0", ["example.com/dev=x"]),
     ]
     assert exporter.collector.claim_quotas() == {("ml", "claimer", "app"): 3000 * MIB}  # for the enforcer
+    calls = exporter.pod_resources.calls
     m = exporter.scrape()
+    assert exporter.pod_resources.calls == calls + 1  # both paths from one List: answers can be megabytes
     who = {"namespace": "ml", "pod": "claimer", "container": "app", "gpu": "1", "UUID": GPUS[1].uuid}
     assert value(m, "vgpu_container_memory_quota_bytes", **who) == 3000 * MIB
     assert value(m, "vgpu_container_memory_used_bytes", **who) == 1200 * MIB

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from vgpu_components import __version__, config, dra, health, host_paths, ids, kube, nvml, region
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.nvml import Gpu
-from vgpu_components.podresources import PodResourcesClient
+from vgpu_components.podresources import ContainerClaimDevice, PodResourcesClient
 
 log = logging.getLogger("vgpu.monitor")
 MIB = 1024 * 1024
@@ -168,12 +168,11 @@ class MonitorCollector(Collector):
         yield alloc
 
     def _holders(self) -> list[Holder]:
-        """The containers with a quota, from one PodResources List per path; [] when kubelet fails."""
+        """The containers with a quota on either path, from one PodResources List; [] when kubelet fails."""
         if self.pod_resources is None:
             return []
         try:
-            devices = self.pod_resources.list(self.resource)
-            claims = self._claim_holders()
+            devices, claims = self.pod_resources.list_both(self.resource, self.dra_driver)
             self.last_ok = True
         except Exception as exc:
             self.pod_resources_errors += 1
@@ -187,15 +186,13 @@ class MonitorCollector(Collector):
             gpu = self.by_key.get(min(keys)) if len(keys) == 1 else None
             quota = len(held.device_ids) * unit_bytes
             out.append(Holder(held.namespace, held.pod, held.container, gpu, quota, ids.alloc_id(held.device_ids)))
-        return out + claims
+        return out + self._claim_holders(claims)
 
-    def _claim_holders(self) -> list[Holder]:
-        """The containers of DRA claims of our driver (raises when kubelet cannot be asked)."""
-        if self.pod_resources is None:
-            return []
+    def _claim_holders(self, claims: Iterable[ContainerClaimDevice]) -> list[Holder]:
+        """The containers of these DRA claim devices of our driver, with their quotas."""
         by_device = {dra.device_name(g): g for g in self.gpus}
         out = []
-        for claim in self.pod_resources.claim_devices(self.dra_driver):
+        for claim in claims:
             # The driver names the CDI device of an allocation <kind>=<alloc-id> (dra_driver.py); its
             # other names are aliases for runtimes that take CDI names from the pod.
             for name in claim.cdi_devices:
@@ -210,7 +207,9 @@ class MonitorCollector(Collector):
         """(namespace, pod, container) -> quota in bytes of each container of a DRA claim, for the
         enforcer (a container using two claims' devices has their sum)."""
         quotas: dict[tuple[str, str, str], int] = {}
-        for holder in self._claim_holders():
+        if self.pod_resources is None:
+            return quotas
+        for holder in self._claim_holders(self.pod_resources.claim_devices(self.dra_driver)):
             key = (holder.namespace, holder.pod, holder.container)
             quotas[key] = quotas.get(key, 0) + holder.quota_bytes
         return quotas

@@ -50,45 +50,55 @@ class PodResourcesClient:
             )
         return services.PodResourcesListerStub(self._channel)
 
+    def _list(self) -> Any:
+        msgs, _services = protos.podresources()
+        return self._stub().List(msgs.ListPodResourcesRequest(), timeout=self.timeout_s)
+
     def list(self, resource_name: str, also: Sequence[str] = ()) -> list[ContainerDevices]:
         """Every container on the node holding devices of resource_name (with its devices of the
         resources in `also`, read in the same call)."""
-        msgs, _services = protos.podresources()
-        stub = self._stub()
-        response = stub.List(msgs.ListPodResourcesRequest(), timeout=self.timeout_s)
-        out = []
-        for pod in response.pod_resources:
-            for container in pod.containers:
-                held: dict[str, list[str]] = {}
-                for dev in container.devices:
-                    held.setdefault(dev.resource_name, []).extend(dev.device_ids)
-                if held.get(resource_name):
-                    others = {name: tuple(held.get(name, ())) for name in also}
-                    out.append(
-                        ContainerDevices(pod.namespace, pod.name, container.name, tuple(held[resource_name]), others)
-                    )
-        return out
+        return _devices(self._list(), resource_name, also)
 
     def claim_devices(self, driver: str) -> tuple[ContainerClaimDevice, ...]:
         """Every device of `driver` that a container on the node uses through a DRA claim."""
-        msgs, _services = protos.podresources()
-        response = self._stub().List(msgs.ListPodResourcesRequest(), timeout=self.timeout_s)
-        return tuple(
-            ContainerClaimDevice(
-                pod.namespace,
-                pod.name,
-                container.name,
-                resource.device_name,
-                tuple(d.name for d in resource.cdi_devices),
-            )
-            for pod in response.pod_resources
-            for container in pod.containers
-            for claim in container.dynamic_resources
-            for resource in claim.claim_resources
-            if resource.driver_name == driver
-        )
+        return _claim_devices(self._list(), driver)
+
+    def list_both(
+        self, resource_name: str, driver: str
+    ) -> tuple[Sequence[ContainerDevices], tuple[ContainerClaimDevice, ...]]:
+        """list(resource_name) and claim_devices(driver) from one List (answers can be megabytes)."""
+        response = self._list()
+        return _devices(response, resource_name, ()), _claim_devices(response, driver)
 
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+
+def _devices(response: Any, resource_name: str, also: Sequence[str]) -> list[ContainerDevices]:
+    out = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            held: dict[str, list[str]] = {}
+            for dev in container.devices:
+                held.setdefault(dev.resource_name, []).extend(dev.device_ids)
+            if held.get(resource_name):
+                others = {name: tuple(held.get(name, ())) for name in also}
+                out.append(
+                    ContainerDevices(pod.namespace, pod.name, container.name, tuple(held[resource_name]), others)
+                )
+    return out
+
+
+def _claim_devices(response: Any, driver: str) -> tuple[ContainerClaimDevice, ...]:
+    return tuple(
+        ContainerClaimDevice(
+            pod.namespace, pod.name, container.name, resource.device_name, tuple(d.name for d in resource.cdi_devices)
+        )
+        for pod in response.pod_resources
+        for container in pod.containers
+        for claim in container.dynamic_resources
+        for resource in claim.claim_resources
+        if resource.driver_name == driver
+    )
