@@ -215,7 +215,7 @@ _ENABLE_CDI_ON = re.compile(r"^\s*enable_cdi\s*=\s*true\s*$", re.MULTILINE)
 def cdi_runtime_problem(version_text: str, config_dump: str = "") -> str:
     """What keeps this containerd (its `containerd --version` line, and for 1.7 its `containerd
     config dump`) from applying the CDI devices of claims; "" when nothing does."""
-    match = _CONTAINERD_VERSION.search(version_text.split("containerd", 2)[-1] if version_text else "")
+    match = _CONTAINERD_VERSION.search(version_text or "")
     if match is None:
         return (
             "cannot read a containerd version in %r: vgpu_scheduling dra needs containerd 1.7 or later, "
