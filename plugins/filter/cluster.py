@@ -106,7 +106,19 @@ def slice_memory(node_name, slices, prefix, unit_mib):
     }
 
 
-def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100, scheduling="extender", slices=None):
+def gpu_node_memory(node, prefix, unit_mib, scheduling="extender", slices=None):
+    """What a GPU node offers, and the problem when it offers nothing: its units of <prefix>/gpu-memory,
+    or on the DRA path the memory of its ResourceSlices."""
+    name = _meta(node).get("name")
+    if scheduling == "dra":
+        published, view = slice_memory(name, slices or [], prefix, unit_mib)
+        return view, None if published else "GPU node %s publishes no ResourceSlice of gpu.%s" % (name, prefix)
+    view = node_memory(node, prefix, unit_mib)
+    problem = "GPU node %s advertises no %s/gpu-memory" % (name, prefix) if view["allocatable_units"] <= 0 else None
+    return view, problem
+
+
+def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100, *, scheduling="extender", slices=None):
     """Per-component and per-node view of the vgpu stack, and the problems a user has to act on.
 
     ``nodes`` and ``pods`` are k8s_info resources (the stack's pods); ``gpu_nodes`` the names of the
@@ -144,16 +156,10 @@ def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100, 
             else:
                 state = components[name]["nodes"].get(node_name, "no pod")
                 problems.append("%s is not running on %s (%s)" % (name, node_name, state))
-        if node_name in gpu_nodes and scheduling == "dra":
-            published, view = slice_memory(node_name, slices or [], prefix, unit_mib)
+        if node_name in gpu_nodes:
+            view, problem = gpu_node_memory(node, prefix, unit_mib, scheduling, slices)
             memory.append(view)
-            if not published:
-                problems.append("GPU node %s publishes no ResourceSlice of gpu.%s" % (node_name, prefix))
-        elif node_name in gpu_nodes:
-            view = node_memory(node, prefix, unit_mib)
-            memory.append(view)
-            if view["allocatable_units"] <= 0:
-                problems.append("GPU node %s advertises no %s/gpu-memory" % (node_name, prefix))
+            problems += [problem] if problem else []
     return {"components": components, "nodes": memory, "gpu_nodes": list(gpu_nodes), "problems": problems}
 
 

@@ -117,7 +117,8 @@ def test_the_plugin_exposes_the_filters():
 
 def resource_slice(node_name, *mib, driver="gpu.vgpu.io"):
     devices = [{"name": f"gpu-{i}", "capacity": {"memory": {"value": f"{m}Mi"}}} for i, m in enumerate(mib)]
-    return {"metadata": {"name": f"{node_name}-{driver}"}, "spec": {"nodeName": node_name, "driver": driver, "devices": devices}}
+    spec = {"nodeName": node_name, "driver": driver, "devices": devices}
+    return {"metadata": {"name": f"{node_name}-{driver}"}, "spec": spec}
 
 
 def test_on_the_dra_path_the_driver_runs_and_each_gpu_node_publishes_its_memory():
@@ -127,7 +128,8 @@ def test_on_the_dra_path_the_driver_runs_and_each_gpu_node_publishes_its_memory(
     nodes = [node("edge", control_plane=True), node("gpu-2", mps=True)]
     pods = [pod(c, "edge") for c in ("vgpu-dra-driver", "cgpu-monitor")]
     pods += [pod(c, "gpu-2") for c in ("vgpu-dra-driver", "cgpu-monitor", "nvidia-mps")]
-    slices = [resource_slice("edge", 12200, 12200), resource_slice("gpu-2", 24000), resource_slice("gpu-2", 5, driver="x.io")]
+    slices = [resource_slice("edge", 12200, 12200), resource_slice("gpu-2", 24000)]
+    slices.append(resource_slice("gpu-2", 5, driver="x.io"))  # another driver's: not ours
     result = cluster_health(nodes, pods, ["edge", "gpu-2"], scheduling="dra", slices=slices)
     assert result["problems"] == []
     assert result["components"]["vgpu-dra-driver"] == {
