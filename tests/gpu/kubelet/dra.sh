@@ -12,8 +12,8 @@
 #   - the same with a 1000 MiB claim fails with CUDA_ERROR_OUT_OF_MEMORY;
 #   - a claim for more memory than a GPU has stays Pending with kube-scheduler's reason;
 #   - deleting the pod unprepares its claim: the claim's CDI specification leaves /var/run/cdi.
-# Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, quota_checks, NS, NODE,
-# FAKE, IMAGE).
+# Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, quota_checks, oom_check,
+# NS, NODE, FAKE, IMAGE).
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     echo "dra.sh is sourced by run.sh: VGPU_KUBELET_SCENARIO=dra tests/gpu/kubelet/run.sh" >&2
     exit 2
@@ -100,37 +100,10 @@ claim_uid=$(k get resourceclaim -n "$NS" "$claim" -o jsonpath='{.metadata.uid}' 
 spec_file=$CDI_DIR/vgpu.io-claim_$claim_uid.json
 check "the driver prepared the claim: its CDI specification $spec_file" test -s "$spec_file"
 quota_checks dra-3000 "the claim's quota"
-monitor_ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
-# vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="dra-3000",...} 1.2582912e+09
-claim_metric_ok() {
-    curl -sf --max-time 5 "http://$monitor_ip:9395/metrics" | python3 -c '
-import sys
-want = {"vgpu_container_memory_used_bytes": 1200 * 2**20, "vgpu_container_memory_quota_bytes": 3000 * 2**20}
-seen = {}
-for line in sys.stdin:
-    name = line.split("{", 1)[0]
-    if name in want and "pod=\"dra-3000\"" in line and "namespace=\"vgpu-test\"" in line:
-        seen[name] = float(line.split()[-1])
-        print(line.strip())
-sys.exit(0 if seen == want else 1)'
-}
-if poll 60 claim_metric_ok; then
-    pass "cgpu-monitor's /metrics has the claim's container: $(claim_metric_ok | tr '\n' ' ' | cut -c1-240)"
-else
-    curl -sf --max-time 5 "http://$monitor_ip:9395/metrics" | grep -E '^vgpu_container' >>"$LOG"
-    fail "cgpu-monitor's /metrics shows dra-3000's quota 3000 MiB and 1200 MiB used under its pod and namespace"
-fi
 
 section "the same with a 1000 MiB claim"
 claim_pod dra-1000 1000 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
-poll 150 finished dra-1000
-log1000=$(k logs -n "$NS" dra-1000 2>&1)
-echo "$log1000" >>"$LOG"
-if [[ $(phase dra-1000) == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$log1000"; then
-    pass "dra-1000 fails with CUDA_ERROR_OUT_OF_MEMORY ($(grep -m1 CUDA_ERROR_OUT_OF_MEMORY <<<"$log1000"))"
-else
-    fail "dra-1000 fails with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase dra-1000))"
-fi
+oom_check dra-1000 150
 
 section "a claim larger than any GPU"
 too_big=$((gpu_mib + 1000))

@@ -397,8 +397,42 @@ POD
 }
 phase() { k get pod -n "$NS" "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 finished() { [[ $(phase "$1") =~ ^(Succeeded|Failed)$ ]]; }
-# quota_checks <pod> <whose quota>: the reference pod's view of its 3000 MiB quota with 1200 MiB held:
-# libvgpu's `manage --stats` in it, and on a GPU `nvidia-smi` (x MiB / quota) and `nvidia-smi -L` (one GPU).
+# monitor_metrics_ok <pod>: cgpu-monitor's /metrics has the pod's 3000 MiB quota and 1200 MiB used
+# under its pod and namespace labels, e.g.
+# vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="ref-30",...} 1.2582912e+09
+monitor_metrics() {
+    local ip
+    ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
+    curl -sf --max-time 5 "http://$ip:9395/metrics"
+}
+monitor_metrics_ok() {
+    monitor_metrics | python3 -c '
+import sys
+pod, ns = sys.argv[1], sys.argv[2]
+want = {"vgpu_container_memory_used_bytes": 1200 * 2**20, "vgpu_container_memory_quota_bytes": 3000 * 2**20}
+seen = {}
+for line in sys.stdin:
+    name = line.split("{", 1)[0]
+    if name in want and f"pod=\"{pod}\"" in line and f"namespace=\"{ns}\"" in line:
+        seen[name] = float(line.split()[-1])
+        print(line.strip())
+sys.exit(0 if seen == want else 1)' "$1" "$NS"
+}
+# oom_check <pod> <seconds>: the pod ends Failed within the time, CUDA_ERROR_OUT_OF_MEMORY in its log.
+oom_check() {
+    local pod=$1 log
+    poll "$2" finished "$pod"
+    log=$(k logs -n "$NS" "$pod" 2>&1)
+    echo "$log" >>"$LOG"
+    if [[ $(phase "$pod") == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$log"; then
+        pass "$pod fails with CUDA_ERROR_OUT_OF_MEMORY ($(grep -m1 CUDA_ERROR_OUT_OF_MEMORY <<<"$log"))"
+    else
+        fail "$pod fails with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase "$pod"))"
+    fi
+}
+# quota_checks <pod> <whose quota>: the reference pod's 3000 MiB quota with 1200 MiB held, as libvgpu's
+# `manage --stats` in it and cgpu-monitor's /metrics see it, and on a GPU `nvidia-smi` (x MiB / quota)
+# and `nvidia-smi -L` (one GPU).
 quota_checks() {
     local pod=$1 whose=$2 stats smi listed
     stats=$(k exec -n "$NS" "$pod" -- /opt/vgpu/manage --stats --json 2>>"$LOG")
@@ -407,6 +441,12 @@ quota_checks() {
         pass "manage --stats in $pod: quota 3000 MiB, 1200 MiB used ($whose)"
     else
         fail "manage --stats in $pod shows quota 3000 MiB and 1200 MiB used"
+    fi
+    if poll 60 monitor_metrics_ok "$pod"; then
+        pass "cgpu-monitor's /metrics has $pod: $(monitor_metrics_ok "$pod" | tr '\n' ' ' | cut -c1-240)"
+    else
+        monitor_metrics | grep -E '^vgpu_container' >>"$LOG"
+        fail "cgpu-monitor's /metrics shows $pod's quota 3000 MiB and 1200 MiB used under its pod and namespace labels"
     fi
     if [[ $FAKE == 1 ]]; then
         skip "nvidia-smi in $pod (the fake driver has no nvidia-smi)"
@@ -453,36 +493,10 @@ else
     fail "ref-30 carries the extender's vgpu.io/gpu-uuid annotation"
 fi
 quota_checks ref-30 "the device plugin's quota"
-monitor_ip=$(k get pod -n kube-system -l app.kubernetes.io/name=cgpu-monitor -o jsonpath='{.items[0].status.podIP}')
-metrics() { curl -sf --max-time 5 "http://$monitor_ip:9395/metrics"; }
-# vgpu_container_memory_used_bytes{namespace="vgpu-test",pod="ref-30",...} 1.2582912e+09
-metric_ok() {
-    metrics | python3 -c '
-import sys
-want = 1200 * 2**20
-for line in sys.stdin:
-    if line.startswith("vgpu_container_memory_used_bytes{") and "pod=\"ref-30\"" in line and "namespace=\"vgpu-test\"" in line:
-        print(line.strip())
-        sys.exit(0 if float(line.split()[-1]) == want else 1)
-sys.exit(1)'
-}
-if poll 60 metric_ok; then
-    pass "cgpu-monitor's /metrics: $(metric_ok | cut -c1-160)"
-else
-    metrics | grep -E '^vgpu_container' >>"$LOG"
-    fail "cgpu-monitor's /metrics shows ref-30's 1200 MiB under its pod and namespace labels"
-fi
 
 section "the same pod with 10 units"
 gpu_pod ref-10 10 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
-poll 120 finished ref-10
-log10=$(k logs -n "$NS" ref-10 2>&1)
-echo "$log10" >>"$LOG"
-if [[ $(phase ref-10) == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$log10"; then
-    pass "ref-10 fails with CUDA_ERROR_OUT_OF_MEMORY ($(grep -m1 CUDA_ERROR_OUT_OF_MEMORY <<<"$log10"))"
-else
-    fail "ref-10 fails with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase ref-10))"
-fi
+oom_check ref-10 120
 
 section "PyTorch with 30 units, a 4 GiB tensor"
 if [[ $FAKE == 1 ]]; then
