@@ -12,8 +12,11 @@ unprivileged uid (the CI machine runs as root). NVML is the component tests' fak
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,31 +38,43 @@ def units(key: str, first: int, count: int) -> list[str]:
     return [f"{key}-{n}" for n in range(first, first + count)]
 
 
-def as_user(uid: int, work: Callable[[], str]) -> str:
-    """work() in a forked child with uid's credentials and no capabilities; returns its answer
-    (or the exception it raised, as text)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no threads, no gRPC, only the file system work
-        answer = ""
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            answer = work()
-        except BaseException as exc:
-            answer = f"{type(exc).__name__}: {exc}"
-        finally:
-            os.write(write_end, answer.encode()[:60000])
-            os._exit(0)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
+# The child's program: import the function's module and the gRPC stubs (loaded lazily) as root, as
+# the interpreter's own files may be readable by root only, then take uid's credentials, run the
+# function and print its answer.
+_CHILD = """
+import importlib, json, os, sys
+from vgpu_components import protos
+uid, module, name, args = json.loads(sys.argv[1])
+work = getattr(importlib.import_module(module), name)
+protos.deviceplugin()
+try:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    answer = work(*args)
+except BaseException as exc:
+    answer = f"{type(exc).__name__}: {exc}"
+sys.stdout.write(answer)
+"""
+
+
+def as_user(uid: int, work: Callable[..., str], *args: Any) -> str:
+    """work(*args), a module-level function, in a fresh interpreter with uid's credentials and no
+    capabilities; returns its answer (or the exception it raised, as text).
+
+    A fresh interpreter, not a fork: this process runs gRPC servers' threads, and a forked child
+    crashed in gRPC's inherited state before it could answer (CI, 2026-12-01)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps([uid, work.__module__, work.__name__, list(args)])],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"the child as uid {uid} failed: {done.stderr}"
+    return done.stdout
 
 
 class AbortContext:
@@ -99,7 +114,7 @@ def test_a_locked_subfolder_left_by_a_container_does_not_refuse_the_next_allocat
 ) -> None:
     cfg = unprivileged_state
     slice_ = units(KEY0, 0, 30)
-    assert as_user(PLUGIN_UID, lambda: allocate_handler(cfg, slice_)) == ""
+    assert as_user(PLUGIN_UID, allocate_handler, cfg, slice_) == ""
     folder = Path(cfg["state_dir"]) / "containers" / ids.alloc_id(slice_)
     # The container (its own uid) leaves a folder it locked, with a file in it.
     junk = folder / "junk"
@@ -109,14 +124,27 @@ def test_a_locked_subfolder_left_by_a_container_does_not_refuse_the_next_allocat
     os.chown(junk, CONTAINER_UID, CONTAINER_UID)
     junk.chmod(0o500)
     # The next pod on the same units.
-    assert as_user(PLUGIN_UID, lambda: allocate_handler(cfg, slice_)) == ""
+    assert as_user(PLUGIN_UID, allocate_handler, cfg, slice_) == ""
     assert folder.is_dir() and not junk.exists(), "the new container got the old container's leftovers"
+
+
+def write_region_and_plant_a_folder(folder: str) -> str:
+    """The workload's side: it writes its region (libvgpu maps the existing file) and must not be
+    able to create anything in the folder."""
+    with open(Path(folder) / "vgpu.region", "r+b") as region:
+        region.write(b"\0")
+    try:
+        (Path(folder) / "planted").mkdir()
+    except PermissionError:
+        return "ok"
+    return "the workload could create a folder in its region folder"
 
 
 def test_region_folders_are_not_world_writable_and_a_non_root_workload_still_uses_its_region(
     node: PluginNode,
 ) -> None:
     slice_ = units(KEY0, 0, 30)
+    node.pod_resources.holders = [("ns", "running", "main", "vgpu.io/gpu-memory", slice_)]  # not collected
     allocate(node, slice_)
     node.root.chmod(0o755)  # the test's own temporary folder; on a node the mount skips the path
     state = Path(node.cfg["state_dir"])
@@ -125,16 +153,7 @@ def test_region_folders_are_not_world_writable_and_a_non_root_workload_still_use
         mode = stat.S_IMODE(path.stat().st_mode)
         assert not mode & stat.S_IWOTH, f"{path} is writable by every user (mode {mode:04o})"
 
-    def as_the_workload() -> str:
-        with open(folder / "vgpu.region", "r+b") as region:  # libvgpu maps the existing file
-            region.write(b"\0")
-        try:
-            (folder / "planted").mkdir()
-        except PermissionError:
-            return "ok"
-        return "the workload could create a folder in its region folder"
-
-    assert as_user(CONTAINER_UID, as_the_workload) == "ok"
+    assert as_user(CONTAINER_UID, write_region_and_plant_a_folder, str(folder)) == "ok"
 
 
 @pytest.fixture
