@@ -37,10 +37,16 @@ CID = "a" * 64
          "1:name=systemd:/\n", (UID, CID)),
         # docker, seen from inside another cgroup namespace
         (f"0::/../../kubepods-burstable-pod{UID.replace('-', '_')}.slice/docker-{CID}.scope\n", (UID, CID)),
+        # cgroup v2, cgroupfs driver, as cgpu-monitor reads it from its own pod's cgroup namespace
+        # (/kubepods/burstable/pod<its uid>/<its id>): relative, no "kubepods" left in it
+        (f"0::/../../../besteffort/pod{UID}/{CID}\n", (UID, CID)),
+        (f"0::/../../pod{UID}/{CID}\n", (UID, CID)),
         # not in a pod: a host daemon, the pod's own cgroup (no container), a user session
         ("0::/system.slice/containerd.service\n", None),
         (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice\n", None),
         ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+        ("0::/\n", None),  # the reader's own cgroup namespace root
+        (f"0::/../../system.slice/docker-{CID}.scope\n", None),  # a container in no pod
     ],
 )  # fmt: skip
 def test_a_process_cgroup_names_its_pod_and_container(text: str, expected: tuple[str, str] | None) -> None:

@@ -10,10 +10,12 @@
 #     `nvidia-smi` shows 1200MiB / 3000MiB and `nvidia-smi -L` one GPU (on the fake, which has no
 #     nvidia-smi: libvgpu's `manage --stats`); cgpu-monitor's /metrics has its quota and usage;
 #   - the same with a 1000 MiB claim fails with CUDA_ERROR_OUT_OF_MEMORY;
+#   - a 1000 MiB claim's pod that takes 3000 MiB from the driver itself (LD_LIBRARY_PATH unset) gets
+#     cgpu-monitor's GPUMemoryOverQuota Event and is evicted: claim containers are enforced too;
 #   - a claim for more memory than a GPU has stays Pending with kube-scheduler's reason;
 #   - deleting the pod unprepares its claim: the claim's CDI specification leaves /var/run/cdi.
 # Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, quota_checks, oom_check,
-# NS, NODE, FAKE, IMAGE).
+# bypass_check, NS, NODE, FAKE, IMAGE, BYPASS).
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     echo "dra.sh is sourced by run.sh: VGPU_KUBELET_SCENARIO=dra tests/gpu/kubelet/run.sh" >&2
     exit 2
@@ -104,6 +106,10 @@ quota_checks dra-3000 "the claim's quota"
 section "the same with a 1000 MiB claim"
 claim_pod dra-1000 1000 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
 oom_check dra-1000 150
+
+section "a 1000 MiB claim's pod that bypasses libvgpu"
+claim_pod dra-bypass 1000 "$BYPASS"
+bypass_check dra-bypass "its claim's 1000 MiB"
 
 section "a claim larger than any GPU"
 too_big=$((gpu_mib + 1000))

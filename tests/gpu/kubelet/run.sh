@@ -11,6 +11,8 @@
 #   - a 30-unit pod running vgpu-memory-usage 1200: `nvidia-smi` in it shows 1200MiB / 3000MiB and
 #     `nvidia-smi -L` one GPU; cgpu-monitor's /metrics has its 1200 MiB under its pod and namespace;
 #   - the same with 10 units fails with CUDA_ERROR_OUT_OF_MEMORY;
+#   - a 10-unit pod that unsets LD_LIBRARY_PATH and takes 3000 MiB from the driver itself gets
+#     cgpu-monitor's GPUMemoryOverQuota Event and is evicted (the quota held against a hostile pod);
 #   - PyTorch with 30 units raises torch.OutOfMemoryError on a 4 GiB tensor (the host's PyTorch,
 #     mounted into the pod from the host: a test convenience, as pod images cannot be downloaded);
 #   - playbooks/verify_cluster.yml passes;
@@ -430,6 +432,44 @@ oom_check() {
         fail "$pod fails with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase "$pod"))"
     fi
 }
+# The bypass: a process that loads the driver itself instead of libvgpu and takes 3000 MiB.
+BYPASS='["/usr/bin/env", "-u", "LD_LIBRARY_PATH", "-u", "LD_PRELOAD", "/opt/vgpu/vgpu-memory-usage", "3000", "600"]'
+# bypass_check <pod> <whose quota>: the pod, made by the caller with a 1000 MiB quota and the command
+# $BYPASS, gets cgpu-monitor's GPUMemoryOverQuota Event (NVML's per-process memory against its quota)
+# and is evicted after the grace period (vgpu_enforcement: evict, 30 s). The fake driver, behind the
+# monitor's dropped capabilities, names no process: skipped there.
+bypass_check() {
+    local pod=$1 whose=$2 message
+    if [[ $FAKE == 1 ]]; then
+        skip "$pod bypasses libvgpu (the fake driver reports no process to the monitor)"
+        return
+    fi
+    over_quota_event() {
+        k get events -n "$NS" --field-selector "reason=GPUMemoryOverQuota,involvedObject.name=$1" \
+            -o jsonpath='{.items[0].message}' 2>/dev/null | grep -q .
+    }
+    if poll 150 over_quota_event "$pod"; then
+        message=$(k get events -n "$NS" --field-selector "reason=GPUMemoryOverQuota,involvedObject.name=$pod" -o jsonpath='{.items[0].message}')
+        pass "cgpu-monitor reports $pod, 3000 MiB past libvgpu under $whose: $message"
+    else
+        fail "cgpu-monitor reports $pod (3000 MiB past libvgpu under $whose) with a GPUMemoryOverQuota Event (phase $(phase "$pod"); $(k logs -n "$NS" "$pod" 2>&1 | head -n 1))"
+        {   # what the enforcement saw: NVML's processes, their cgroups, the monitor's ground-truth metrics
+            echo "== the GPU's processes (host)"
+            nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
+            for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do
+                echo "== /proc/$pid/cgroup"; cat "/proc/$pid/cgroup"
+            done
+            echo "== cgpu-monitor's ground truth"
+            monitor_metrics | grep -E '^vgpu_(container_memory_(real|limit)|container_over|gpu_memory_unaccounted|quota_violations)'
+        } >>"$LOG" 2>&1
+        return
+    fi
+    if poll 90 sh -c "kubectl get pod -n $NS $pod 2>&1 | grep -q NotFound"; then
+        pass "$pod is evicted: gone after the monitor's Event ($(grep -o 'evicting the pod' <<<"$message"))"
+    else
+        fail "$pod is evicted after the monitor's Event (phase $(phase "$pod"))"
+    fi
+}
 # quota_checks <pod> <whose quota>: the reference pod's 3000 MiB quota with 1200 MiB held, as libvgpu's
 # `manage --stats` in it and cgpu-monitor's /metrics see it, and on a GPU `nvidia-smi` (x MiB / quota)
 # and `nvidia-smi -L` (one GPU).
@@ -497,6 +537,10 @@ quota_checks ref-30 "the device plugin's quota"
 section "the same pod with 10 units"
 gpu_pod ref-10 10 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
 oom_check ref-10 120
+
+section "a 10-unit pod that bypasses libvgpu"
+gpu_pod ref-bypass 10 "$BYPASS"
+bypass_check ref-bypass "the device plugin's 1000 MiB quota"
 
 section "PyTorch with 30 units, a 4 GiB tensor"
 if [[ $FAKE == 1 ]]; then

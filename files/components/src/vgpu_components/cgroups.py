@@ -8,8 +8,11 @@ digits, with a runtime prefix such as "cri-containerd-" and a ".scope" suffix un
     cgroupfs: /kubepods/burstable/pod<uid>/<id>
 
 Both cgroup v2 (one "0::<path>" line) and v1 (a line per hierarchy) are read. A path may be
-relative to the reader's cgroup namespace ("/../../kubepods..."); only the pod and container parts
-are used. A process outside any pod (the host, a system daemon) has no container.
+relative to the reader's cgroup namespace: cgpu-monitor, itself a pod's container, reads another
+pod's cgroupfs path from its own (/kubepods/burstable/pod<its uid>/<its id>) as
+"/../../../besteffort/pod<uid>/<id>", with no "kubepods" left in it. So only the pod and container
+parts decide: a process outside any pod (the host, a system daemon, a container of no pod) has no
+container.
 
 This needs the host's PID namespace (hostPID: the PIDs NVML reports are the host's, and /proc
 must show those processes) and nothing else: /proc/<pid>/cgroup is readable by every user.
@@ -37,8 +40,6 @@ def parse(text: str) -> ContainerRef | None:
     """The container of a /proc/<pid>/cgroup text, or None when the process is in no pod."""
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
-        if "kubepods" not in path:
-            continue
         pod = _POD.search(path)
         container = _CONTAINER.match(path.rstrip("/").rsplit("/", 1)[-1])
         if pod and container:

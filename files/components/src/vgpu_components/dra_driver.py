@@ -359,7 +359,9 @@ class DraDriver:
     # --- gRPC server and lifecycle ------------------------------------------------------------
     def _serve(self) -> None:
         if self._server is not None:
-            self._server.stop(grace=0)
+            # Wait: a server still shutting down unlinks its socket paths, which by then could be
+            # the new server's sockets (kubelet then finds none).
+            self._server.stop(grace=0).wait(2)
         dra_services = protos.dra()[1]
         registration_services = protos.pluginregistration()[1]
         for path in (self.socket_path, self.registration_path):
