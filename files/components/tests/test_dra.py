@@ -395,7 +395,6 @@ def test_a_removed_socket_is_served_again_and_kubelet_registers_anew(node: DraNo
     assert node.kubelet.prepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error == ""
 
 
-
 def test_serving_again_keeps_the_new_sockets_when_the_old_server_stops_late(node: DraNode) -> None:
     """The previous server unlinks its socket paths when its shutdown ends; when that ends after the
     new server bound the same paths, kubelet finds no socket (seen in CI under load)."""
@@ -404,6 +403,7 @@ def test_serving_again_keeps_the_new_sockets_when_the_old_server_stops_late(node
         time.sleep(0.2)  # the old server's shutdown has ended by now
         gone = [p.name for p in (node.driver.socket_path, node.driver.registration_path) if not p.exists()]
         assert not gone, f"serving again #{attempt + 1}: the old server's shutdown removed {gone}"
+
 
 # --- the ResourceSlice publisher ----------------------------------------------------------------
 def test_the_slice_is_created_once_then_changed_only_with_a_new_generation(short_tmp: Path) -> None:
