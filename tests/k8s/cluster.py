@@ -13,13 +13,14 @@ import json
 import os
 import ssl
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client, config
+
+from tests.polling import wait_for
 
 K8S_DIR = Path(__file__).resolve().parent
 REPO_ROOT = K8S_DIR.parent.parent
@@ -42,7 +43,6 @@ GROUP_LABEL = "e2e.vgpu.io/group"
 ANNOTATION_UUID = f"{PREFIX}/gpu-uuid"
 ANNOTATION_INDEX = f"{PREFIX}/gpu-index"
 
-T = TypeVar("T")
 # make(count, gpus_mib=None) -> the node selector of `count` new Ready GPU nodes (conftest.gpu_nodes).
 NodeFactory = Callable[..., dict[str, str]]
 
@@ -55,18 +55,6 @@ def api_client(kubeconfig: Path | None = None) -> Any:
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(path), client_configuration=configuration)
     return client.ApiClient(configuration)
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
-    """Poll check() until it returns something other than None/False; TimeoutError names `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def ctl(*args: str, timeout: float = 90, env: Mapping[str, str] | None = None) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from tests import polling
 
 NODE = os.environ.get("VGPU_E2E_NODE", "vgpu-e2e-node")
 # The path the node was provisioned with (run-e2e.sh: vgpu_scheduling), which decides the suite.
@@ -58,15 +59,8 @@ def apply(namespace: str, *objects: dict[str, Any]) -> None:
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 2) -> T:
-    """Poll check() until it returns something other than None/False; TimeoutError names `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    """tests.polling.wait_for, every 2 s: each check here runs kubectl in the node container."""
+    return polling.wait_for(what, check, timeout, interval)
 
 
 def pods(namespace: str, selector: str = "") -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@
 #   - a claim for more memory than a GPU has stays Pending with kube-scheduler's reason;
 #   - deleting the pod unprepares its claim: the claim's CDI specification leaves /var/run/cdi.
 # Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, quota_checks, oom_check,
-# bypass_check, NS, NODE, FAKE, IMAGE, BYPASS).
+# bypass_check, holds_1200, NS, NODE, FAKE, IMAGE, BYPASS).
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     echo "dra.sh is sourced by run.sh: VGPU_KUBELET_SCENARIO=dra tests/gpu/kubelet/run.sh" >&2
     exit 2
@@ -81,11 +81,7 @@ claim_of() { k get pod -n "$NS" "$1" -o jsonpath='{.status.resourceClaimStatuses
 section "a 3000 MiB claim, vgpu-memory-usage 1200"
 logrun k create namespace "$NS"
 claim_pod dra-3000 3000 '["/opt/vgpu/vgpu-memory-usage", "1200", "900"]'
-if poll 150 sh -c "kubectl logs -n $NS dra-3000 2>/dev/null | grep -q 'allocated 1200 MiB'"; then
-    pass "dra-3000 runs and holds 1200 MiB ($(k logs -n "$NS" dra-3000 | head -n 1))"
-else
-    fail "dra-3000 runs and allocates 1200 MiB (phase $(phase dra-3000))"
-fi
+holds_1200 dra-3000 150
 claim=$(claim_of dra-3000)
 allocation=$(k get resourceclaim -n "$NS" "$claim" -o jsonpath='{.status.allocation.devices.results[0]}' 2>>"$LOG")
 echo "claim $claim: $allocation" >>"$LOG"

@@ -420,6 +420,14 @@ for line in sys.stdin:
         print(line.strip())
 sys.exit(0 if seen == want else 1)' "$1" "$NS"
 }
+# holds_1200 <pod> <seconds>: the pod, running vgpu-memory-usage 1200, reports its 1200 MiB in time.
+holds_1200() {
+    if poll "$2" sh -c "kubectl logs -n $NS $1 2>/dev/null | grep -q 'allocated 1200 MiB'"; then
+        pass "$1 runs and holds 1200 MiB ($(k logs -n "$NS" "$1" | head -n 1))"
+    else
+        fail "$1 runs and allocates 1200 MiB (phase $(phase "$1"))"
+    fi
+}
 # oom_check <pod> <seconds>: the pod ends Failed within the time, CUDA_ERROR_OUT_OF_MEMORY in its log.
 oom_check() {
     local pod=$1 log
@@ -521,11 +529,7 @@ fi
 section "the reference pod: 30 units, vgpu-memory-usage 1200"
 logrun k create namespace "$NS"
 gpu_pod ref-30 30 '["/opt/vgpu/vgpu-memory-usage", "1200", "900"]'
-if poll 120 sh -c "kubectl logs -n $NS ref-30 2>/dev/null | grep -q 'allocated 1200 MiB'"; then
-    pass "ref-30 runs and holds 1200 MiB ($(k logs -n "$NS" ref-30 | head -n 1))"
-else
-    fail "ref-30 runs and allocates 1200 MiB (phase $(phase ref-30))"
-fi
+holds_1200 ref-30 120
 gpu=$(k get pod -n "$NS" ref-30 -o jsonpath='{.metadata.annotations.vgpu\.io/gpu-uuid}')
 if [[ -n $gpu ]]; then
     pass "kube-scheduler placed ref-30 through the extender (vgpu.io/gpu-uuid $gpu)"
