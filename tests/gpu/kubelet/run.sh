@@ -442,6 +442,12 @@ oom_check() {
 }
 # The bypass: a process that loads the driver itself instead of libvgpu and takes 3000 MiB.
 BYPASS='["/usr/bin/env", "-u", "LD_LIBRARY_PATH", "-u", "LD_PRELOAD", "/opt/vgpu/vgpu-memory-usage", "3000", "600"]'
+# over_quota_message <pod>: the message of cgpu-monitor's GPUMemoryOverQuota Event on the pod, if any.
+over_quota_message() {
+    k get events -n "$NS" --field-selector "reason=GPUMemoryOverQuota,involvedObject.name=$1" \
+        -o jsonpath='{.items[0].message}' 2>/dev/null
+}
+has_over_quota_event() { over_quota_message "$1" | grep -q .; }
 # bypass_check <pod> <whose quota>: the pod, made by the caller with a 1000 MiB quota and the command
 # $BYPASS, gets cgpu-monitor's GPUMemoryOverQuota Event (NVML's per-process memory against its quota)
 # and is evicted after the grace period (vgpu_enforcement: evict, 30 s). The fake driver, behind the
@@ -452,12 +458,8 @@ bypass_check() {
         skip "$pod bypasses libvgpu (the fake driver reports no process to the monitor)"
         return
     fi
-    over_quota_event() {
-        k get events -n "$NS" --field-selector "reason=GPUMemoryOverQuota,involvedObject.name=$1" \
-            -o jsonpath='{.items[0].message}' 2>/dev/null | grep -q .
-    }
-    if poll 150 over_quota_event "$pod"; then
-        message=$(k get events -n "$NS" --field-selector "reason=GPUMemoryOverQuota,involvedObject.name=$pod" -o jsonpath='{.items[0].message}')
+    if poll 150 has_over_quota_event "$pod"; then
+        message=$(over_quota_message "$pod")
         pass "cgpu-monitor reports $pod, 3000 MiB past libvgpu under $whose: $message"
     else
         fail "cgpu-monitor reports $pod (3000 MiB past libvgpu under $whose) with a GPUMemoryOverQuota Event (phase $(phase "$pod"); $(k logs -n "$NS" "$pod" 2>&1 | head -n 1))"
