@@ -8,7 +8,8 @@ export REPO_ROOT
 # shellcheck source=/dev/null
 source "$K8S_DIR/../../files/bundle/versions.env"
 export CACHE_DIR="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
-export BIN_DIR="$CACHE_DIR/$K8S_VERSION"
+# VGPU_K8S_BIN_DIR: another release's control plane (docs/benchmarks.md measures a candidate so).
+export BIN_DIR="${VGPU_K8S_BIN_DIR:-$CACHE_DIR/$K8S_VERSION}"
 export KWOK_BIN="$CACHE_DIR/kwok-$KWOK_VERSION/kwok"
 export KWOK_STAGES="$CACHE_DIR/kwok-$KWOK_VERSION/stages.yaml"
 export STATE_DIR="${VGPU_K8S_STATE_DIR:-$REPO_ROOT/build/k8s}"
