@@ -11,7 +11,6 @@ refused by the API server.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from role_render import render  # tests/unit, on the path through tests/conftest.py
 
+from tests import recap
 from tests.k8s import cluster
 
 NS = "kube-system"
@@ -112,12 +112,6 @@ def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
     return output
 
 
-def recap_changed(output: str) -> int:
-    match = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", output)
-    assert match, f"no play recap in:\n{output[-2000:]}"
-    return int(match.group(1))
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     work = tmp_path_factory.mktemp("stack")
@@ -157,7 +151,7 @@ def test_the_role_applies_the_manifests_and_a_rerun_changes_nothing(stack: Path,
     assert {EXTENDER_SA, PLUGIN_SA} <= accounts, accounts
     config = core.read_namespaced_config_map("vgpu-config", NS)
     assert f"port: {cluster.extender_port()}" in next(iter(config.data.values()))
-    assert recap_changed(run_playbook(stack)) == 0, "a second run of the role reported changes"
+    assert recap.changed_count(run_playbook(stack)) == 0, "a second run of the role reported changes"
 
 
 def two_big_pods_get_two_gpus(core: Any, namespace: str, gpu_nodes: cluster.NodeFactory) -> None:

@@ -19,8 +19,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from vgpu_components import dra, kube
 
+from tests import recap
 from tests.k8s import cluster, dra_objects
-from tests.k8s.test_stack import EXTENDER_SA, NS, PLUGIN_SA, forbidden, plugin_pod_client, recap_changed, run_playbook
+from tests.k8s.test_stack import EXTENDER_SA, NS, PLUGIN_SA, forbidden, plugin_pod_client, run_playbook
 
 DRIVER_SA = "vgpu-dra-driver"
 DRA = {"vgpu_scheduling": "dra"}
@@ -61,7 +62,7 @@ def test_the_dra_path_replaces_the_extender_and_the_device_plugin_and_a_rerun_ch
     assert device_class.spec.selectors[0].cel.expression == f'device.driver == "{dra_objects.DRIVER}"'
     config = core.read_namespaced_config_map("vgpu-config", NS)
     assert "dra:" in next(iter(config.data.values()))
-    assert recap_changed(run_playbook(dra_stack, DRA)) == 0, "a second run of the role reported changes"
+    assert recap.changed_count(run_playbook(dra_stack, DRA)) == 0, "a second run of the role reported changes"
 
 
 def test_the_drivers_account_publishes_only_its_own_nodes_slice(

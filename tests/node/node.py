@@ -75,23 +75,25 @@ def running(pod: dict[str, Any]) -> bool:
     return pod["status"].get("phase") == "Running" and bool(statuses) and all(s.get("ready") for s in statuses)
 
 
-def gpu_pod(name: str, units: int, command: list[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A pod that asks for `units` of GPU memory and runs `command` in the component image."""
+def app_pod(
+    name: str,
+    command: list[str],
+    *,
+    resources: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod that runs `command` once in the component image (never pulled: the node is offline)."""
+    container: dict[str, Any] = {"name": "app", "image": IMAGE, "imagePullPolicy": "Never", "command": command}
+    if resources is not None:
+        container["resources"] = resources
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {"app": name}},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "app",
-                    "image": IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": command,
-                    "resources": {"limits": {RESOURCE: units}},
-                }
-            ],
-        },
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container]},
     }
+
+
+def gpu_pod(name: str, units: int, command: list[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod that asks for `units` of GPU memory and runs `command` in the component image."""
+    return app_pod(name, command, resources={"limits": {RESOURCE: units}}, labels=labels)

@@ -45,25 +45,8 @@ def claim_pod(name: str, mib: int, command: list[str]) -> list[dict[str, Any]]:
             }
         },
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name}],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": node.IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": command,
-                    "resources": {"claims": [{"name": "gpu"}]},
-                }
-            ],
-        },
-    }
+    pod = node.app_pod(name, command, resources={"claims": [{"name": "gpu"}]})
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": name}]
     return [template, pod]
 
 

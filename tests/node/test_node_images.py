@@ -11,10 +11,10 @@ nothing missing must change nothing. Runs on both scheduling paths; it comes las
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
+from tests import recap
 from tests.node import node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,26 +41,6 @@ def image_steps_of_site() -> str:
     return result.stdout
 
 
-def changed_count(output: str) -> int:
-    recap = re.search(rf"^{re.escape(node.NODE)}\s+: .*changed=(\d+)", output, re.MULTILINE)
-    assert recap, output[-2000:]
-    return int(recap.group(1))
-
-
-def plain_pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {"name": "app", "image": node.IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "600"]}
-            ],
-        },
-    }
-
-
 def test_a_lost_pause_image_is_imported_again_from_the_bundle(namespace: str) -> None:
     """ctr removes the pause image as kubelet's image GC would; the image steps of site.yml import
     it again (one change), a new pod's sandbox starts from it, and a second run changes nothing."""
@@ -70,11 +50,11 @@ def test_a_lost_pause_image_is_imported_again_from_the_bundle(namespace: str) ->
 
     mended = image_steps_of_site()
     assert PAUSE in containerd_images()
-    assert changed_count(mended) == 1, mended[-3000:]
-    node.apply(namespace, plain_pod("after-mend"))
+    assert recap.changed_count(mended, node.NODE) == 1, mended[-3000:]
+    node.apply(namespace, node.app_pod("after-mend", ["sleep", "600"]))
     node.wait_for(
         "a new pod Running on the mended node",
         lambda: all(node.running(p) for p in node.pods(namespace)) or None,
         timeout=180,
     )
-    assert changed_count(image_steps_of_site()) == 0
+    assert recap.changed_count(image_steps_of_site(), node.NODE) == 0
