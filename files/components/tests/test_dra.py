@@ -448,3 +448,68 @@ def test_the_dra_section_is_validated(tmp_path: Path) -> None:
 def test_units_are_the_device_plugins(tmp_path: Path) -> None:
     gpu = Gpu(uuid="GPU-x", index=0, total_mib=16 * GIB)
     assert dra.usable_units(gpu, cfg_for(tmp_path, reserved_mib=384)) == (16 * GIB - 384) // 100
+
+
+def _prepared(node: DraNode) -> tuple[Path, str]:
+    """One claim prepared on the node: its record file and its allocation ID."""
+    node.api.claims[("ns", "c")] = allocated_claim("c", CLAIM_UID, NODE, [("gpu", "gpu-0", "2000Mi")])
+    [device] = node.kubelet.prepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].devices
+    alloc_id = device.cdi_device_ids[0].split("=", 1)[1]
+    return Path(node.cfg["state_dir"]) / "dra" / f"{CLAIM_UID}.json", alloc_id
+
+
+def test_a_record_changed_on_disk_is_refused_and_nothing_is_removed(node: DraNode) -> None:
+    """A record whose content no longer matches its checksum names the file; unprepare must not act
+    on it (here it would retire another allocation's folders)."""
+    record, alloc_id = _prepared(node)
+    other = Path(node.cfg["state_dir"]) / "containers" / "someone-else"
+    other.mkdir()
+    record.write_text(record.read_text().replace(alloc_id, "someone-else"))
+    error = node.kubelet.unprepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error
+    assert str(record) in error and "checksum" in error
+    assert other.is_dir() and (Path(node.cfg["state_dir"]) / "containers" / alloc_id).is_dir()
+
+
+def test_a_record_cut_short_is_named_with_what_to_do(node: DraNode) -> None:
+    record, _alloc_id = _prepared(node)
+    record.write_bytes(record.read_bytes()[:20])
+    error = node.kubelet.prepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error
+    assert str(record) in error and "not a complete checkpoint" in error
+
+
+def test_a_record_of_an_unknown_version_is_refused(node: DraNode) -> None:
+    record, _alloc_id = _prepared(node)
+    doc = json.loads(record.read_text())
+    doc["version"] = 99
+    record.write_text(json.dumps(doc))
+    error = node.kubelet.unprepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error
+    assert "version 99" in error and "expected 1" in error
+
+
+def test_a_record_of_the_previous_release_still_unprepares(node: DraNode) -> None:
+    """Records written before checkpoints were versioned are plain JSON: an upgraded driver must
+    still unprepare the claims they describe."""
+    record, alloc_id = _prepared(node)
+    record.write_text(json.dumps(json.loads(record.read_text())["data"]))
+    assert node.kubelet.unprepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error == ""
+    assert not (Path(node.cfg["state_dir"]) / "containers" / alloc_id).exists()
+
+
+def test_a_restarted_driver_names_a_corrupt_record_and_restores_the_rest(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = FakeDraApi()
+    api.claims[("ns", "c")] = allocated_claim("c", CLAIM_UID, NODE, [("gpu", "gpu-0", "2000Mi")])
+    first = DraNode(short_tmp, api)
+    first.kubelet.prepare(("ns", CLAIM_UID, "c"))
+    first.stop()
+    broken = short_tmp / "state" / "dra" / "0000-broken.json"
+    broken.write_text("{")
+    (short_tmp / "cdi" / f"vgpu.io-claim_{CLAIM_UID}.json").unlink()
+    caplog.set_level(logging.ERROR, logger="vgpu.dra_driver")
+    second = DraNode(short_tmp, api)
+    try:
+        assert (short_tmp / "cdi" / f"vgpu.io-claim_{CLAIM_UID}.json").exists()
+        assert any(str(broken) in r.getMessage() for r in caplog.records)
+    finally:
+        second.stop()

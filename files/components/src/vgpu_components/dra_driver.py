@@ -13,8 +13,6 @@ specifications, which live on a tmpfs, are written again from the records at sta
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import signal
@@ -27,7 +25,7 @@ from typing import Any
 import grpc
 from kubernetes.client.rest import ApiException
 
-from vgpu_components import __version__, config, dra, health, kube, nvml, protos
+from vgpu_components import __version__, checkpoint, config, dra, health, kube, nvml, protos
 from vgpu_components.allocator import Allocation, container_contract, mps_contract, node_mps
 from vgpu_components.dra import ClaimDevice, PrepareError
 from vgpu_components.host_paths import HostPaths
@@ -41,7 +39,9 @@ SOCKET = "dra.sock"
 
 
 class ClaimRecords:
-    """What the driver prepared, one JSON file per claim UID under <state_dir>/dra/."""
+    """What the driver prepared, one checkpoint per claim UID under <state_dir>/dra/ (checkpoint.py:
+    versioned, checksummed, written by fsync and rename). A record that cannot be trusted is
+    refused with its path: prepare and unprepare must not act on it."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.folder = Path(state_dir) / "dra"
@@ -51,18 +51,26 @@ class ClaimRecords:
             raise PrepareError(f"claim UID {uid!r} is not a UID")
         return self.folder / f"{uid}.json"
 
+    @staticmethod
+    def _legacy(doc: dict[str, Any]) -> bool:
+        """A plain record of the releases before checkpoints (read, and rewritten at the next save)."""
+        return "uid" in doc and "devices" in doc
+
+    def _read(self, path: Path) -> dict[str, Any]:
+        try:
+            return checkpoint.read(path, legacy=self._legacy)
+        except checkpoint.CheckpointError as exc:
+            raise PrepareError(f"the driver's record of this claim cannot be trusted: {exc}") from None
+
     def load(self, uid: str) -> dict[str, Any] | None:
         try:
-            return dict(json.loads(self._path(uid).read_text(encoding="utf-8")))
+            return self._read(self._path(uid))
         except FileNotFoundError:
             return None
 
     def save(self, uid: str, doc: dict[str, Any]) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = self._path(uid)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
-        tmp.replace(path)
+        checkpoint.write(self._path(uid), doc)
 
     def delete(self, uid: str) -> None:
         self._path(uid).unlink(missing_ok=True)
@@ -70,8 +78,12 @@ class ClaimRecords:
     def all(self) -> list[dict[str, Any]]:
         out = []
         for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
-            with contextlib.suppress(OSError, ValueError):
-                out.append(dict(json.loads(path.read_text(encoding="utf-8"))))
+            try:
+                out.append(self._read(path))
+            except PrepareError as exc:
+                log.error("%s", exc)
+            except OSError as exc:
+                log.error("cannot read the driver's record %s: %s", path, exc)
         return out
 
 
