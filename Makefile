@@ -52,7 +52,7 @@ E2E_NODE_DAY2 ?= 0
 # extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
 E2E_NODE_SCHEDULING ?= extender
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
-PY_SOURCES := plugins files/components tests bench molecule
+PY_SOURCES := plugins files/components files/site tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev
 
