@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print a setting's literal value from an inventory, before any virtualenv or Ansible exists.
 
 Usage: inventory_setting.py INVENTORY NAME

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write a root filesystem as a one-layer OCI image archive, with the standard library alone.
 
 Usage: oci_archive.py ROOTFS OUT_TAR --ref NAME:TAG [--env K=V]... [--cmd JSON] [--label K=V]...
