@@ -105,37 +105,29 @@ collection: venv $(DEP_COLL_STAMPS) ## build the collection tarball and install 
 # --- the main job ---------------------------------------------------------------------------
 # The operator's targets run on the site virtualenv: make calls itself with TOOLS_VENV set.
 OPERATOR_TARGETS := site verify stack upgrade uninstall image
-.PHONY: $(OPERATOR_TARGETS) $(addprefix run-,$(OPERATOR_TARGETS))
+.PHONY: $(OPERATOR_TARGETS)
 ifneq ($(TOOLS_VENV),$(SITE_VENV))
 $(OPERATOR_TARGETS):
-	@$(MAKE) --no-print-directory TOOLS_VENV=$(SITE_VENV) BUNDLE="$(BUNDLE)" IMAGE_IMPORT="$(IMAGE_IMPORT)" run-$@
+	@$(MAKE) --no-print-directory TOOLS_VENV=$(SITE_VENV) BUNDLE="$(BUNDLE)" IMAGE_IMPORT="$(IMAGE_IMPORT)" $@
 else
-$(OPERATOR_TARGETS): %: run-%
-endif
-
-site: ## provision the inventory's nodes (default: this machine); builds the component image when missing
-run-site: collection site-image
+site: collection site-image ## provision the inventory's nodes (default: this machine); builds the component image when missing
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
 
-verify: ## verify the inventory's nodes
-run-verify: collection
+verify: collection ## verify the inventory's nodes
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)
 
-stack: ## add the GPU stack to the inventory's existing cluster (kubespray, k3s-ansible, kubeadm)
-run-stack: collection site-image
+stack: collection site-image ## add the GPU stack to the inventory's existing cluster (kubespray, k3s-ansible, kubeadm)
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/stack.yml $(ARGS)
 
-upgrade: ## bring the inventory's site to this version and its settings, node by node
-run-upgrade: collection site-image
+upgrade: collection site-image ## bring the inventory's site to this version and its settings, node by node
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/upgrade.yml $(ARGS)
 
-uninstall: ## remove the stack (ARGS='-e vgpu_uninstall_cluster=true -e vgpu_uninstall_driver=true' for more)
-run-uninstall: collection
+uninstall: collection ## remove the stack (ARGS='-e vgpu_uninstall_cluster=true -e vgpu_uninstall_driver=true' for more)
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/uninstall.yml $(ARGS)
 
-image: ## the component image, an OCI archive: build/images/vgpu-components-<version>.tar (no Docker needed)
-run-image: venv
+image: venv ## the component image, an OCI archive: build/images/vgpu-components-<version>.tar (no Docker needed)
 	PYTHON=$(abspath $(PY)) files/components/image/build.sh
+endif
 
 # The component image site.yml imports: the offline bundle's, else build/images' (built here when
 # missing, which needs root and debootstrap), unless the nodes pull it from a registry.
@@ -218,9 +210,9 @@ e2e: collection ## end-to-end tests against a real local Kubernetes control plan
 	$(MAKE) -C tests/k8s test
 
 .PHONY: e2e-node
-e2e-node: collection images bundle ## a real kubeadm node provisioned by site.yml, air-gapped (KEEP=1 leaves it up)
+e2e-node: collection images bundle ## a real kubeadm node provisioned by its own make site, air-gapped (KEEP=1 leaves it up)
 	$(MAKE) -C files/libvgpu fake-driver
-	@echo ">> make e2e-node: a kubeadm node provisioned and tested end to end (about 15 minutes)"
+	@echo ">> make e2e-node: a kubeadm node that provisions itself with make site, tested end to end (about 12 minutes)"
 	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) VGPU_E2E_SCHEDULING=$(E2E_NODE_SCHEDULING) tests/node/run-e2e.sh
 
 .PHONY: e2e-node-day2
