@@ -195,7 +195,7 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0] if __doc__ else None)
     parser.add_argument("rootfs", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--ref", required=True, help="NAME:TAG the image is imported as")
