@@ -5,8 +5,13 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV        ?= .venv
-PY          := $(VENV)/bin/python
-BIN         := $(VENV)/bin
+# The small virtualenv of the operator's targets (site, verify, stack, upgrade, uninstall, image):
+# requirements-site.txt, not the test tool chain. Those targets run make again with
+# TOOLS_VENV=$(SITE_VENV); everything else runs on the development virtualenv.
+SITE_VENV   ?= .venv-site
+TOOLS_VENV  ?= $(VENV)
+PY          := $(TOOLS_VENV)/bin/python
+BIN         := $(TOOLS_VENV)/bin
 INVENTORY   ?= inventory/hosts.yml
 PLAYBOOK    ?= playbooks/site.yml
 COLLECTIONS := .collections
@@ -14,16 +19,31 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/vgpu/isolation
 SANITY_DIR  := build/ansible_collections/vgpu/isolation
 CACHE_DIR   ?= $(HOME)/.cache/vgpu-isolation
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
+# The offline bundle the inventory names (a literal vgpu_offline_bundle_dir in it or in its
+# group_vars/host_vars): its site/wheels build the site virtualenv and give the dependency
+# collections, and it brings the component image. BUNDLE=DIR says it on the command line.
+# false when the inventory has the nodes pull the component image from a registry
+# (vgpu_component_image_import: false); IMAGE_IMPORT=false says it on the command line.
+ifeq ($(origin BUNDLE),undefined)
+BUNDLE := $(shell python3 files/site/inventory_setting.py $(INVENTORY) vgpu_offline_bundle_dir)
+$(if $(filter 0,$(.SHELLSTATUS)),,$(error the offline bundle of $(INVENTORY) could not be read (above)))
+endif
+ifeq ($(origin IMAGE_IMPORT),undefined)
+IMAGE_IMPORT := $(shell python3 files/site/inventory_setting.py $(INVENTORY) vgpu_component_image_import)
+$(if $(filter 0,$(.SHELLSTATUS)),,$(error vgpu_component_image_import of $(INVENTORY) could not be read (above)))
+endif
+IMAGE_TARBALL := build/images/vgpu-components-$(VERSION).tar
 # The collections we depend on (galaxy.yml: kubernetes.core, community.general, community.crypto, ansible.posix)
 # and those molecule's docker driver needs (community.docker, ansible.posix) come from this pinned
 # PyPI release of the Ansible community package: Galaxy is not reachable from our machines.
 ANSIBLE_COMMUNITY := ansible==12.3.0
+COMMUNITY_WHEEL = $(if $(BUNDLE),$(BUNDLE)/site/wheels,$(CACHE_DIR)/wheels)/$(subst ==,-,$(ANSIBLE_COMMUNITY))-py3-none-any.whl
 DEP_COLLECTIONS := community/docker ansible/posix community/general community/crypto kubernetes/core
 DEP_COLL_STAMPS := $(foreach c,$(DEP_COLLECTIONS),$(COLLECTIONS)/ansible_collections/$(c)/MANIFEST.json)
 # Tests run the collection from the project-local path, never from ~/.ansible.
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PATH := $(abspath $(BIN)):$(PATH)
 export VGPU_CACHE_DIR := $(CACHE_DIR)
 
 MOLECULE_JOBS ?= 2
@@ -32,7 +52,7 @@ E2E_NODE_DAY2 ?= 0
 # extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
 E2E_NODE_SCHEDULING ?= extender
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
-PY_SOURCES := plugins files/components tests bench molecule
+PY_SOURCES := plugins files/components files/site tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev
 
@@ -48,8 +68,12 @@ $(VENV)/.stamp: requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps -r requirements-dev.txt
 	touch $@
 
+$(SITE_VENV)/.stamp: requirements-site.txt
+	files/site/venv.sh $(SITE_VENV) requirements-site.txt $(if $(BUNDLE),$(BUNDLE)/site/wheels)
+	touch $@
+
 .PHONY: venv
-venv: $(VENV)/.stamp ## the locked Python tool chain
+venv: $(TOOLS_VENV)/.stamp ## the locked Python tool chain (make site: the small site virtualenv)
 
 .PHONY: host-packages
 host-packages: ## the Debian packages the tests need (installed only when missing)
@@ -60,12 +84,13 @@ lock: ## re-resolve requirements-dev.in into requirements-dev.txt
 	rm -rf build/lock-venv && python3 -m venv build/lock-venv
 	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
 	build/lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sort -f > requirements-dev.txt
+	build/lock-venv/bin/pip install --quiet packaging
+	build/lock-venv/bin/python tests/harness/site_lock.py requirements-site.in requirements-dev.txt requirements-site.txt
 
-$(COLLECTIONS)/ansible_collections/%/MANIFEST.json: | $(VENV)/.stamp
-	@echo ">> $* from $(ANSIBLE_COMMUNITY)"
-	$(BIN)/pip download --quiet --no-deps --dest $(CACHE_DIR)/wheels "$(ANSIBLE_COMMUNITY)"
-	$(PY) tests/harness/extract_collection.py \
-	    $(CACHE_DIR)/wheels/$(subst ==,-,$(ANSIBLE_COMMUNITY))-py3-none-any.whl $* $(COLLECTIONS)
+$(COLLECTIONS)/ansible_collections/%/MANIFEST.json: | $(TOOLS_VENV)/.stamp
+	@echo ">> $* from $(ANSIBLE_COMMUNITY)$(if $(BUNDLE), (the offline bundle's))"
+	$(if $(BUNDLE),,$(BIN)/pip download --quiet --no-deps --dest $(CACHE_DIR)/wheels "$(ANSIBLE_COMMUNITY)")
+	$(PY) tests/harness/extract_collection.py $(COMMUNITY_WHEEL) $* $(COLLECTIONS)
 
 .PHONY: collection
 collection: venv $(DEP_COLL_STAMPS) ## build the collection tarball and install it into .collections
@@ -78,30 +103,41 @@ collection: venv $(DEP_COLL_STAMPS) ## build the collection tarball and install 
 	@echo ">> vgpu.isolation $(VERSION) installed in $(COLLECTIONS)"
 
 # --- the main job ---------------------------------------------------------------------------
-.PHONY: site
-site: collection ## provision the inventory's nodes (default: this machine)
+# The operator's targets run on the site virtualenv: make calls itself with TOOLS_VENV set.
+OPERATOR_TARGETS := site verify stack upgrade uninstall image
+.PHONY: $(OPERATOR_TARGETS)
+ifneq ($(TOOLS_VENV),$(SITE_VENV))
+$(OPERATOR_TARGETS):
+	@$(MAKE) --no-print-directory TOOLS_VENV=$(SITE_VENV) BUNDLE="$(BUNDLE)" IMAGE_IMPORT="$(IMAGE_IMPORT)" $@
+else
+site: collection site-image ## provision the inventory's nodes (default: this machine); builds the component image when missing
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
 
-.PHONY: verify
 verify: collection ## verify the inventory's nodes
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)
 
-.PHONY: stack
-stack: collection ## add the GPU stack to the inventory's existing cluster (kubespray, k3s-ansible, kubeadm)
+stack: collection site-image ## add the GPU stack to the inventory's existing cluster (kubespray, k3s-ansible, kubeadm)
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/stack.yml $(ARGS)
 
-.PHONY: upgrade
-upgrade: collection ## bring the inventory's site to this version and its settings, node by node
+upgrade: collection site-image ## bring the inventory's site to this version and its settings, node by node
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/upgrade.yml $(ARGS)
 
-.PHONY: uninstall
 uninstall: collection ## remove the stack (ARGS='-e vgpu_uninstall_cluster=true -e vgpu_uninstall_driver=true' for more)
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/uninstall.yml $(ARGS)
 
-.PHONY: image
-image: venv host-packages ## the component image tarball, build/images/vgpu-components-<version>.tar
-	tests/harness/ensure-docker.sh
-	files/components/image/build.sh
+image: venv ## the component image, an OCI archive: build/images/vgpu-components-<version>.tar (no Docker needed)
+	PYTHON=$(abspath $(PY)) files/components/image/build.sh
+endif
+
+# The component image site.yml imports: the offline bundle's, else build/images' (built here when
+# missing, which needs root and debootstrap), unless the nodes pull it from a registry.
+.PHONY: site-image
+site-image: venv
+	@if [[ -n "$(BUNDLE)" ]]; then echo ">> the component image comes from the offline bundle $(BUNDLE)"; \
+	elif [[ "$(IMAGE_IMPORT)" =~ ^([Ff]alse|[Nn]o|0)$$ ]]; then echo ">> the nodes pull the component image from its registry"; \
+	elif [[ -s $(IMAGE_TARBALL) ]]; then echo ">> the component image: $(IMAGE_TARBALL)"; \
+	else echo ">> $(IMAGE_TARBALL) is missing: building it (a few minutes the first time)"; \
+	    PYTHON=$(abspath $(PY)) files/components/image/build.sh; fi
 
 .PHONY: bundle
 bundle: collection host-packages ## the offline bundle of a kubeadm site in build/bundle (BUNDLE_PARTS adds driver)
@@ -174,9 +210,9 @@ e2e: collection ## end-to-end tests against a real local Kubernetes control plan
 	$(MAKE) -C tests/k8s test
 
 .PHONY: e2e-node
-e2e-node: collection images bundle ## a real kubeadm node provisioned by site.yml, air-gapped (KEEP=1 leaves it up)
+e2e-node: collection images bundle ## a real kubeadm node provisioned by its own make site, air-gapped (KEEP=1 leaves it up)
 	$(MAKE) -C files/libvgpu fake-driver
-	@echo ">> make e2e-node: a kubeadm node provisioned and tested end to end (about 15 minutes)"
+	@echo ">> make e2e-node: a kubeadm node that provisions itself with make site, tested end to end (about 12 minutes)"
 	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) VGPU_E2E_SCHEDULING=$(E2E_NODE_SCHEDULING) tests/node/run-e2e.sh
 
 .PHONY: e2e-node-day2

@@ -14,6 +14,9 @@
 #                        virtualenv on the control plane
 #   images/              the component image; kube-apiserver, controller-manager, scheduler,
 #                        kube-proxy, etcd and pause as kubeadm names them
+#   site/wheels/         the controller's side: requirements-site.txt and pip as wheels for
+#                        Debian 12's Python (the site virtualenv of `make site`), and the Ansible
+#                        community wheel the dependency collections come from
 #   SHA256SUMS
 # The R470 driver packages are added with BUNDLE_PARTS="... driver" (Debian's contrib and non-free
 # components must be in this machine's apt sources), K3s for K3s sites with BUNDLE_PARTS="... k3s"
@@ -44,6 +47,16 @@ log "Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, crictl $CRI_TOOLS_VERSION, NVI
 "$here/build-images.sh" "$parts_dir/kubernetes-$K8S_VERSION.tar"
 "$root/files/components/image/build.sh"
 
+# The controller's wheels (make site on the air-gapped controller: files/site/venv.sh), for Debian
+# 12's CPython 3.11 on x86_64, as the component image's; pip download only checks files already there.
+log "the site virtualenv's wheels"
+site_wheels=$parts_dir/site-wheels
+mkdir -p "$site_wheels"
+python3_target=(--only-binary=:all: --implementation cp --python-version 3.11 --abi cp311 --abi abi3 --abi none
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+"$venv/bin/pip" download --quiet --disable-pip-version-check --no-deps "${python3_target[@]}" -d "$site_wheels" \
+    -r "$root/requirements-site.txt" pip "$(sed -n 's/^ANSIBLE_COMMUNITY := //p' "$root/Makefile")"
+
 # apt_download resolves against this machine's package lists.
 if [[ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages' -print -quit)" ]]; then
     apt-get update -qq
@@ -59,6 +72,9 @@ local_files=$(
                 *) dest=kubeadm ;;
             esac
             printf '{"src": "%s/%s", "dest": "%s/%s"},' "$parts_dir" "$deb" "$dest" "$(basename "$deb")"
+        done
+        for wheel in site-wheels/*.whl; do
+            printf '{"src": "%s/%s", "dest": "site/wheels/%s"},' "$parts_dir" "$wheel" "$(basename "$wheel")"
         done
         printf '{"src": "%s/kubernetes-%s.tar", "dest": "images/kubernetes-%s.tar"}' "$parts_dir" "$K8S_VERSION" "$K8S_VERSION"
     }

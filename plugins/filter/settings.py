@@ -201,6 +201,8 @@ CLUSTER_WIDE = {
     "vgpu_reserved_memory_mib": "one ConfigMap for every node: the device plugins advertise what it leaves",
     "vgpu_install_prefix": "one ConfigMap tells every device plugin which folder to mount into containers",
     "vgpu_component_image": "one DaemonSet per component runs it on every node",
+    "vgpu_component_image_import": "every node runs the same image, imported or pulled",
+    "vgpu_component_registry_credentials": "one Secret per namespace pulls the image for every node",
     "vgpu_mps_active_thread_percentage": "one ConfigMap for every node's device plugin",
     "vgpu_mps_set_exclusive_process": "one nvidia-mps DaemonSet runs on every MPS node",
     "vgpu_enforcement": "one ConfigMap for every node's cgpu-monitor",

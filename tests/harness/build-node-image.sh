@@ -8,7 +8,9 @@ IMAGE=localhost/vgpu-node
 SUITE=bookworm
 MIRROR=${VGPU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CACHE_DIR=${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}
-PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,ca-certificates,procps,iproute2,kmod,gnupg,curl
+# git and make: what an operator has on a fresh machine to clone the checkout and run `make site`
+# (the e2e node provisions itself that way).
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,ca-certificates,procps,iproute2,kmod,gnupg,curl,git,make
 recipe_hash=$(sha256sum "$0" | cut -c1-12)
 
 log() { echo ">> $*"; }

@@ -16,8 +16,17 @@ if docker info >/dev/null 2>&1; then
     exit 0
 fi
 
-log "starting dockerd (log: /var/log/vgpu-dockerd.log)"
-nohup dockerd >/var/log/vgpu-dockerd.log 2>&1 &
+dockerd_log=${VGPU_DOCKERD_LOG:-/var/log/vgpu-dockerd.log}
+log "starting dockerd (log: $dockerd_log)"
+# Without the descriptors this shell inherited: under `flock /work/heavy.lock make ...` one of them
+# is the lock, and a dockerd holding it would keep every later flock waiting for as long as it runs.
+(
+    for fd in /proc/"$BASHPID"/fd/*; do
+        fd=${fd##*/}
+        ((fd > 2)) && eval "exec $fd>&-"
+    done
+    exec nohup dockerd >"$dockerd_log" 2>&1
+) &
 for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then
         log "dockerd is up"
@@ -26,5 +35,5 @@ for _ in $(seq 1 60); do
     sleep 1
 done
 echo "dockerd did not answer within 60 s; last lines of its log:" >&2
-tail -n 20 /var/log/vgpu-dockerd.log >&2
+tail -n 20 "$dockerd_log" >&2
 exit 1

@@ -22,6 +22,8 @@
 #   /lib/modules read-only, /dev/kmsg      kubelet's kernel checks and OOM watcher
 #   volumes for /var/lib/containerd and    overlayfs cannot stack on the container's own overlay
 #   /var/lib/kubelet
+# and the offline bundle ($VGPU_E2E_BUNDLE) read-only at /srv/vgpu-bundle: the disk of an air-gapped
+# site, which the node's own `make site` installs from (tests/node/site-inventory.yml).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,6 +31,7 @@ NODE=${VGPU_E2E_NODE:-vgpu-e2e-node}
 NETWORK=${VGPU_E2E_NETWORK:-vgpu-e2e}
 IMAGE=localhost/vgpu-node:debian12
 STATE=${VGPU_NODE_STATE_DIR:-$root/build/node}
+BUNDLE=${VGPU_E2E_BUNDLE:-$root/build/bundle}
 # The kernel settings kubelet sets (pkg/kubelet/cm: setupKernelTunables).
 KERNEL_TUNABLES="vm/overcommit_memory kernel/panic kernel/panic_on_oops"
 
@@ -54,6 +57,7 @@ up() {
         --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
         --volume /lib/modules:/lib/modules:ro --device /dev/kmsg \
         --volume "$NODE-containerd:/var/lib/containerd" --volume "$NODE-kubelet:/var/lib/kubelet" \
+        --volume "$(realpath "$BUNDLE"):/srv/vgpu-bundle:ro" \
         "$IMAGE" /usr/local/sbin/vgpu-e2e-node-init >/dev/null
     for _ in $(seq 1 60); do
         state=$(docker exec "$NODE" systemctl is-system-running 2>/dev/null || true)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# `make e2e-node`: a fresh Debian 12 node (tests/node/node.sh) provisioned by playbooks/site.yml with
-# kubeadm through the air-gapped path (the offline bundle of `make bundle`, no network), then:
-#   1. the suite tests/node/test_node.py against the real cluster;
-#   2. playbooks/verify_cluster.yml;
-#   3. a second site.yml, which must report changed=0 (with VGPU_E2E_DAY2=1, `make e2e-node-day2`:
-#      and upgrade.yml with nothing new, changed=0);
+# `make e2e-node`: a fresh Debian 12 node (tests/node/node.sh) with fake GPUs provisions itself as an
+# operator's GPU machine would: a clean copy of this checkout on it, the offline bundle of `make
+# bundle` on its disk (no network), and `make site INVENTORY=tests/node/site-inventory.yml` run on
+# the node, nothing else; site.yml's own verification runs its sample pod. Then:
+#   1. the suite tests/node against the real cluster;
+#   2. playbooks/verify_cluster.yml (from this machine, as every later playbook);
+#   3. a second `make site` on the node, which must report changed=0 (with VGPU_E2E_DAY2=1, `make
+#      e2e-node-day2`: and upgrade.yml with nothing new, changed=0);
 #   4. uninstall.yml (the stack; the cluster stays) and its rerun (changed=0); with VGPU_E2E_DAY2=1,
 #      stack.yml then puts the GPU stack back onto the cluster that is left (as onto one kubespray
 #      or k3s-ansible built), and its rerun changes nothing;
@@ -63,6 +65,20 @@ play() {
     log "$name took $(($(date +%s) - started)) s"
 }
 
+# site_on_node <log name>: `make site` in the node's copy of the checkout, as the operator runs it.
+site_on_node() {
+    local name="$1" started
+    started=$(date +%s)
+    log "make site on $NODE (log: $state/$name.log)"
+    if ! docker exec -e ANSIBLE_FORCE_COLOR -e ANSIBLE_CALLBACKS_ENABLED -e VGPU_E2E_SCHEDULING -e VGPU_E2E_CGROUP_V1 \
+        -w "$checkout" "$NODE" make site INVENTORY=tests/node/site-inventory.yml >"$state/$name.log" 2>&1; then
+        tail -n 60 "$state/$name.log" >&2
+        return 1
+    fi
+    sed -n '/PLAY RECAP/,$p' "$state/$name.log"
+    log "$name took $(($(date +%s) - started)) s"
+}
+
 # unchanged <log name>: the run's recap reports changed=0 for every host.
 unchanged() {
     if grep -E '^\S+ +: .*changed=[1-9]' "$state/$1.log"; then
@@ -75,7 +91,13 @@ unchanged() {
 "$here/node.sh" down >/dev/null
 "$here/node.sh" up
 play fake-gpu "$here/fake_gpu.yml"
-play site "$root/playbooks/site.yml"
+# What a clean clone of this working tree holds (uncommitted changes too), a git repository as the
+# operator's clone is; the node's `make site` builds its own virtualenv and collection from it.
+checkout=/root/vgpu-isolation
+(cd "$root" && tests/harness/copy-tree.sh "$state/checkout")
+git -C "$state/checkout" init --quiet
+docker cp "$state/checkout" "$NODE:$checkout"
+site_on_node site
 
 address=$("$here/node.sh" address)
 docker exec "$NODE" cat /etc/kubernetes/admin.conf \
@@ -85,7 +107,7 @@ chmod 0600 "$state/admin.conf"
 log "the e2e node suite ($VGPU_E2E_SCHEDULING path)"
 (cd "$root" && PYTHONPATH="$root" VGPU_E2E_NODE="$NODE" timeout 1800 pytest -p no:cacheprovider -q tests/node)
 play verify-cluster "$root/playbooks/verify_cluster.yml"
-play site-again "$root/playbooks/site.yml"
+site_on_node site-again
 unchanged site-again
 # The day-two playbooks on this real cluster (make e2e-node-day2): not in `make test`, whose 60
 # minutes cold they would overrun (upgrade.yml, stack.yml and its rerun: about 14 minutes).

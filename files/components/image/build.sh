@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Build the component image localhost/vgpu-components:<version> without any container registry:
-# a debootstrap Debian 12 (minbase + python3) root filesystem, our wheel and its dependency
-# wheels, `docker import`, then `docker save` into build/images/vgpu-components-<version>.tar
-# (importable with `ctr -n k8s.io images import` and `k3s ctr images import`).
+# Build the component image localhost/vgpu-components:<version> without a container daemon or
+# registry: a debootstrap Debian 12 (minbase + python3) root filesystem, our wheel and its dependency
+# wheels, packed by oci_archive.py (beside this script) into the OCI image archive
+# build/images/vgpu-components-<version>.tar (importable with `ctr -n k8s.io images import`,
+# `k3s ctr images import` and `docker load`). The same inputs give the same image digest.
 #
 # Usage: files/components/image/build.sh [WHEELHOUSE]
 #   WHEELHOUSE (or $VGPU_WHEELHOUSE): folder of dependency wheels for CPython 3.11 x86_64; without
 #   it the wheels are downloaded from PyPI once into the cache.
+# Needs root (debootstrap, chroot) and debootstrap, which `make image` installs when missing.
 # Environment: VGPU_CACHE_DIR (default ~/.cache/vgpu-isolation; the root filesystem is cached
 #   there keyed by the hash of its recipe, debootstrap's .deb files in $VGPU_CACHE_DIR/debs),
-#   DEBIAN_MIRROR, PYTHON (the build Python with pip and grpcio-tools; default .venv/bin/python),
-#   OUT_DIR (default build/images).
+#   DEBIAN_MIRROR, PYTHON (the build Python with pip, setuptools and grpcio-tools; default
+#   .venv/bin/python), OUT_DIR (default build/images), SOURCE_DATE_EPOCH (the archive's times, 0).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -40,7 +42,7 @@ trap cleanup EXIT
 
 if [[ ! -s $base_tar ]]; then
     echo ">> debootstrap $suite ($variant + $include) into the cache ($recipe_hash)"
-    command -v debootstrap >/dev/null || { echo "debootstrap is not installed (apt-get install debootstrap)" >&2; exit 1; }
+    command -v debootstrap >/dev/null || "$root/tests/harness/ensure-debian-packages.sh" debootstrap
     nice -n 10 debootstrap --variant="$variant" --include="$include" --cache-dir="$cache/debs" \
         "$suite" "$work/base" "$mirror" >"$work/debootstrap.log" 2>&1 \
         || { tail -n 40 "$work/debootstrap.log" >&2; exit 1; }
@@ -72,12 +74,15 @@ echo ">> installing into the image from $wheelhouse"
 mkdir -p "$work/rootfs"
 tar -C "$work/rootfs" -xf "$base_tar"
 site=$work/rootfs/usr/local/lib/python$py_version/dist-packages
-"$python" -m pip install --quiet --no-index --find-links "$wheelhouse" "${pip_target[@]}" --no-compile \
-    --target "$site" "$wheel"
+# By name from a folder, not by path: pip records a path (a temporary one here) in direct_url.json.
+"$python" -m pip install --quiet --no-index --find-links "$work/dist" --find-links "$wheelhouse" "${pip_target[@]}" \
+    --no-compile --target "$site" "vgpu-components==$version"
 # Trim what the components never load: pip's script folder, the kubernetes client's asyncio
 # variant (as large as the sync client), and the .deb files debootstrap leaves behind.
 rm -rf "${site:?}/bin" "${site:?}/kubernetes/aio" "${work:?}/rootfs/var/cache/apt/archives/"*.deb
-chroot "$work/rootfs" python3 -m compileall -q "/usr/local/lib/python$py_version/dist-packages" >/dev/null
+# Byte code keyed by the sources' hashes, not their times: reproducible, and never stale.
+chroot "$work/rootfs" python3 -m compileall -q --invalidation-mode unchecked-hash \
+    "/usr/local/lib/python$py_version/dist-packages" >/dev/null
 
 # Console scripts (pip --target does not write them for the image's interpreter).
 for entry in nvidia-shared-device-plugin:device_plugin gpushare-scheduler-extender:extender \
@@ -89,16 +94,11 @@ for entry in nvidia-shared-device-plugin:device_plugin gpushare-scheduler-extend
     chmod 0755 "$work/rootfs/usr/local/bin/$name"
 done
 
-# --- 3. image and tarball -------------------------------------------------------------------
-echo ">> docker import $image"
-tar -C "$work/rootfs" --numeric-owner -c . | docker import \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/bin' \
-    --change 'ENV PYTHONUNBUFFERED=1' \
-    --change 'ENV PYTHONDONTWRITEBYTECODE=1' \
-    --change 'CMD ["nvidia-shared-device-plugin", "--help"]' \
-    --message "vgpu-components $version" - "$image" >/dev/null
+# --- 3. the OCI image archive -----------------------------------------------------------------
 tarball=$out_dir/vgpu-components-$version.tar
-docker save -o "$tarball.tmp" "$image"
-mv "$tarball.tmp" "$tarball"
-size=$(docker image inspect --format '{{.Size}}' "$image")
-echo ">> $image saved to $tarball ($((size / 1024 / 1024)) MiB unpacked)"
+"$python" "$here/oci_archive.py" "$work/rootfs" "$tarball" --ref "$image" \
+    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/nvidia/bin \
+    --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1 \
+    --cmd '["nvidia-shared-device-plugin", "--help"]' \
+    --label org.opencontainers.image.title=vgpu-components --label "org.opencontainers.image.version=$version"
+echo ">> $image: $(du -m "$tarball" | cut -f1) MiB archive, $(du -sm "$work/rootfs" | cut -f1) MiB unpacked"

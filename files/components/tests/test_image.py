@@ -1,8 +1,9 @@
 """The component image built by files/components/image/build.sh, run with Docker.
 
-Builds the image when the tarball is missing or older than the package sources (the root
-filesystem comes from the cache after the first build), loads the tarball like an offline node
-would, and runs every entry point.
+Builds the image (an OCI archive, no Docker needed) when the tarball is missing or older than the
+package sources (the root filesystem comes from the cache after the first build), loads it with
+`docker load`, runs every entry point, and imports it with `ctr` into the containerd beside dockerd,
+as a node's containerd imports it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def _stale() -> bool:
         *COMPONENTS.joinpath("src").rglob("*.proto"),
         COMPONENTS / "pyproject.toml",
         COMPONENTS / "image" / "build.sh",
+        COMPONENTS / "image" / "oci_archive.py",
     ]
     return any(p.stat().st_mtime > built for p in sources if "_pb2" not in p.name)
 
@@ -61,6 +63,24 @@ def docker_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[
     return subprocess.run(
         ["docker", "run", "--rm", *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+# The containerd that dockerd runs: its own (Docker's static packages, ensure-docker.sh's dockerd)
+# or the system's.
+CONTAINERD_SOCKETS = [Path("/run/docker/containerd/containerd.sock"), Path("/run/containerd/containerd.sock")]
+
+
+def test_containerd_imports_the_archive_under_the_image_name(image: str) -> None:
+    """What the roles run on a node (`ctr -n k8s.io images import`), here in a namespace of its own."""
+    socket_path = next((p for p in CONTAINERD_SOCKETS if p.is_socket()), None)
+    assert socket_path, f"no containerd socket at {', '.join(map(str, CONTAINERD_SOCKETS))}"
+    ctr = ["ctr", "--address", str(socket_path), "--namespace", "vgpu-image-test"]
+    try:
+        subprocess.run([*ctr, "images", "import", "--no-unpack", str(TARBALL)], check=True, capture_output=True)
+        names = subprocess.run([*ctr, "images", "list", "--quiet"], check=True, capture_output=True, text=True)
+        assert names.stdout.split() == [image]
+    finally:
+        subprocess.run([*ctr, "images", "remove", image], capture_output=True, check=False)
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

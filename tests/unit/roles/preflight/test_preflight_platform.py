@@ -47,6 +47,21 @@ def test_a_missing_component_image_is_named_before_anything_changes(tmp_path):
     assert f"its tarball {tmp_path / 'missing.tar'} is not on the controller; build it with `make image`" in out
 
 
+@pytest.mark.parametrize("switch", ["vgpu_component_image_import", "vgpu_stack_import_image"])
+def test_a_registry_image_needs_no_tarball(tmp_path, switch):
+    """Issue 25: with the image import off (the setting, or the vgpu_stack role's own switch) the
+    nodes pull the image from its registry; preflight asked for the tarball all the same, so such a
+    site could never pass."""
+    settings = {
+        "vgpu_component_image": "registry.example.org/gpu/vgpu-components:0.1.0",
+        "vgpu_component_image_tarball": str(tmp_path / "missing.tar"),
+        switch: False,
+    }
+    out = preflight(tmp_path, **settings)
+    assert "Preflight found 1 problem(s) on localhost" in out
+    assert "no NVIDIA GPU found" in out
+
+
 def test_a_branch_the_chosen_repository_does_not_package_is_refused_before_the_run(tmp_path):
     out = preflight(tmp_path, vgpu_driver_method="nvidia_repo")
     assert "Preflight found 2 problem(s)" in out

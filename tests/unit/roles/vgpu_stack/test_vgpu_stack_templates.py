@@ -498,3 +498,48 @@ def test_plain_http_when_tls_is_off(tmp_path):
     )
     probe = pod["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]
     assert (probe["path"], probe["port"]) == ("/healthz", 32766)
+
+
+def test_registry_credentials_become_the_pull_secret_of_every_component_and_the_sample(tmp_path):
+    """A component image pulled from a private registry (vgpu_component_image_import false, issue 25):
+    the credentials become a dockerconfigjson Secret in kube-system and the sample's namespace; every
+    component's service account names it (the API server adds it to their pods), the sample pod too."""
+    import base64  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    settings = {
+        "vgpu_component_image": "registry.example.org/gpu/vgpu-components:0.1.0",
+        "vgpu_component_image_import": False,
+        "vgpu_component_registry_credentials": [
+            {"registry": "registry.example.org", "username": "robot", "password": "s3cret"}
+        ],
+    }
+    out = render(tmp_path, settings)
+    docs = out["components.yaml"]
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["type"] == "kubernetes.io/dockerconfigjson"
+    assert secret["metadata"]["namespace"] == "kube-system"
+    config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
+    assert config == {
+        "auths": {
+            "registry.example.org": {
+                "username": "robot",
+                "password": "s3cret",
+                "auth": base64.b64encode(b"robot:s3cret").decode(),
+            }
+        }
+    }
+    accounts = [d for d in docs if d["kind"] == "ServiceAccount"]
+    assert accounts
+    assert all(a["imagePullSecrets"] == [{"name": "vgpu-components-registry"}] for a in accounts)
+    sample_secret, pod = out["sample-pod.yaml"]
+    assert sample_secret["kind"] == "Secret" and sample_secret["metadata"]["namespace"] == "default"
+    assert sample_secret["data"] == secret["data"]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "vgpu-components-registry"}]
+    assert pod["spec"]["containers"][0]["image"] == settings["vgpu_component_image"]
+
+
+def test_without_registry_credentials_nothing_names_a_pull_secret(rendered):
+    docs = objects(rendered, "kubeadm-defaults")
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    assert not [d for d in docs if "imagePullSecrets" in d or "imagePullSecrets" in d.get("spec", {})]

@@ -1,0 +1,52 @@
+"""Print a setting's literal value from an inventory, before any virtualenv or Ansible exists.
+
+Usage: inventory_setting.py INVENTORY NAME
+
+`make site` reads vgpu_offline_bundle_dir (the bundle's wheels build the site virtualenv) and
+vgpu_component_image_import (whether the component image is built when missing) this way. It looks
+in the inventory file, then in the group_vars/ and host_vars/ beside it, for a line `NAME: value`,
+and prints the first value found (nothing when none is). A templated value cannot be read before
+Ansible runs: it says so and names the make variable that gives it instead.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+MAKE_VARIABLE = {"vgpu_offline_bundle_dir": "BUNDLE", "vgpu_component_image_import": "IMAGE_IMPORT"}
+
+
+def candidates(inventory: Path) -> list[Path]:
+    files = [inventory] if inventory.is_file() else []
+    base = inventory.parent if inventory.is_file() else inventory
+    for folder in ("group_vars", "host_vars"):
+        if (base / folder).is_dir():
+            files += sorted(p for p in (base / folder).rglob("*") if p.is_file() and p.suffix in ("", ".yml", ".yaml"))
+    return files
+
+
+def value(inventory: Path, name: str) -> str:
+    pattern = re.compile(rf"^\s*{re.escape(name)}\s*:\s*(.*?)\s*$")
+    for path in candidates(inventory):
+        for line in path.read_text(errors="replace").splitlines():
+            match = pattern.match(line)
+            if not match:
+                continue
+            raw = re.sub(r"\s+#.*$", "", match.group(1)).strip()
+            found = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\"" else raw
+            if "{{" in found:
+                variable = MAKE_VARIABLE.get(name, name.upper())
+                raise SystemExit(
+                    f"{path}: {name} is templated ({found}); make cannot read it before Ansible runs:"
+                    f" give its value as `make ... {variable}=<value>`"
+                )
+            return found
+    return ""
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    print(value(Path(sys.argv[1]), sys.argv[2]))
