@@ -3,7 +3,6 @@
  * sequence counter. Slots are never moved, so a process's slot index stays valid. */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,41 +284,6 @@ void vgpu_region_unlock(struct vgpu_region *r)
     pthread_mutex_unlock(&r->hdr.lock.mutex);
 }
 
-static void read_cgroup(int pid, char *out, size_t len)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
-    out[0] = '\0';
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = '\0';
-    fclose(f);
-}
-
-int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup)
-{
-    if (pid <= 0)
-        return 0;
-    uint64_t st = vgpu_proc_start_time(pid);
-    if (st == 0) {
-        /* no /proc entry (or a zombie): only kill() can still say it exists */
-        if (access("/proc/self/stat", R_OK) == 0)
-            return 0;
-        return kill(pid, 0) == 0 || errno == EPERM;
-    }
-    if (start_time && st != start_time)
-        return 0; /* pid reused by another process */
-    if (cgroup && *cgroup) {
-        char cg[256];
-        read_cgroup(pid, cg, sizeof cg);
-        if (strcmp(cg, cgroup) != 0)
-            return 0;
-    }
-    return 1;
-}
-
 static uint64_t sat_add(uint64_t a, uint64_t b)
 {
     return a + b < a ? UINT64_MAX : a + b;
@@ -489,7 +453,7 @@ int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg)
     r->hdr.ctx_reserve_bytes = cfg->ctx_reserve;
     if (cfg->cgroup_enable) {
         char cg[256];
-        read_cgroup(getpid(), cg, sizeof cg);
+        vgpu_proc_cgroup(getpid(), cg, sizeof cg);
         memcpy(r->hdr.cgroup, cg, sizeof cg);
     }
     write_end(r);

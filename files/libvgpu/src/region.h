@@ -147,9 +147,6 @@ VGPU_HIDDEN void vgpu_region_init_lock(struct vgpu_region *r);
 
 VGPU_HIDDEN int vgpu_region_header_valid(const struct vgpu_region *r);
 
-/* Process identity: alive with that start time (vgpu_proc_start_time) and, when given, cgroup. */
-VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
-
 /* Consistent lock-free copy of the header; 0 ok, -1 gave up. */
 VGPU_HIDDEN int vgpu_region_sample(const struct vgpu_region *r, struct vgpu_region_header *out);
 

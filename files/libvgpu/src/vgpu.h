@@ -81,9 +81,14 @@ VGPU_HIDDEN void vgpu_log(int level, const char *fmt, ...) __attribute__((format
 #define VGPU_DEBUG 3
 
 /* ---- process identity (proc.c; also built into the fake driver) ---- */
-/* Start time of a process (field 22 of /proc/<pid>/stat, the same in every pid namespace);
- * 0 when it is gone or a zombie. */
+/* A process is its pid and its start time (field 22 of /proc/<pid>/stat, the same in every pid
+ * namespace): a reused pid is another process. vgpu_proc_start_time is 0 when it is gone or a
+ * zombie. */
 VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
+/* Alive with that start time (0: any) and, when cgroup is given and not empty, in that cgroup. */
+VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
+/* The contents of /proc/<pid>/cgroup (empty when unreadable), NUL-terminated within len. */
+VGPU_HIDDEN void vgpu_proc_cgroup(int pid, char *out, size_t len);
 
 /* ---- finding the real driver libraries (loader.c) ---- */
 VGPU_HIDDEN void *vgpu_open_real(const char *soname, const char *override_env, char *err, size_t errlen);

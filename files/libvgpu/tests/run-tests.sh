@@ -143,6 +143,15 @@ if grep -q "init rc=3" "$OUT" && grep -q "nvml rc=999" "$OUT" && grep -q 'line 2
 else fail "bad quota file"; fi
 
 fresh 100MiB
+printf 'memory_limit=0:100MiB\ngpu_virtual_memroy=0\n' >"$R/quota.conf"
+export VGPU_CONFIG_FILE=$R/quota.conf
+run init nvml
+if grep -q "init rc=3" "$OUT" && grep -q "nvml rc=999" "$OUT" \
+    && grep -q 'quota.conf line 2: unknown key "gpu_virtual_memroy": expected memory_limit, context_reserve, limit, gpu_virtual_memory' "$ERR"; then
+    pass "an unknown key in the quota file fails CUDA and NVML closed, naming the key and the keys expected"
+else fail "unknown quota file key"; fi
+
+fresh 100MiB
 export VGPU_CONFIG_FILE=$R/missing.conf
 run init
 if grep -q "init rc=3" "$OUT" && grep -q 'missing.conf' "$ERR"; then pass "a missing VGPU_CONFIG_FILE fails closed"; else fail "missing quota file"; fi
