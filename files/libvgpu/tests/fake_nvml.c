@@ -1,9 +1,14 @@
 /* A fake NVML for the CI tests and for GPU-less nodes: the fake GPUs of fake_gpu.c (the same
  * UUIDs as the fake CUDA driver's), the calls libvgpu's NVML hooks and the Python components
- * (pynvml: device plugin, cgpu-monitor, MPS, gpu_facts) make. Without a state file it reports
- * 100 MiB used by someone else and the caller as the one process (FAKE_PROC_MIB MiB, default
- * 999) on GPU 0; with one, what every process of the node holds (pids as this process's pid
- * namespace sees them). Devices are those of NVIDIA_VISIBLE_DEVICES, numbered from 0. */
+ * (pynvml: device plugin, cgpu-monitor, MPS, gpu_facts) make. The running-process list is the
+ * GPU's own per-process count, as the driver's: everything the fake CUDA driver took for each
+ * process (allocations, pool reserves, physical handles, contexts, modules, stacks). Without a
+ * state file that is the caller alone (found in this process's fake libcuda) and the device
+ * shows 100 MiB used by someone else; with one, every process of the node, pids as this
+ * process's pid namespace sees them. FAKE_NVML_PROCS=0 lists no process (as MPS hides its
+ * clients). Devices are those of NVIDIA_VISIBLE_DEVICES, numbered from 0. */
+#include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +19,6 @@
 #include "fake_gpu.h"
 
 #define EXPORT __attribute__((visibility("default")))
-#define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_TIMEOUT 10
 
 static int inits;
@@ -296,14 +300,41 @@ struct proc_row {
     unsigned pid;
     unsigned long long bytes;
 };
+/* The fake libcuda loaded in this process (by the loader or by libvgpu, RTLD_LOCAL): found by
+ * walking the loaded objects for its fake_gpu_self_bytes. */
+typedef uint64_t self_bytes_fn(int phys);
+static int find_self_bytes(struct dl_phdr_info *info, size_t size, void *out)
+{
+    (void)size;
+    if (!info->dlpi_name || !info->dlpi_name[0])
+        return 0;
+    void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+    void *fn = h ? dlsym(h, "fake_gpu_self_bytes") : NULL;
+    if (h)
+        dlclose(h);
+    if (fn)
+        *(void **)out = fn;
+    return fn != NULL;
+}
+
+static uint64_t self_bytes(int phys)
+{
+    void *fn = NULL;
+    dl_iterate_phdr(find_self_bytes, &fn);
+    return fn ? ((self_bytes_fn *)fn)(phys) : 0;
+}
+
 static unsigned rows_of(nvmlDevice_t d, struct proc_row *rows, unsigned max)
 {
     struct fake_state *s = fake_state();
     unsigned n = 0;
+    const char *shown = getenv("FAKE_NVML_PROCS");
+    if (shown && strcmp(shown, "0") == 0)
+        return 0;
     if (!s) {
-        const char *m = getenv("FAKE_PROC_MIB");
-        if (d->phys == 0 && max)
-            rows[n++] = (struct proc_row){(unsigned)getpid(), (unsigned long long)(m ? atol(m) : 999) << 20};
+        uint64_t mine = self_bytes(d->phys);
+        if (mine && max)
+            rows[n++] = (struct proc_row){(unsigned)getpid(), mine};
         return n;
     }
     fake_state_lock(s);

@@ -461,6 +461,187 @@ if grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 M
     pass "the fake driver as a node's driver: the loader finds it; vgpu-memory-usage and manage --stats work"
 else OUT2=$OUT; cat "$R/stats" >>"$OUT2"; fail "fake driver as the node's driver"; fi
 
+# ---------------------------------------------------------------- what the GPU really holds (issue 24)
+# The fake driver keeps memory as the real one does (tests/README.md); "truth" is its own count of
+# what the process holds, which fake NVML reports. Contexts cost nothing unless a test says so, and
+# the allowance (the context reserve) is 0: the GPU may never hold more than the quota.
+
+# 1. stream-ordered pools
+fresh 1000MiB
+run init threshold:max alloc:600:async free:0 sync truth alloc:600 truth
+expect_truth "pool with release threshold UINT64_MAX keeps the freed 600 MiB: a cuMemAlloc of 600 is refused" 1000 \
+    "threshold max rc=0" "alloc 600 async rc=0" "free 0 rc=0" "sync rc=0" "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init alloc:600:async free:0 ssync alloc:600 truth
+expect_truth "pool with threshold 0 gives the freed memory back at a synchronize: the 600 MiB fits" 1000 "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init threshold:max alloc:600:async free:0 pool-trim:0 alloc:600 truth
+expect_truth "cuMemPoolTrimTo gives the kept memory back at once: the 600 MiB fits" 1000 "pool-trim 0 rc=0" \
+    "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init pool-create pool-set threshold:max alloc:600:async free:0 alloc:600 truth pool-default
+expect_truth "a pool made current with cuDeviceSetMemPool is charged what it keeps" 1000 "pool-set rc=0" \
+    "alloc 600 async rc=0" "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init pool-create pool-set13 threshold:max alloc:600:async free:0 alloc:600 truth
+expect_truth "a pool made current with cuMemSetMemPool is charged what it keeps" 1000 "pool-set13 rc=0" \
+    "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init pool-create alloc:600:mypool free:0 alloc:600 truth sync alloc:600 truth pool-destroy
+expect_truth "an explicit pool keeps freed memory until a synchronize, and is charged for it until then" 1000 \
+    "alloc 600 mypool rc=0" "alloc 600 v2 rc=2" "sync rc=0" "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+export FAKE_POOL_GRANULE_MIB=64
+run init alloc:100:async info truth
+expect_truth "a pool that grows by more than the allocation is charged what it reserved" 1000 \
+    "alloc 100 async rc=0" "info rc=0 free=872 total=1000" "truth used=128"
+
+# 2. physical handles released while mapped
+fresh 1000MiB
+run init vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release \
+    vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release truth
+if [ "$(grep -c 'vmm 100 release rc=0' "$OUT")" = 10 ] && [ "$(grep -c 'vmm 100 release rc=2' "$OUT")" = 3 ]; then
+    expect_truth "13 x 100 MiB handles released while mapped: charged until unmapped, the 11th is refused" 1000 "truth"
+else fail "13 handles released while mapped: $(grep -c 'rc=0' "$OUT") made"; fi
+
+fresh 1000MiB
+run init vmm:600:release unmap:0 vmm:600:release truth
+expect_truth "the last unmap of a released handle gives its memory back" 1000 "unmap 0 rc=0" "vmm 600 release rc=0$"
+
+fresh 1000MiB
+run init vmm:600:keep retain:0 unmap:0 alloc:600 release:0 alloc:600 truth
+expect_truth "cuMemRetainAllocationHandle keeps the memory until its own release" 1000 \
+    "retain 0 rc=0 same=1 released-original=0" "unmap 0 rc=0" "alloc 600 v2 rc=2" "release 0 rc=0" "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init vmm:600:keep export:0 release:0 unmap:0 alloc:600 truth
+expect_truth "an exported handle stays charged to its exporter after release and unmap" 1000 "export 0 rc=0" \
+    "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init vmm:300:keep export:0 import:0 alloc:600 info
+expect_in_order "an imported handle (mapped, unmapped, released) is not charged again" "import 0 rc=0 map=0 truth=300 unmap=0 release=0" \
+    "alloc 600 v2 rc=0" "info rc=0 free=100 total=1000"
+
+for bind in mcast mcast-addr maparray; do
+    fresh 1000MiB
+    run init vmm:600:keep $bind:0 release:0 unmap:0 alloc:600 truth
+    expect_truth "a handle bound by $bind stays charged after release and unmap" 1000 "$bind 0 .*(rc|bind)=0" \
+        "alloc 600 v2 rc=2"
+done
+
+# 3. contexts
+fresh 1000MiB
+export FAKE_CTX_MIB=100
+run init ctxs:16 truth info ctx-destroy-all ctxs:1 truth
+expect_truth "16 contexts (100 MiB each, 1 MiB in each): each charged what it costs, the 9th refused, destroying gives back" \
+    1000 "ctxs 16 made=8 rc=2" "ctx-destroy-all n=8 failures=0" "ctxs 1 made=1 rc=0"
+
+fresh 50MiB
+export FAKE_CTX_MIB=100
+run init
+expect "a quota smaller than one context cannot run CUDA: the first context is refused" "init rc=2"
+
+fresh 1000MiB
+export FAKE_CTX_MIB=100 FAKE_NVML_PROCS=0 VGPU_CONTEXT_RESERVE=10MiB VGPU_LOG_LEVEL=2
+run init info ctxs:1 info
+if grep -q "info rc=0 free=990 total=1000" "$OUT" && grep -q "info rc=0 free=979 total=1000" "$OUT" \
+    && [ "$(grep -c 'no per-process figure' "$ERR")" = 1 ]; then
+    pass "without a per-process NVML figure a context is charged the configured reserve, said once"
+else fail "context fallback without NVML"; fi
+unset VGPU_LOG_LEVEL
+
+# 4. modules and libraries
+fresh 1000MiB
+run init module:300 module:300:ex module:300:file module:300:fatbin module:300 module:300 module:300 truth
+if [ "$(grep -c 'module 300 .* rc=0' "$OUT")" = 3 ] && [ "$(grep -c 'module 300 .* rc=2' "$OUT")" = 4 ]; then
+    expect_truth "7 module loads of 300 MiB of .global arrays: the GPU's cost is charged, the 4th is refused" 1000 truth
+else fail "module loads: $(grep -c 'rc=0' "$OUT") loaded"; fi
+
+fresh 1000MiB
+run init module:600 unload:0 module:600 truth
+expect_truth "unloading a module gives its memory back" 1000 "unload 0 rc=0" "module 600 data rc=0 function=0"
+
+fresh 1000MiB
+run init library:300 library:300:module library:300:file library:300 library:300 truth
+if [ "$(grep -c 'use=0' "$OUT")" = 3 ] && [ "$(grep -c 'use=2' "$OUT")" = 2 ]; then
+    expect_truth "library loads: the memory a library takes at its first kernel or module lookup is charged" 1000 truth
+else fail "library loads: $(grep -c 'use=0' "$OUT") used"; fi
+
+fresh 1000MiB
+run init library:600 lib-unload:0 library:600 truth
+expect_truth "unloading a library gives its memory back" 1000 "lib-unload 0 rc=0" "library 600 get rc=0 kernel=0 use=0"
+
+fresh 1000MiB
+run init library:600:lazy truth alloc:600 alloc:300 truth
+expect_truth "a library loaded inside a launch (no hook sees it): the GPU's own count refuses the next allocation" 1000 \
+    "library 600 lazy rc=0 kernel=0 use=0" "alloc 600 v2 rc=2" "alloc 300 v2 rc=0"
+
+# limits
+fresh 1000MiB
+export FAKE_RESIDENT_THREADS=1024
+run init stack:512 truth stack:1024 truth alloc:400 truth
+expect_truth "cuCtxSetLimit(STACK_SIZE) is charged what it takes; one past the quota is refused and the old limit kept" \
+    1000 "stack 512 rc=0 now=512" "stack 1024 rc=2 now=512" "alloc 400 v2 rc=2"
+
+fresh 1000MiB
+run init heap:600 launch:1 truth alloc:600 truth
+expect_truth "the device heap taken at a launch: the GPU's own count refuses the next allocation" 1000 "alloc 600 v2 rc=2"
+
+# 6. entry points without _v2, and what must stay uncharged
+for api in v1 pitch1 array1 array3d1; do
+    fresh 100MiB
+    run init alloc:60:$api alloc:60:$api info free:0 info alloc:80:$api truth
+    expect_truth "quota holds for the 32-bit entry point $api: over refused with OOM, free releases" 100 \
+        "alloc 60 $api rc=0" "alloc 60 $api rc=2$" "info rc=0 free=40 total=100" "free 0 rc=0" \
+        "info rc=0 free=100 total=100" "alloc 80 $api rc=0"
+done
+
+fresh 100MiB
+run init hostalloc:600 info alloc:60 info
+expect "pinned host memory (cuMemHostAlloc, cuMemAllocHost_v2) is not charged" "hostalloc 600 rc=0,0" \
+    "info rc=0 free=100 total=100" "alloc 60 v2 rc=0"
+
+fresh 100MiB
+"$CLIENT" init alloc:60 ipc-get:0:"$R/ipc" hold:5 >"$R/p1" 2>&1 &
+wait_for holding "$R/p1"
+run init ipc-open:"$R/ipc" alloc:40 info ipc-close
+wait
+expect_in_order "a second process opening a cuIpcGetMemHandle handle is not charged again" "ipc-open read=1 rc=0" \
+    "alloc 40 v2 rc=0" "info rc=0 free=0 total=100" "ipc-close rc=0"
+
+fresh 1000MiB
+run init pool-create alloc:300:mypool pool-share:0 info
+expect "pool imports (cuMemPoolImportFromShareableHandle, cuMemPoolImportPointer) are not charged again" \
+    "pool-share export=0 import=0 export-ptr=0 import-ptr=0" "info rc=0 free=700 total=1000"
+
+# 5. both library modes, and both at once
+fresh 100MiB
+PRELOAD=$B/libvgpu.so
+export LD_LIBRARY_PATH=$B/fake
+run init abs-alloc:60 abs-alloc:60 info
+expect_in_order "LD_PRELOAD: the real driver opened by its absolute path is intercepted" "abs-alloc 60 rc=0" \
+    "abs-alloc 60 rc=2" "info rc=0 free=40 total=100"
+unset PRELOAD
+
+fresh 100MiB
+PRELOAD=$B/libvgpu.so
+run init abs-alloc:30 alloc:40 info alloc:40 free:0 free:1 info
+if grep -q "restored" "$ERR"; then
+    fail "both modes in one process: two accountings fought over the process's slot"
+else
+    expect_in_order "both modes in one process (shim and LD_PRELOAD): the real driver by path is intercepted, one accounting" \
+        "abs-alloc 30 rc=0" "alloc 40 v2 rc=0" "info rc=0 free=30 total=100" "alloc 40 v2 rc=2" "free 0 rc=0" \
+        "free 1 rc=0" "info rc=0 free=100 total=100"
+fi
+unset PRELOAD
+
 # ---------------------------------------------------------------- unit tests
 OUT=$WORK/unit ERR=$WORK/unit.err
 "$B/unit-tests" >"$OUT" 2>"$ERR"
