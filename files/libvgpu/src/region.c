@@ -499,17 +499,64 @@ static struct vgpu_region_slot *enter(struct vgpu_region *r, int *slot, int dev)
     return sl;
 }
 
-/* Whether bytes more fit dev's limit (dead processes swept once first); counts a refusal. */
-static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, uint64_t limit, int enforce)
+/* The GPU's own count (truth) for this container's live processes on dev: their rows summed,
+ * each slot's figure recorded (manage --stats, cgpu-monitor). Caller holds the lock, in a write. */
+static uint64_t truth_sum_locked(struct vgpu_region *r, int dev, const struct vgpu_truth *t)
 {
-    if (!enforce || !limit)
+    uint64_t sum = 0;
+    for (unsigned i = 0, n = slot_high(r); i < n; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        if (s->state != 1)
+            continue;
+        uint64_t held = 0;
+        for (unsigned k = 0; k < t->n && k < VGPU_TRUTH_ROWS; k++)
+            if (t->pid[k] == s->pid)
+                held = sat_add(held, t->bytes[k]);
+        s->nvml_bytes[dev] = held;
+        s->nvml_ns = t->ns;
+        sum = sat_add(sum, held);
+    }
+    return sum;
+}
+
+/* Whether bytes more fit dev's limit (struct vgpu_limit says how; dead processes are swept once
+ * before a refusal): 0 yes, -1 refused (counted), 1 the GPU's own count is needed first. */
+static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, const struct vgpu_limit *lim)
+{
+    if (!lim || !lim->enforce || !lim->limit)
         return 0;
+    struct vgpu_region_truth *t = &r->hdr.truth[dev];
+    uint64_t limit = lim->limit, allowance = lim->allowance < limit ? lim->allowance : limit;
     for (int pass = 0;; pass++) {
-        uint64_t inuse = in_use_locked(r, dev);
-        if (bytes <= limit && inuse <= limit - bytes)
+        uint64_t inuse = in_use_locked(r, dev), need;
+        if (lim->truth) {
+            write_begin(r);
+            uint64_t gpu = truth_sum_locked(r, dev, lim->truth), ledger = lim->held ? sat_add(inuse, bytes) : inuse;
+            t->nvml_bytes = gpu;
+            t->excess_bytes = gpu > ledger ? gpu - ledger : 0;
+            t->admitted_bytes = 0;
+            t->checked_ns = lim->truth->ns;
+            write_end(r);
+            need = lim->held ? (gpu > ledger ? gpu : ledger) : sat_add(gpu > inuse ? gpu : inuse, bytes);
+        } else {
+            need = sat_add(inuse, bytes);
+            uint64_t seen = sat_add(need, t->excess_bytes);
+            int near = seen > limit - allowance || (allowance && sat_add(t->admitted_bytes, bytes) > allowance / 2);
+            if (near && !lim->final)
+                return 1;
+            if (!lim->final || !near)
+                need = seen; /* far from the limit: the ledger and what the last check found beyond it */
+        }
+        if (need <= limit) {
+            write_begin(r);
+            t->admitted_bytes = sat_add(t->admitted_bytes, bytes);
+            write_end(r);
             return 0;
+        }
         if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
             continue;
+        if (!lim->final)
+            return 1;
         write_begin(r);
         r->hdr.devices[dev].oom_count++;
         write_end(r);
@@ -535,14 +582,16 @@ static void publish_locked(struct vgpu_region *r, struct vgpu_region_slot *sl, i
         r->hdr.device_count = (uint32_t)dev + 1;
 }
 
-int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes, uint64_t limit, int enforce)
+int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes,
+                       const struct vgpu_limit *lim)
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return 0;
     struct vgpu_region_slot *sl = enter(r, slot, dev);
-    if (admit_locked(r, dev, bytes, limit, enforce) != 0) {
+    int rc = admit_locked(r, dev, bytes, lim);
+    if (rc != 0) {
         vgpu_region_unlock(r);
-        return -1;
+        return rc;
     }
     struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_slot_device *m = &mine[dev];
@@ -599,15 +648,16 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
     vgpu_region_unlock(r);
 }
 
-int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers, uint64_t limit,
-                       int enforce)
+int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers,
+                       const struct vgpu_limit *lim)
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return 0;
     struct vgpu_region_slot *sl = enter(r, slot, dev);
-    if (bytes > 0 && admit_locked(r, dev, (uint64_t)bytes, limit, enforce) != 0) {
+    int rc = bytes > 0 ? admit_locked(r, dev, (uint64_t)bytes, lim) : 0;
+    if (rc != 0) {
         vgpu_region_unlock(r);
-        return -1;
+        return rc;
     }
     struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_slot_device *m = &mine[dev];
@@ -625,6 +675,23 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
     write_end(r);
     vgpu_region_unlock(r);
     return 0;
+}
+
+uint64_t vgpu_region_own_bytes(int dev)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0;
+    return sat_add(__atomic_load_n(&mine[dev].used_bytes, __ATOMIC_RELAXED),
+                   __atomic_load_n(&mine[dev].ctx_bytes, __ATOMIC_RELAXED));
+}
+
+unsigned vgpu_region_pids(const struct vgpu_region *r, uint32_t *pids, unsigned max)
+{
+    unsigned n = 0;
+    for (unsigned i = 0, high = slot_high(r); i < high && n < max; i++)
+        if (__atomic_load_n(&r->slots[i].state, __ATOMIC_RELAXED) == 1)
+            pids[n++] = __atomic_load_n(&r->slots[i].pid, __ATOMIC_RELAXED);
+    return n;
 }
 
 void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16])

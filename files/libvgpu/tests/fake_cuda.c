@@ -273,9 +273,25 @@ CUresult fake_free(uint64_t key)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+static uint32_t contexts[FAKE_MAX_GPUS]; /* this process's live contexts, by ordinal */
+
+/* NVML lists a process that has a context: counted here and in the node-wide state. */
+static void count_context(int dev, int up)
+{
+    __atomic_add_fetch(&contexts[dev], up ? 1u : (uint32_t)-1, __ATOMIC_RELAXED);
+    if (!state)
+        return;
+    fake_state_lock(state);
+    struct fake_proc *p = my_entry_locked();
+    if (p)
+        p->contexts[phys_of[dev]] += up ? 1u : (uint32_t)-1;
+    fake_state_unlock(state);
+}
+
 /* A context goes: its linear memory, modules and limits go with it, as with the driver. */
 static void context_gone(CUcontext c)
 {
+    count_context(c->dev, 0);
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         if (blocks[i].mem && blocks[i].ctx == c)
@@ -291,12 +307,22 @@ static CUresult context_made(CUcontext c, int dev, int primary)
 {
     if (fake_device_reserve(dev, fake_env_bytes("FAKE_CTX_MIB", 512)) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    count_context(dev, 1);
     *c = (struct CUctx_st){.live = 1, .dev = dev, .primary = primary, .stack = 1024, .heap = 8 * FAKE_MIB};
     return CUDA_SUCCESS;
 }
 
 /* What this process holds on fake GPU phys, for fake NVML's process list without a state file
  * (fake_nvml.c finds this function in the process). */
+EXPORT uint32_t fake_gpu_self_contexts(int phys)
+{
+    uint32_t n = 0;
+    for (int d = 0; d < ndev; d++)
+        if (phys_of[d] == phys)
+            n += __atomic_load_n(&contexts[d], __ATOMIC_RELAXED);
+    return n;
+}
+
 EXPORT uint64_t fake_gpu_self_bytes(int phys)
 {
     uint64_t total = 0;
@@ -331,6 +357,7 @@ static void forget_in_child(void)
     memset(primary_ctx, 0, sizeof primary_ctx);
     memset(extra_ctx, 0, sizeof extra_ctx);
     memset(primary_refs, 0, sizeof primary_refs);
+    memset(contexts, 0, sizeof contexts);
     current = NULL;
     fake_memory_forget();
     fake_modules_forget();

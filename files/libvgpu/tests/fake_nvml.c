@@ -302,26 +302,31 @@ struct proc_row {
 };
 /* The fake libcuda loaded in this process (by the loader or by libvgpu, RTLD_LOCAL): found by
  * walking the loaded objects for its fake_gpu_self_bytes. */
-typedef uint64_t self_bytes_fn(int phys);
-static int find_self_bytes(struct dl_phdr_info *info, size_t size, void *out)
+struct self_lookup {
+    const char *name;
+    void *fn;
+};
+static int find_in_objects(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
+    struct self_lookup *l = arg;
     if (!info->dlpi_name || !info->dlpi_name[0])
         return 0;
     void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
-    void *fn = h ? dlsym(h, "fake_gpu_self_bytes") : NULL;
+    l->fn = h ? dlsym(h, l->name) : NULL;
     if (h)
         dlclose(h);
-    if (fn)
-        *(void **)out = fn;
-    return fn != NULL;
+    return l->fn != NULL;
 }
 
-static uint64_t self_bytes(int phys)
+/* This process in the fake libcuda: (bytes it holds, contexts it has) on fake GPU phys. */
+static uint64_t self_in_fake(int phys, uint32_t *contexts)
 {
-    void *fn = NULL;
-    dl_iterate_phdr(find_self_bytes, &fn);
-    return fn ? ((self_bytes_fn *)fn)(phys) : 0;
+    struct self_lookup bytes = {"fake_gpu_self_bytes", NULL}, ctxs = {"fake_gpu_self_contexts", NULL};
+    dl_iterate_phdr(find_in_objects, &bytes);
+    dl_iterate_phdr(find_in_objects, &ctxs);
+    *contexts = ctxs.fn ? ((uint32_t(*)(int))ctxs.fn)(phys) : 0;
+    return bytes.fn ? ((uint64_t(*)(int))bytes.fn)(phys) : 0;
 }
 
 static unsigned rows_of(nvmlDevice_t d, struct proc_row *rows, unsigned max)
@@ -332,8 +337,9 @@ static unsigned rows_of(nvmlDevice_t d, struct proc_row *rows, unsigned max)
     if (shown && strcmp(shown, "0") == 0)
         return 0;
     if (!s) {
-        uint64_t mine = self_bytes(d->phys);
-        if (mine && max)
+        uint32_t contexts;
+        uint64_t mine = self_in_fake(d->phys, &contexts);
+        if ((mine || contexts) && max)
             rows[n++] = (struct proc_row){(unsigned)getpid(), mine};
         return n;
     }
@@ -341,7 +347,7 @@ static unsigned rows_of(nvmlDevice_t d, struct proc_row *rows, unsigned max)
     fake_state_reap_locked(s);
     for (int i = 0; i < FAKE_MAX_PROCS && n < max; i++) {
         const struct fake_proc *p = &s->procs[i];
-        uint32_t pid = p->live && p->bytes[d->phys] ? fake_proc_local_pid(p) : 0;
+        uint32_t pid = p->live && (p->bytes[d->phys] || p->contexts[d->phys]) ? fake_proc_local_pid(p) : 0;
         if (pid)
             rows[n++] = (struct proc_row){pid, p->bytes[d->phys]};
     }

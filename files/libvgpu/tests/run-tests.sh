@@ -6,9 +6,10 @@ set -u
 . "$(dirname "$0")/lib.sh"
 
 # ---------------------------------------------------------------- enforcement, every path
+# (a stream-ordered pool keeps freed memory until a synchronize: ssync)
 for api in v2 managed async async_ptsz pool pool_ptsz create array array3d mipmap gpa gpa2 gpa2_ptsz; do
     fresh 100MiB
-    run init alloc:60:$api alloc:60:$api info free:0 info alloc:80:$api info
+    run init alloc:60:$api alloc:60:$api info free:0 ssync info alloc:80:$api info
     expect "quota holds for $api: over refused with OOM, free releases" \
         "alloc 60 $api rc=0" "alloc 60 $api rc=2$" "info rc=0 free=40 total=100" "free 0 rc=0" \
         "info rc=0 free=100 total=100" "alloc 80 $api rc=0" "info rc=0 free=20 total=100"
@@ -62,23 +63,25 @@ expect "GPU_VIRTUAL_MEMORY=0 reports the physical GPU but still enforces" "info 
     "alloc 60 v2 rc=2"
 
 fresh 100MiB
-export VGPU_CONTEXT_RESERVE=10MiB
+export VGPU_CONTEXT_RESERVE=10MiB FAKE_CTX_MIB=10
 run init info nvml ctx alloc:95 alloc:85
-expect "each context's footprint counts against the quota and shows as NVML reserved" \
+expect "each context's footprint (what the GPU says it costs) counts against the quota and shows as NVML reserved" \
     "info rc=0 free=90 total=100" "nvml2 rc=0 total=100 used=0 reserved=10 free=90" "ctx rc=0 free_inside=80 destroy=0" \
     "alloc 95 v2 rc=2" "alloc 85 v2 rc=0"
 
 fresh 1000MiB
 unset VGPU_CONTEXT_RESERVE
+export FAKE_CTX_MIB=512
 run init info nvml
-expect "by default each context is charged 512 MiB" "info rc=0 free=488 total=1000" \
+expect "by default a context is charged what the GPU says it costs (the fake's 512 MiB)" "info rc=0 free=488 total=1000" \
     "nvml2 rc=0 total=1000 used=0 reserved=512 free=488"
 
 fresh 1000MiB
 printf 'memory_limit=0:1000MiB\ncontext_reserve=100MiB\n' >"$R/quota.conf"
-export VGPU_CONFIG_FILE=$R/quota.conf VGPU_CONTEXT_RESERVE=0
+export VGPU_CONFIG_FILE=$R/quota.conf VGPU_CONTEXT_RESERVE=0 FAKE_NVML_PROCS=0
 run init info
-expect "the quota file's context_reserve wins over the environment" "info rc=0 free=900 total=1000"
+expect "the quota file's context_reserve (the charge without an NVML figure) wins over the environment" \
+    "info rc=0 free=900 total=1000"
 
 fresh 3000MiB
 export FAKE_TOTAL_MIB=2048
@@ -579,6 +582,7 @@ run init library:600 lib-unload:0 library:600 truth
 expect_truth "unloading a library gives its memory back" 1000 "lib-unload 0 rc=0" "library 600 get rc=0 kernel=0 use=0"
 
 fresh 1000MiB
+export VGPU_CONTEXT_RESERVE=200MiB  # the allowance: the GPU's count is asked in the last 200 MiB
 run init library:600:lazy truth alloc:600 alloc:300 truth
 expect_truth "a library loaded inside a launch (no hook sees it): the GPU's own count refuses the next allocation" 1000 \
     "library 600 lazy rc=0 kernel=0 use=0" "alloc 600 v2 rc=2" "alloc 300 v2 rc=0"
@@ -586,11 +590,13 @@ expect_truth "a library loaded inside a launch (no hook sees it): the GPU's own 
 # limits
 fresh 1000MiB
 export FAKE_RESIDENT_THREADS=1024
-run init stack:512 truth stack:1024 truth alloc:400 truth
+run init stack:512 truth stack:1024 truth alloc:500 alloc:400 stack:1 alloc:900 truth
 expect_truth "cuCtxSetLimit(STACK_SIZE) is charged what it takes; one past the quota is refused and the old limit kept" \
-    1000 "stack 512 rc=0 now=512" "stack 1024 rc=2 now=512" "alloc 400 v2 rc=2"
+    1000 "stack 512 rc=0 now=512" "stack 1024 rc=2 now=512" "alloc 500 v2 rc=2" "alloc 400 v2 rc=0" \
+    "stack 1 rc=0 now=1" "alloc 900 v2 rc=2"
 
 fresh 1000MiB
+export VGPU_CONTEXT_RESERVE=200MiB
 run init heap:600 launch:1 truth alloc:600 truth
 expect_truth "the device heap taken at a launch: the GPU's own count refuses the next allocation" 1000 "alloc 600 v2 rc=2"
 
