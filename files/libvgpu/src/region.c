@@ -307,6 +307,25 @@ static void slot_sums_locked(const struct vgpu_region *r, int dev, uint64_t *use
  * and this process's own holdings. A process of the container that lowers the total (or its
  * slots) gets no other process past the quota: the totals are taken from the slots again, and
  * no process ever passes the quota by its own count. */
+/* What processes that exited still hold on dev until they are gone (dead ones' entries cleared). */
+static uint64_t exiting_locked(struct vgpu_region *r, int dev)
+{
+    uint64_t held = 0;
+    for (unsigned i = 0; i < VGPU_MAX_EXITS; i++) {
+        struct vgpu_region_exit *e = &r->hdr.exits[i];
+        if (!e->pid)
+            continue;
+        if (!vgpu_proc_alive((int)e->pid, e->start_time, NULL)) {
+            write_begin(r);
+            memset(e, 0, sizeof *e);
+            write_end(r);
+        } else if (e->dev == dev) {
+            held = sat_add(held, e->bytes);
+        }
+    }
+    return held;
+}
+
 static uint64_t in_use_locked(struct vgpu_region *r, int dev)
 {
     struct vgpu_region_device *d = &r->hdr.devices[dev];
@@ -321,7 +340,7 @@ static uint64_t in_use_locked(struct vgpu_region *r, int dev)
         write_end(r);
     }
     uint64_t in_use = sat_add(d->used_bytes, d->ctx_bytes), own = sat_add(mine[dev].used_bytes, mine[dev].ctx_bytes);
-    return in_use > own ? in_use : own;
+    return sat_add(in_use > own ? in_use : own, exiting_locked(r, dev));
 }
 
 /* Our slot must say what we hold. When someone else wrote it (a process of the container, a
@@ -470,9 +489,26 @@ void vgpu_region_detach(struct vgpu_region *r, int slot)
     vgpu_region_lock(r);
     struct vgpu_region_slot *s = &r->slots[slot];
     if ((int)s->pid == getpid() && s->state == 1) {
+        /* the driver frees our memory after this: admission counts it until we are gone */
+        unsigned free_entries = 0, need = 0;
+        for (unsigned i = 0; i < VGPU_MAX_EXITS; i++)
+            free_entries += !r->hdr.exits[i].pid || !vgpu_proc_alive((int)r->hdr.exits[i].pid, r->hdr.exits[i].start_time, NULL);
+        for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++)
+            need += s->devices[d].used_bytes + s->devices[d].ctx_bytes > 0;
         write_begin(r);
-        reclaim_slot_locked(r, s);
-        trim_slot_high_locked(r);
+        if (need <= free_entries) { /* else the slot stays, reclaimed once we are gone */
+            for (unsigned d = 0, i = 0; d < VGPU_MAX_DEVICES; d++) {
+                uint64_t held = sat_add(s->devices[d].used_bytes, s->devices[d].ctx_bytes);
+                if (!held)
+                    continue;
+                while (r->hdr.exits[i].pid && vgpu_proc_alive((int)r->hdr.exits[i].pid, r->hdr.exits[i].start_time, NULL))
+                    i++;
+                r->hdr.exits[i] = (struct vgpu_region_exit){s->pid, (int32_t)d, s->start_time, held};
+                i++;
+            }
+            reclaim_slot_locked(r, s);
+            trim_slot_high_locked(r);
+        }
         write_end(r);
     }
     vgpu_region_unlock(r);

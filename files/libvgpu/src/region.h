@@ -44,6 +44,17 @@ struct vgpu_region_truth {
     uint64_t checked_ns;      /* CLOCK_REALTIME of the check; 0 = never */
 };
 
+/* A process that exited with memory on a device: its slot is gone (the container's totals no
+ * longer show it) but the driver frees the memory only when the process is gone, after its
+ * destructors. Admission counts it while the process lives. */
+#define VGPU_MAX_EXITS 16
+struct vgpu_region_exit {
+    uint32_t pid; /* 0 = free entry */
+    int32_t dev;
+    uint64_t start_time;
+    uint64_t bytes;
+};
+
 struct vgpu_region_header {
     uint32_t magic;
     uint32_t version;
@@ -70,7 +81,8 @@ struct vgpu_region_header {
         uint8_t pad[64];
     } lock;
     char cgroup[256];
-    uint8_t reserved2[576];
+    struct vgpu_region_exit exits[VGPU_MAX_EXITS];
+    uint8_t reserved2[192];
     struct vgpu_region_device devices[VGPU_MAX_DEVICES];
     struct vgpu_region_truth truth[VGPU_MAX_DEVICES];
     uint8_t reserved3[512];
@@ -105,6 +117,7 @@ struct vgpu_region {
 
 _Static_assert(sizeof(struct vgpu_region_device) == VGPU_DEVICE_SIZE, "device record size");
 _Static_assert(sizeof(struct vgpu_region_truth) == 32, "truth record size");
+_Static_assert(sizeof(struct vgpu_region_exit) == 24, "exit record size");
 _Static_assert(sizeof(struct vgpu_region_header) == VGPU_HEADER_SIZE, "header size");
 _Static_assert(sizeof(struct vgpu_region_slot) == VGPU_SLOT_SIZE, "slot size");
 _Static_assert(sizeof(struct vgpu_region) == VGPU_REGION_SIZE, "region size");

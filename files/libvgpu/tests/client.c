@@ -11,7 +11,8 @@
  *   pool-default | pool-destroy | pool-share:N | vmm:MIB:keep|release | unmap:N | release:N |
  *   retain:N | export:N | import:N | mcast:N | mcast-addr:N | maparray:N | ctxs:N | ctx-destroy-all |
  *   module:MIB[:data|ex|fatbin|file] | unload:N | library:MIB[:get|module|lazy|file] | lib-unload:N |
- *   stack:KIB | heap:MIB | ipc-get:N:FILE | ipc-open:FILE | ipc-close | hostalloc:MIB | abs-alloc:MIB
+ *   stack:KIB | heap:MIB | ipc-get:N:FILE | ipc-open:FILE | ipc-close | hostalloc:MIB | abs-alloc:MIB |
+ *   linger:SEC (at exit, alive SEC s more after libvgpu's destructor: $VGPU_TEST_LINGER_LIB)
  * api: v2 managed async async_ptsz pool pool_ptsz mypool create create_host array array3d mipmap
  *      v1 pitch1 array1 array3d1 (the 32-bit entry points without _v2)
  *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag)
@@ -73,6 +74,7 @@ static int nlibraries;
 static CUcontext contexts[64];
 static int ncontexts;
 static CUdeviceptr ipc_opened;
+
 
 /* A PTX module whose one .global array is MIB MiB, which a kernel writes. */
 static const char *ptx_with_global(size_t mib)
@@ -579,6 +581,10 @@ int main(int argc, char **argv)
                 bad += r1 != CUDA_SUCCESS || r2 != CUDA_SUCCESS;
             }
             printf("launch n=%d failures=%d\n", 2 * n, bad);
+        } else if (!strcmp(step, "linger")) {
+            /* at exit, after libvgpu's destructor, stay alive SEC s (tests/linger.c) */
+            setenv("VGPU_TEST_LINGER", arg1, 1);
+            printf("linger %s loaded=%d\n", arg1, dlopen(getenv("VGPU_TEST_LINGER_LIB"), RTLD_NOW) != NULL);
         } else if (!strcmp(step, "truth")) {
             printf("truth used=%llu\n", truth_mib());
         } else if (!strcmp(step, "threshold")) {
