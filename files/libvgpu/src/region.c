@@ -583,12 +583,8 @@ static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, const st
             if (!lim->final || !near)
                 need = seen; /* far from the limit: the ledger and what the last check found beyond it */
         }
-        if (need <= limit) {
-            write_begin(r);
-            t->admitted_bytes = sat_add(t->admitted_bytes, bytes);
-            write_end(r);
-            return 0;
-        }
+        if (need <= limit)
+            return 0; /* the caller counts the bytes admitted (count_admitted), in its own write */
         if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
             continue;
         if (!lim->final)
@@ -598,6 +594,13 @@ static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, const st
         write_end(r);
         return -1;
     }
+}
+
+/* Bytes admitted since the last check of the GPU's own count; inside a write. */
+static void count_admitted(struct vgpu_region *r, int dev, uint64_t bytes, const struct vgpu_limit *lim)
+{
+    if (lim && lim->enforce && lim->limit)
+        r->hdr.truth[dev].admitted_bytes = sat_add(r->hdr.truth[dev].admitted_bytes, bytes);
 }
 
 /* Our slot takes our own count again, and the peaks follow; inside a write. */
@@ -632,6 +635,7 @@ int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint
     struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_slot_device *m = &mine[dev];
     write_begin(r);
+    count_admitted(r, dev, bytes, lim);
     if (kind == VGPU_DATA) {
         d->used_bytes += bytes;
         d->live_buffers++;
@@ -703,6 +707,7 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
     down = down < m->used_bytes ? down : m->used_bytes;
     bufs_down = bufs_down < m->buffers ? bufs_down : m->buffers;
     write_begin(r);
+    count_admitted(r, dev, up, lim);
     d->used_bytes = sat_sub(d->used_bytes, down) + up;
     d->live_buffers = sat_sub(d->live_buffers, bufs_down) + bufs_up;
     m->used_bytes = m->used_bytes - down + up;
