@@ -34,7 +34,7 @@ VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned 
 
 /* Pitched memory is charged at the driver's real pitch x height: admitted at an estimate (the
  * width rounded up to 512), settled once the driver says the pitch. */
-#define PITCH_BODY(CALL, FREE)                                                                        \
+#define PITCH_BODY(CALL, FREE)                                                                                        \
     do {                                                                                                              \
         int dev;                                                                                                      \
         uint64_t estimate;                                                                                            \
