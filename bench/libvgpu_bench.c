@@ -3,10 +3,12 @@
  *   libvgpu_bench alloc N        ns per cuMemAlloc_v2(1 MiB) + cuMemFree_v2 (median of 5 batches of N)
  *   libvgpu_bench launch N       ns per launch of an empty kernel, JIT from PTX (median of 10 batches of N)
  *   libvgpu_bench first-alloc    CLOCK_REALTIME ns at which the first allocation succeeded
- *   libvgpu_bench ab-alloc|ab-launch SHIM REAL N PAIRS
+ *   libvgpu_bench ab-alloc|ab-launch|ab-async|ab-module SHIM REAL N PAIRS
  *       the same process calls the driver directly (REAL, absolute path) and through the
  *       interposer (SHIM), in alternating batches of N: prints "native_ns interposer_ns", the
- *       medians over PAIRS batches each. The shim must be set to load REAL (VGPU_REAL_LIBCUDA). */
+ *       medians over PAIRS batches each. The shim must be set to load REAL (VGPU_REAL_LIBCUDA).
+ *       ab-async: cuMemAllocAsync + cuMemFreeAsync of 1 MiB (then one synchronize per batch);
+ *       ab-module: cuModuleLoadData + cuModuleUnload of an empty PTX module (JIT included). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,8 @@ typedef CUresult (*free_fn)(CUdeviceptr);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
 
+static double batch_launch(void *h, CUfunction fn, long n);
+
 static double batch_alloc(void *h, long n)
 {
     alloc_fn a = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
@@ -74,6 +78,45 @@ static double batch_alloc(void *h, long n)
         CHECK(f(p));
     }
     return (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
+}
+
+static double batch_async(void *h, long n)
+{
+    CUresult (*a)(CUdeviceptr *, size_t, CUstream) = (CUresult(*)(CUdeviceptr *, size_t, CUstream))dlsym(h, "cuMemAllocAsync");
+    CUresult (*f)(CUdeviceptr, CUstream) = (CUresult(*)(CUdeviceptr, CUstream))dlsym(h, "cuMemFreeAsync");
+    CUresult (*sync)(void) = (CUresult(*)(void))dlsym(h, "cuCtxSynchronize");
+    CUdeviceptr p;
+    double t0 = now_ns(CLOCK_MONOTONIC);
+    for (long i = 0; i < n; i++) {
+        CHECK(a(&p, 1 << 20, NULL));
+        CHECK(f(p, NULL));
+    }
+    CHECK(sync());
+    return (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
+}
+
+static double batch_module(void *h, long n)
+{
+    CUresult (*load)(CUmodule *, const void *) = (CUresult(*)(CUmodule *, const void *))dlsym(h, "cuModuleLoadData");
+    CUresult (*unload)(CUmodule) = (CUresult(*)(CUmodule))dlsym(h, "cuModuleUnload");
+    CUmodule m;
+    double t0 = now_ns(CLOCK_MONOTONIC);
+    for (long i = 0; i < n; i++) {
+        CHECK(load(&m, ptx));
+        CHECK(unload(m));
+    }
+    return (now_ns(CLOCK_MONOTONIC) - t0) / (double)n;
+}
+
+static double batch_of(const char *mode, void *h, CUfunction fn, long n)
+{
+    if (!strcmp(mode, "ab-launch"))
+        return batch_launch(h, fn, n);
+    if (!strcmp(mode, "ab-async"))
+        return batch_async(h, n);
+    if (!strcmp(mode, "ab-module"))
+        return batch_module(h, n);
+    return batch_alloc(h, n);
 }
 
 static double batch_launch(void *h, CUfunction fn, long n)
@@ -109,16 +152,16 @@ static int ab(const char *mode, const char *shim_path, const char *real_path, lo
     }
     double nat[200], vg[200];
     for (int w = 0; w < 2; w++) { /* warm both paths */
-        launch ? batch_launch(real, fn, n) : batch_alloc(real, n);
-        launch ? batch_launch(shim, fn, n) : batch_alloc(shim, n);
+        batch_of(mode, real, fn, n);
+        batch_of(mode, shim, fn, n);
     }
     for (int i = 0; i < pairs; i++) {
         if (i % 2 == 0) {
-            nat[i] = launch ? batch_launch(real, fn, n) : batch_alloc(real, n);
-            vg[i] = launch ? batch_launch(shim, fn, n) : batch_alloc(shim, n);
+            nat[i] = batch_of(mode, real, fn, n);
+            vg[i] = batch_of(mode, shim, fn, n);
         } else {
-            vg[i] = launch ? batch_launch(shim, fn, n) : batch_alloc(shim, n);
-            nat[i] = launch ? batch_launch(real, fn, n) : batch_alloc(real, n);
+            vg[i] = batch_of(mode, shim, fn, n);
+            nat[i] = batch_of(mode, real, fn, n);
         }
     }
     printf("%.2f %.2f\n", median(nat, pairs), median(vg, pairs));

@@ -10,6 +10,10 @@ loop, and process start to the first allocation, each process against process; t
 allocation pair and the launch again with native and interposed calls alternating in batches
 inside one process (21 batches a round), which takes out the spread between processes. The
 interposer runs with a 100 GiB quota, so every allocation goes through admission and accounting.
+The same in-process comparison states what the accounting of issue 24 costs: a stream-ordered
+cuMemAllocAsync+cuMemFreeAsync pair (the pool's charge), a cuModuleLoadData+cuModuleUnload of an
+empty module (measured: two NVML queries around the JIT), and the allocation pair near the limit
+(a 1024 MiB quota: each allocation asks NVML for the container's processes).
 """
 
 from __future__ import annotations
@@ -47,8 +51,15 @@ print(sorted(batches)[2])
 """
 
 
-# (mode of the C program, result name, batch size)
-IN_PROCESS = (("ab-alloc", "in_process_alloc_free_1MiB_us", 1000), ("ab-launch", "in_process_launch_us", 5000))
+# (mode of the C program, result name, batch size, environment of the interposer)
+IN_PROCESS: tuple[tuple[str, str, int, Env], ...] = (
+    ("ab-alloc", "in_process_alloc_free_1MiB_us", 1000, {}),
+    ("ab-launch", "in_process_launch_us", 5000, {}),
+    ("ab-async", "in_process_async_alloc_free_1MiB_us", 1000, {}),
+    ("ab-module", "in_process_module_load_unload_us", 20, {}),
+    # a 1024 MiB quota: context + 1 MiB is within the 512 MiB allowance, so every allocation asks NVML
+    ("ab-alloc", "in_process_alloc_free_near_limit_us", 200, {"VGPU_MEMORY_LIMIT": "1024MiB"}),
+)
 
 
 def build(workdir: Path) -> Path:
@@ -137,11 +148,11 @@ def main() -> int:
     # removes the process-to-process spread of the GPU's allocator and clocks.
     real = real_libcuda(exe, envs["vgpu"])
     units = {name: unit for name, (unit, _fn) in benches.items()}
-    for mode, name, batch in IN_PROCESS:
+    for mode, name, batch, extra in IN_PROCESS:
         samples[name] = {"native": [], "vgpu": []}
         units[name] = "us"
         for _round in range(args.rounds):
-            nat, vg = in_process(exe, mode, prefix=args.prefix, real=real, env=envs["vgpu"], batch=batch)
+            nat, vg = in_process(exe, mode, prefix=args.prefix, real=real, env={**envs["vgpu"], **extra}, batch=batch)
             samples[name]["native"].append(nat / 1e3)
             samples[name]["vgpu"].append(vg / 1e3)
 

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Generate one library's hook tables from the hook definitions (src/hooks.def).
+# Generate one library's hook tables from the hook definitions (src/hooks.def; its classes are
+# checked against the export lists by gen/check-classes.sh).
 #   gen-hooks.sh TAG DEF OUT.h OUT.txt        TAG: cuda (names cu*) or nvml (names nvml*)
 # OUT.h: a typedef vgpu_fn_<name> of every signature; X-macro lists VGPU_<TAG>_HOOKS, _AUDITS and
 # _CALLS; VGPU_<TAG>_ROUTES(Y), the cuGetProcAddress routes by name as Y(base, since, hook,
@@ -22,10 +23,20 @@ function list(role, macro,    i, s) {
     for (i = 1; i <= n; i++) if (roles[i] == role) s = s " \\\n    X(" names[i] ")"
     print s
 }
+function class_ok(c) {
+    sub(/:.*/, "", c)
+    return c == "allocates" || c == "keeps-alive" || c == "frees" || c == "imports" || c == "neutral"
+}
 /^[ \t]*(#|$)/ { next }
+NF == 2 {
+    # an export libvgpu does not know by name: classified only (gen/check-classes.sh)
+    if (!class_ok(trim($2))) die(trim($1) ": class \"" trim($2) "\" is not allocates, keeps-alive, frees, imports or neutral")
+    next
+}
 {
-    if (NF != 4) die("expected \"name | role | route | signature\", got: " $0)
-    name = trim($1); role = trim($2); route = trim($3); sig = trim($4)
+    if (NF != 5) die("expected \"name | role | class | route | signature\" or \"name | class\", got: " $0)
+    name = trim($1); role = trim($2); class = trim($3); route = trim($4); sig = trim($5)
+    if (!class_ok(class)) die(name ": class \"" class "\" is not allocates, keeps-alive, frees, imports or neutral")
     if (index(name, prefix) != 1) next
     if (name !~ /^[A-Za-z][A-Za-z0-9_]*$/) die("bad name \"" name "\"")
     if (role != "hook" && role != "audit" && role != "call") die(name ": role \"" role "\" is not hook, audit or call")

@@ -18,8 +18,13 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUgreenCtx_st *CUgreenCtx;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef uint64_t cuuint64_t;
+typedef unsigned int CUdeviceptr_v1; /* the 32-bit ABI of the entry points without _v2 */
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -28,6 +33,7 @@ typedef uint64_t cuuint64_t;
 #define CUDA_ERROR_INVALID_DEVICE 101
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_NOT_SUPPORTED 801
 
 typedef struct {
@@ -51,6 +57,22 @@ typedef struct {
     int Format; /* CUarray_format */
     unsigned int NumChannels;
 } CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    int Format; /* CUarray_format */
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    int Format; /* CUarray_format */
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
 
 typedef struct {
     size_t Width;
@@ -108,6 +130,64 @@ typedef struct {
     int flags;
 } CUmemAccessDesc;
 
+/* Stream-ordered pools (cuMemPoolGetAttribute / SetAttribute) */
+#define CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT 5
+#define CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH 6
+#define CU_MEMPOOL_ATTR_USED_MEM_CURRENT 7
+#define CU_MEMPOOL_ATTR_USED_MEM_HIGH 8
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+
+/* cuCtxSetLimit */
+#define CU_LIMIT_STACK_SIZE 0
+#define CU_LIMIT_MALLOC_HEAP_SIZE 2
+
+/* Shareable handles of the virtual memory API */
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
+
+/* Legacy IPC: 64 opaque bytes */
+typedef struct {
+    char reserved[64];
+} CUipcMemHandle;
+
+typedef struct {
+    unsigned int numDevices;
+    size_t size;
+    unsigned long long handleTypes;
+    unsigned long long flags;
+} CUmulticastObjectProp;
+
+/* cuMemMapArrayAsync: one mapping (or unmapping) of a physical handle into a sparse array */
+#define CU_MEM_OPERATION_TYPE_MAP 1
+#define CU_MEM_OPERATION_TYPE_UNMAP 2
+#define CU_MEM_HANDLE_TYPE_GENERIC 0
+typedef struct {
+    int resourceType;
+    union {
+        CUmipmappedArray mipmap;
+        CUarray array;
+    } resource;
+    int subresourceType;
+    union {
+        struct {
+            unsigned int level, layer, offsetX, offsetY, offsetZ, extentWidth, extentHeight, extentDepth;
+        } sparseLevel;
+        struct {
+            unsigned int layer;
+            unsigned long long offset, size;
+        } miptail;
+    } subresource;
+    int memOperationType;
+    int memHandleType;
+    union {
+        CUmemGenericAllocationHandle memHandle;
+    } memHandle;
+    unsigned long long offset;
+    unsigned int deviceBitMask;
+    unsigned int flags;
+    unsigned int reserved[2];
+} CUarrayMapInfo;
+
 typedef struct {
     CUmemPoolProps poolProps;
     const CUmemAccessDesc *accessDescs;
@@ -124,6 +204,9 @@ typedef struct {
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
 
 _Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes, as in cuda.h");
+_Static_assert(sizeof(CUarrayMapInfo) == 96, "CUarrayMapInfo is 96 bytes, as in cuda.h");
+_Static_assert(__builtin_offsetof(CUarrayMapInfo, memHandle) == 64, "CUarrayMapInfo.memHandle at 64, as in cuda.h");
+_Static_assert(sizeof(CUipcMemHandle) == 64, "CUipcMemHandle is 64 bytes, as in cuda.h");
 _Static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == 120, "CUDA_MEM_ALLOC_NODE_PARAMS is 120 bytes, as in cuda.h");
 
 /* cuGetProcAddress flags */
@@ -138,6 +221,7 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_FUNCTION_NOT_FOUND 13
 #define NVML_ERROR_UNKNOWN 999
 

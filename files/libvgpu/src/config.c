@@ -103,15 +103,25 @@ struct switch_def {
     const char *file_key;
     const char *env;
     size_t offset;
+    int def;
+    unsigned bit;
 };
 static const struct switch_def switches[] = {
-    {"gpu_virtual_memory", "GPU_VIRTUAL_MEMORY", offsetof(struct vgpu_config, virtual_memory)},
-    {"limit", "LIMIT", offsetof(struct vgpu_config, limit_enforce)},
-    {"gpu_cgroup_enable", "GPU_CGROUP_ENABLE", offsetof(struct vgpu_config, cgroup_enable)},
-    {"cgroup_map_mode", "CGROUP_MAP_MODE", offsetof(struct vgpu_config, cgroup_map_mode)},
-    {"gpu_compute_audit", "GPU_COMPUTE_AUDIT", offsetof(struct vgpu_config, compute_audit)},
+#define SWITCH(key, env, field, def, bit) {#key, #env, offsetof(struct vgpu_config, field), def, bit},
+#include "switches.def"
+#undef SWITCH
 };
 #define NSWITCHES (sizeof switches / sizeof switches[0])
+
+/* ", limit, gpu_virtual_memory, ..." for messages */
+static const char *switch_keys(void)
+{
+    static char keys[256];
+    if (!keys[0])
+        for (size_t i = 0; i < NSWITCHES; i++)
+            snprintf(keys + strlen(keys), sizeof keys - strlen(keys), ", %s", switches[i].file_key);
+    return keys;
+}
 
 static int parse_reserve(const char *text, uint64_t *bytes)
 {
@@ -175,8 +185,10 @@ static int load_file(struct vgpu_config *cfg, FILE *f, const char *path, char *e
             if (strcmp(key, switches[i].file_key) == 0)
                 break;
         if (i == NSWITCHES) {
-            vgpu_log(VGPU_WARN, "%s line %d: unknown key \"%s\" ignored", path, lineno, key);
-            continue;
+            /* a key this libvgpu does not know may be a setting it would get wrong: fail closed */
+            snprintf(err, errlen, "%s line %d: unknown key \"%s\": expected memory_limit, context_reserve%s", path,
+                     lineno, key, switch_keys());
+            return -1;
         }
         if (parse_switch(what, value, (int *)((char *)cfg + switches[i].offset), err, errlen) != 0)
             return -1;
@@ -190,8 +202,10 @@ static int load_file(struct vgpu_config *cfg, FILE *f, const char *path, char *e
 
 uint32_t vgpu_config_flags(const struct vgpu_config *cfg)
 {
-    return (uint32_t)(cfg->limit_enforce | cfg->virtual_memory << 1 | cfg->cgroup_enable << 2
-                      | cfg->cgroup_map_mode << 3 | cfg->compute_audit << 4);
+    uint32_t flags = 0;
+    for (size_t i = 0; i < NSWITCHES; i++)
+        flags |= (uint32_t)(*(const int *)((const char *)cfg + switches[i].offset) & 1) << switches[i].bit;
+    return flags;
 }
 
 /* An environment variable the device plugin's file overrides: said once, when it differs. */
@@ -256,8 +270,8 @@ int vgpu_config_region_dir(char *out, size_t len, int *explicit_dir)
 int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->limit_enforce = 1;
-    cfg->virtual_memory = 1;
+    for (size_t i = 0; i < NSWITCHES; i++)
+        *(int *)((char *)cfg + switches[i].offset) = switches[i].def;
     parse_reserve(DEFAULT_CTX_RESERVE, &cfg->ctx_reserve);
 
     /* The device plugin's read-only file, when present, is the whole configuration, with the

@@ -1,6 +1,8 @@
-/* The accounting steps every allocation hook is made of: admit (charge the region before the
- * driver call), roll back (the driver failed), commit (remember the charge by pointer or handle),
- * release (the driver freed it). After our destructor nothing is accounted any more. */
+/* The accounting steps every hook is made of: admit (charge the region before the driver call),
+ * roll back (the driver failed), commit (remember the charge by pointer or handle), release (the
+ * driver freed it). Admission is the invariant's (design.md): far from the limit the ledger alone
+ * decides; near it, and before any refusal, the pools are re-read and the GPU's own count (NVML)
+ * of the container's processes is asked. After our destructor nothing is accounted any more. */
 #include "cuda_shim.h"
 
 int vgpu_current_device(int *dev)
@@ -14,16 +16,74 @@ int vgpu_current_device(int *dev)
     return 0;
 }
 
-int vgpu_admit(int dev, uint64_t bytes)
+/* One rise through the region: a charge of kind, or an adjust (kind -1). */
+struct rise {
+    int dev, kind;
+    uint64_t bytes;
+    int64_t adjust, buffers;
+};
+
+static int apply(const struct rise *r, const struct vgpu_limit *lim)
 {
     struct vgpu_cuda_state *s = &vgpu_cuda;
-    if (s->exiting)
+    if (r->kind < 0)
+        return vgpu_region_adjust(s->region, &s->slot, r->dev, r->adjust, r->buffers, lim);
+    return vgpu_region_charge(s->region, &s->slot, r->dev, r->kind, r->bytes, lim);
+}
+
+/* The ledger first; when that is not enough (near the limit, or over it), the pools' reserves
+ * read again and the GPU's own count asked, then the last word. given: a count read already
+ * (a measured call's, which holds the bytes). */
+static int admit_rise(const struct rise *r, const struct vgpu_truth *given)
+{
+    struct vgpu_cuda_state *s = &vgpu_cuda;
+    struct vgpu_limit lim = {s->cfg.limit[r->dev], s->cfg.limit_enforce, s->cfg.ctx_reserve, given, given != NULL, 0};
+    int rc = apply(r, &lim);
+    if (rc == 0)
         return 0;
-    if (vgpu_region_charge(s->region, &s->slot, dev, VGPU_DATA, bytes, s->cfg.limit[dev], s->cfg.limit_enforce) == 0)
+    vgpu_pools_reread(r->dev);
+    struct vgpu_truth t;
+    if (!given && vgpu_truth_read(r->dev, &t) == 0)
+        lim.truth = &t;
+    lim.final = 1;
+    if (apply(r, &lim) == 0)
         return 0;
-    vgpu_log(VGPU_INFO, "refused %llu bytes on device %d: quota %llu bytes", (unsigned long long)bytes, dev,
-             (unsigned long long)s->cfg.limit[dev]);
+    vgpu_log(VGPU_INFO, "refused %llu bytes on device %d: quota %llu bytes", (unsigned long long)r->bytes, r->dev,
+             (unsigned long long)s->cfg.limit[r->dev]);
     return -1;
+}
+
+int vgpu_admit(int dev, uint64_t bytes)
+{
+    if (vgpu_cuda.exiting)
+        return 0;
+    struct rise r = {dev, VGPU_DATA, bytes, 0, 0};
+    return admit_rise(&r, NULL);
+}
+
+int vgpu_adjust(int dev, int64_t bytes, int64_t buffers, int admit)
+{
+    struct vgpu_cuda_state *s = &vgpu_cuda;
+    if (s->exiting || (!bytes && !buffers))
+        return 0;
+    struct rise r = {dev, -1, bytes > 0 ? (uint64_t)bytes : 0, bytes, buffers};
+    if (admit && bytes > 0)
+        return admit_rise(&r, NULL);
+    return vgpu_region_adjust(s->region, &s->slot, dev, bytes, buffers, NULL);
+}
+
+int vgpu_admit_overhead(int dev, uint64_t bytes, const struct vgpu_truth *after)
+{
+    if (vgpu_cuda.exiting || !bytes)
+        return 0;
+    struct rise r = {dev, VGPU_CTX, bytes, 0, 0};
+    return admit_rise(&r, after);
+}
+
+void vgpu_release_overhead(int dev, uint64_t bytes)
+{
+    if (!vgpu_cuda.exiting && bytes)
+        vgpu_region_uncharge(vgpu_cuda.region, &vgpu_cuda.slot, dev, VGPU_CTX, bytes);
 }
 
 void vgpu_rollback(int dev, uint64_t bytes)

@@ -1,5 +1,6 @@
-/* CUDA arrays and mipmapped arrays, charged at their element size times their extent (every
- * level of a mipmap); the driver's padding is not known, so block-compressed formats err high. */
+/* CUDA arrays and mipmapped arrays (and the 32-bit cuArrayCreate, cuArray3DCreate), charged at
+ * their element size times their extent (every level of a mipmap); the driver's padding is not
+ * known, so block-compressed formats err high. */
 #include "cuda_shim.h"
 
 static uint64_t format_bytes(int format)
@@ -29,7 +30,7 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, int format, unsigned c
 
 VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuArrayCreate_v2, arr, desc);
     int dev;
     uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels) : 0;
     if (!arr || !bytes || vgpu_current_device(&dev) != 0)
@@ -39,7 +40,7 @@ VGPU_EXPORT CUresult cuArrayCreate_v2(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR 
 
 VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuArray3DCreate_v2, arr, desc);
     int dev;
     uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels) : 0;
     if (!arr || !bytes || vgpu_current_device(&dev) != 0)
@@ -47,16 +48,37 @@ VGPU_EXPORT CUresult cuArray3DCreate_v2(CUarray *arr, const CUDA_ARRAY3D_DESCRIP
     ALLOC_BODY(VGPU_K_ARRAY, *arr, bytes, dev, REAL(cuArray3DCreate_v2)(arr, desc));
 }
 
+/* The 32-bit entry points without _v2, charged like their twins. */
+VGPU_EXPORT CUresult cuArrayCreate(CUarray *arr, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    HOOK_ENTER(cuArrayCreate, arr, desc);
+    int dev;
+    uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels) : 0;
+    if (!arr || !bytes || vgpu_current_device(&dev) != 0)
+        return REAL(cuArrayCreate)(arr, desc);
+    ALLOC_BODY(VGPU_K_ARRAY, *arr, bytes, dev, REAL(cuArrayCreate)(arr, desc));
+}
+
+VGPU_EXPORT CUresult cuArray3DCreate(CUarray *arr, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    HOOK_ENTER(cuArray3DCreate, arr, desc);
+    int dev;
+    uint64_t bytes = desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels) : 0;
+    if (!arr || !bytes || vgpu_current_device(&dev) != 0)
+        return REAL(cuArray3DCreate)(arr, desc);
+    ALLOC_BODY(VGPU_K_ARRAY, *arr, bytes, dev, REAL(cuArray3DCreate)(arr, desc));
+}
+
 VGPU_EXPORT CUresult cuArrayDestroy(CUarray arr)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuArrayDestroy, arr);
     FREE_BODY(VGPU_K_ARRAY, arr, REAL(cuArrayDestroy)(arr));
 }
 
 VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                             unsigned int levels)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuMipmappedArrayCreate, arr, desc, levels);
     int dev;
     uint64_t bytes = 0;
     for (unsigned l = 0; desc && l < levels && l < 64; l++) {
@@ -75,6 +97,6 @@ VGPU_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA_AR
 
 VGPU_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray arr)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuMipmappedArrayDestroy, arr);
     FREE_BODY(VGPU_K_MIPMAP, arr, REAL(cuMipmappedArrayDestroy)(arr));
 }

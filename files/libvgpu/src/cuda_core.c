@@ -1,7 +1,8 @@
 /* The CUDA shim's core: loading the real driver and the configuration, the forwarding of every
  * driver export without a hook (gen/gen-forward.sh calls vgpu_fwd_resolve_cuda once per name),
- * cuInit, fork and exit. The hooks themselves live in cuda_memory.c, cuda_arrays.c,
- * cuda_contexts.c, cuda_graphs.c, cuda_reports.c, cuda_audit.c and cuda_route.c. */
+ * cuInit, fork and exit. The hooks themselves live in cuda_memory.c, cuda_pools.c, cuda_vmm.c,
+ * cuda_arrays.c, cuda_contexts.c, cuda_modules.c, cuda_graphs.c, cuda_reports.c, cuda_audit.c
+ * and cuda_route.c. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,10 +30,31 @@ CUresult vgpu_cuda_not_supported(void)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+#ifndef VGPU_PRELOAD
+/* libvgpu.so preloaded into this process too (both library modes at once): its handle. */
+static void *preloaded_libvgpu(void)
+{
+    void *marker = dlsym(RTLD_DEFAULT, "vgpu_preload_marker");
+    Dl_info info;
+    if (!marker || !dladdr(marker, &info) || !info.dli_fname)
+        return NULL;
+    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+}
+#endif
+
 static void load_real(void)
 {
     char err[800];
-    real_lib = vgpu_open_real("libcuda.so.1", "VGPU_REAL_LIBCUDA", err, sizeof err);
+#ifndef VGPU_PRELOAD
+    /* With libvgpu.so in the process, this shim forwards everything to it: one accounting, so
+     * nothing is charged twice whichever library a caller reached. */
+    if ((real_lib = preloaded_libvgpu()) != NULL) {
+        vgpu_cuda.defer = 1;
+        vgpu_log(VGPU_INFO, "libvgpu.so is preloaded: libcuda.so.1 forwards every call to it");
+    }
+    if (!real_lib)
+#endif
+        real_lib = vgpu_open_real("libcuda.so.1", "VGPU_REAL_LIBCUDA", err, sizeof err);
     if (!real_lib) {
         vgpu_log(VGPU_ERR, "%s", err);
         return;
@@ -51,6 +73,7 @@ static void at_fork_child(void)
     vgpu_cuda.slot = -1;
     vgpu_contexts_forget();
     vgpu_graphs_forget();
+    vgpu_pools_forget();
     vgpu_track_reset();
 }
 
@@ -86,14 +109,14 @@ void vgpu_cuda_load_library(void)
 void vgpu_cuda_load(void)
 {
     pthread_once(&load_once, load_real);
-    if (real_lib)
+    if (real_lib && !vgpu_cuda.defer)
         pthread_once(&config_once, load_config);
 }
 
 CUresult vgpu_cuda_ready_slow(void)
 {
     vgpu_cuda_load();
-    if (!real_lib || !vgpu_cuda.cfg_ok)
+    if (!real_lib || (!vgpu_cuda.cfg_ok && !vgpu_cuda.defer))
         return CUDA_ERROR_NOT_INITIALIZED;
     __atomic_store_n(&vgpu_cuda.ready, 1, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
@@ -139,7 +162,7 @@ static int attached_pid;
 
 VGPU_EXPORT CUresult cuInit(unsigned int flags)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuInit, flags);
     CUresult rc = REAL(cuInit)(flags);
     if (rc != CUDA_SUCCESS)
         return rc;

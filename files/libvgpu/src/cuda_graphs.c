@@ -143,8 +143,7 @@ static void unadmit_locked(struct plan *p, int upto)
         if (!p->bytes[d] && !p->taken_count[d])
             continue;
         live[d] -= p->bytes[d];
-        vgpu_region_adjust(vgpu_cuda.region, &vgpu_cuda.slot, d, -(int64_t)(p->bytes[d] - p->taken_bytes[d]),
-                           p->taken_count[d], 0, 0);
+        vgpu_adjust(d, -(int64_t)(p->bytes[d] - p->taken_bytes[d]), p->taken_count[d], 0);
     }
 }
 
@@ -168,9 +167,7 @@ static CUresult admit(CUgraph g, struct plan *p)
         if (!p->bytes[d] && !p->taken_count[d])
             continue;
         int64_t delta = (int64_t)(p->bytes[d] - p->taken_bytes[d]);
-        if (vgpu_region_adjust(vgpu_cuda.region, &vgpu_cuda.slot, d, delta, -p->taken_count[d], cfg->limit[d],
-                               cfg->limit_enforce)
-            != 0) {
+        if (vgpu_adjust(d, delta, -p->taken_count[d], 1) != 0) {
             unadmit_locked(p, d);
             pthread_mutex_unlock(&lock);
             vgpu_log(VGPU_INFO, "refused a graph of %llu bytes on device %d: quota %llu bytes",
@@ -244,13 +241,12 @@ static void resync_locked(int dev, int64_t live_change)
     int64_t delta = live_change + (int64_t)(now - retained[dev]);
     retained[dev] = now;
     if (delta)
-        vgpu_region_adjust(vgpu_cuda.region, &vgpu_cuda.slot, dev, delta, 0, 0, 0);
+        vgpu_adjust(dev, delta, 0, 0);
 }
 
 /* ---- instantiation: charge first, then the driver's instantiation of any ABI ---- */
 #define INSTANTIATE(CALL)                                                                                             \
     do {                                                                                                              \
-        READY_OR_RETURN();                                                                                            \
         struct plan p_;                                                                                               \
         CUresult rc_ = admit(graph, &p_);                                                                             \
         return rc_ ? rc_ : instantiated(CALL, exec, &p_);                                                             \
@@ -259,36 +255,41 @@ static void resync_locked(int dev, int64_t live_change)
 VGPU_EXPORT CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
                                         size_t log_size)
 {
+    HOOK_ENTER(cuGraphInstantiate, exec, graph, err_node, log, log_size);
     INSTANTIATE(REAL(cuGraphInstantiate)(exec, graph, err_node, log, log_size));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
                                            size_t log_size)
 {
+    HOOK_ENTER(cuGraphInstantiate_v2, exec, graph, err_node, log, log_size);
     INSTANTIATE(REAL(cuGraphInstantiate_v2)(exec, graph, err_node, log, log_size));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
 {
+    HOOK_ENTER(cuGraphInstantiateWithFlags, exec, graph, flags);
     INSTANTIATE(REAL(cuGraphInstantiateWithFlags)(exec, graph, flags));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph,
                                                   CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
+    HOOK_ENTER(cuGraphInstantiateWithParams, exec, graph, params);
     INSTANTIATE(REAL(cuGraphInstantiateWithParams)(exec, graph, params));
 }
 
 VGPU_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
                                                        CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
+    HOOK_ENTER(cuGraphInstantiateWithParams_ptsz, exec, graph, params);
     INSTANTIATE(REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params));
 }
 
 /* ---- release ---- */
 VGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuGraphExecDestroy, exec);
     struct exec_charge e = {0};
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < nexecs && !e.exec; i++)
@@ -321,7 +322,7 @@ VGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec)
 
 VGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuDeviceGraphMemTrim, dev);
     CUresult rc = REAL(cuDeviceGraphMemTrim)(dev);
     if (rc == CUDA_SUCCESS && dev >= 0 && dev < VGPU_MAX_DEVICES && !vgpu_cuda.exiting) {
         pthread_mutex_lock(&lock);
@@ -334,7 +335,7 @@ VGPU_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
 /* A graph destroyed without ever being instantiated: its captured allocations never come to be. */
 VGPU_EXPORT CUresult cuGraphDestroy(CUgraph graph)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuGraphDestroy, graph);
     struct plan p;
     memset(&p, 0, sizeof p);
     if (vgpu_cuda.exiting || walk(graph, &p, 0) != 0) {
@@ -359,28 +360,28 @@ static void capture_begins(void)
 
 VGPU_EXPORT CUresult cuStreamBeginCapture(CUstream stream)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuStreamBeginCapture, stream);
     capture_begins();
     return REAL(cuStreamBeginCapture)(stream);
 }
 
 VGPU_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream stream)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuStreamBeginCapture_ptsz, stream);
     capture_begins();
     return REAL(cuStreamBeginCapture_ptsz)(stream);
 }
 
 VGPU_EXPORT CUresult cuStreamBeginCapture_v2(CUstream stream, int mode)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuStreamBeginCapture_v2, stream, mode);
     capture_begins();
     return REAL(cuStreamBeginCapture_v2)(stream, mode);
 }
 
 VGPU_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, int mode)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuStreamBeginCapture_v2_ptsz, stream, mode);
     capture_begins();
     return REAL(cuStreamBeginCapture_v2_ptsz)(stream, mode);
 }
@@ -388,7 +389,7 @@ VGPU_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, int mode)
 VGPU_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode *deps,
                                                  const void *dep_data, size_t ndeps, int mode)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuStreamBeginCaptureToGraph, stream, graph, deps, dep_data, ndeps, mode);
     capture_begins();
     return REAL(cuStreamBeginCaptureToGraph)(stream, graph, deps, dep_data, ndeps, mode);
 }
@@ -396,7 +397,7 @@ VGPU_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph,
 VGPU_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph, const CUgraphNode *deps,
                                                       const void *dep_data, size_t ndeps, int mode)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuStreamBeginCaptureToGraph_ptsz, stream, graph, deps, dep_data, ndeps, mode);
     capture_begins();
     return REAL(cuStreamBeginCaptureToGraph_ptsz)(stream, graph, deps, dep_data, ndeps, mode);
 }

@@ -1,115 +1,131 @@
-/* Linear device memory: cuMemAlloc, managed, pitched, stream-ordered (default and explicit
- * pools) and physical handles of the virtual memory API, each charged before the driver call
- * and released by its own free. Stream-ordered calls under capture: see cuda_graphs.c. */
+/* Linear device memory: cuMemAlloc, managed, pitched (and the 32-bit entry points without _v2,
+ * charged like their twins), each charged before the driver call and released by its free.
+ * Stream-ordered allocations are cuda_pools.c's; a free of one gives it back to its pool. */
 #include "cuda_shim.h"
+
+VGPU_HIDDEN void vgpu_pool_freed(const struct vgpu_track_entry *e);
 
 VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuMemAlloc_v2, dptr, size);
     int dev;
     if (!dptr || size == 0 || vgpu_current_device(&dev) != 0)
         return REAL(cuMemAlloc_v2)(dptr, size);
     ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(cuMemAlloc_v2)(dptr, size));
 }
 
+VGPU_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int size)
+{
+    HOOK_ENTER(cuMemAlloc, dptr, size);
+    int dev;
+    if (!dptr || size == 0 || vgpu_current_device(&dev) != 0)
+        return REAL(cuMemAlloc)(dptr, size);
+    ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(cuMemAlloc)(dptr, size));
+}
+
 VGPU_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
 {
-    READY_OR_RETURN();
+    HOOK_ENTER(cuMemAllocManaged, dptr, size, flags);
     int dev;
     if (!dptr || size == 0 || vgpu_current_device(&dev) != 0)
         return REAL(cuMemAllocManaged)(dptr, size, flags);
     ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(cuMemAllocManaged)(dptr, size, flags));
 }
 
+/* Pitched memory is charged at the driver's real pitch x height: admitted at an estimate (the
+ * width rounded up to 512), settled once the driver says the pitch. */
+#define PITCH_BODY(CALL, FREE)                                                                                        \
+    do {                                                                                                              \
+        int dev;                                                                                                      \
+        uint64_t estimate;                                                                                            \
+        if (!dptr || !pitch || !width || !height || vgpu_current_device(&dev) != 0                                    \
+            || __builtin_mul_overflow((uint64_t)((width + 511) & ~(uint64_t)511), (uint64_t)height, &estimate))       \
+            return CALL;                                                                                              \
+        if (vgpu_admit(dev, estimate) != 0)                                                                           \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                          \
+        CUresult rc = CALL;                                                                                           \
+        if (rc != CUDA_SUCCESS) {                                                                                     \
+            vgpu_rollback(dev, estimate);                                                                             \
+            return rc;                                                                                                \
+        }                                                                                                             \
+        uint64_t actual = (uint64_t)*pitch * height;                                                                  \
+        if (actual != estimate) {                                                                                     \
+            /* charge what the driver really took */                                                                  \
+            vgpu_rollback(dev, estimate);                                                                             \
+            if (vgpu_admit(dev, actual) != 0) {                                                                       \
+                FREE(*dptr);                                                                                          \
+                return CUDA_ERROR_OUT_OF_MEMORY;                                                                      \
+            }                                                                                                         \
+        }                                                                                                             \
+        vgpu_commit(VGPU_K_PTR, *dptr, actual, dev);                                                                  \
+        return rc;                                                                                                    \
+    } while (0)
+
 VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                         unsigned int elem)
 {
-    READY_OR_RETURN();
-    vgpu_fn_cuMemAllocPitch_v2 *real = REAL(cuMemAllocPitch_v2);
-    int dev;
-    uint64_t estimate;
-    if (!dptr || !pitch || !width || !height || vgpu_current_device(&dev) != 0
-        || __builtin_mul_overflow((uint64_t)((width + 511) & ~(size_t)511), (uint64_t)height, &estimate))
-        return real(dptr, pitch, width, height, elem);
-    if (vgpu_admit(dev, estimate) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, pitch, width, height, elem);
-    if (rc != CUDA_SUCCESS) {
-        vgpu_rollback(dev, estimate);
-        return rc;
-    }
-    uint64_t actual = (uint64_t)*pitch * height;
-    if (actual != estimate) {
-        /* charge what the driver really took */
-        vgpu_rollback(dev, estimate);
-        if (vgpu_admit(dev, actual) != 0) {
-            REAL(cuMemFree_v2)(*dptr);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    vgpu_commit(VGPU_K_PTR, *dptr, actual, dev);
-    return rc;
+    HOOK_ENTER(cuMemAllocPitch_v2, dptr, pitch, width, height, elem);
+    PITCH_BODY(REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem), REAL(cuMemFree_v2));
 }
+
+VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width,
+                                     unsigned int height, unsigned int elem)
+{
+    HOOK_ENTER(cuMemAllocPitch, dptr, pitch, width, height, elem);
+    PITCH_BODY(REAL(cuMemAllocPitch)(dptr, pitch, width, height, elem), REAL(cuMemFree));
+}
+
+/* A free of a tracked pointer: taken out of the table before the driver call (so a re-used
+ * address cannot race), released when the driver succeeds, put back when it fails. */
+#define PTR_FREE_BODY(KEY, CALL)                                                                                      \
+    do {                                                                                                              \
+        struct vgpu_track_entry e_;                                                                                   \
+        if (vgpu_track_take_entry(VGPU_K_PTR, (uint64_t)(KEY), &e_) != 0)                                             \
+            return CALL;                                                                                              \
+        CUresult rc_ = CALL;                                                                                          \
+        if (rc_ != CUDA_SUCCESS)                                                                                      \
+            vgpu_track_put_entry(&e_, &e_);                                                                           \
+        else if (e_.aux)                                                                                              \
+            vgpu_pool_freed(&e_);                                                                                     \
+        else                                                                                                          \
+            vgpu_released(e_.dev, e_.bytes);                                                                          \
+        return rc_;                                                                                                   \
+    } while (0)
 
 VGPU_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    READY_OR_RETURN();
-    FREE_BODY(VGPU_K_PTR, dptr, REAL(cuMemFree_v2)(dptr));
+    HOOK_ENTER(cuMemFree_v2, dptr);
+    PTR_FREE_BODY(dptr, REAL(cuMemFree_v2)(dptr));
 }
 
-/* ---- stream-ordered allocation ---- */
-#define ASYNC_ALLOC(NAME)                                                                                             \
-    VGPU_EXPORT CUresult NAME(CUdeviceptr *dptr, size_t size, CUstream stream)                                        \
-    {                                                                                                                 \
-        READY_OR_RETURN();                                                                                            \
-        int dev;                                                                                                      \
-        if (!dptr || size == 0 || vgpu_current_device(&dev) != 0)                                                     \
-            return REAL(NAME)(dptr, size, stream);                                                                    \
-        ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                     \
-    }
-ASYNC_ALLOC(cuMemAllocAsync)
-ASYNC_ALLOC(cuMemAllocAsync_ptsz)
-
-#define POOL_ALLOC(NAME)                                                                                              \
-    VGPU_EXPORT CUresult NAME(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream)                     \
-    {                                                                                                                 \
-        READY_OR_RETURN();                                                                                            \
-        int dev;                                                                                                      \
-        if (!dptr || size == 0 || vgpu_current_device(&dev) != 0)                                                     \
-            return REAL(NAME)(dptr, size, pool, stream);                                                              \
-        ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, pool, stream));                               \
-    }
-POOL_ALLOC(cuMemAllocFromPoolAsync)
-POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
+VGPU_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    HOOK_ENTER(cuMemFree, dptr);
+    PTR_FREE_BODY(dptr, REAL(cuMemFree)(dptr));
+}
 
 /* A free captured into a graph happens when the graph runs, if ever: the charge stays (for an
  * allocation captured in the same graph, it becomes the graph's at instantiation). */
 #define ASYNC_FREE(NAME, IS_CAPTURING)                                                                                \
     VGPU_EXPORT CUresult NAME(CUdeviceptr dptr, CUstream stream)                                                      \
     {                                                                                                                 \
-        READY_OR_RETURN();                                                                                            \
+        HOOK_ENTER(NAME, dptr, stream);                                                                               \
         if (vgpu_stream_captured(REAL(IS_CAPTURING), stream))                                                         \
             return REAL(NAME)(dptr, stream);                                                                          \
-        FREE_BODY(VGPU_K_PTR, dptr, REAL(NAME)(dptr, stream));                                                        \
+        PTR_FREE_BODY(dptr, REAL(NAME)(dptr, stream));                                                                \
     }
 ASYNC_FREE(cuMemFreeAsync, cuStreamIsCapturing)
 ASYNC_FREE(cuMemFreeAsync_ptsz, cuStreamIsCapturing_ptsz)
 
-/* ---- virtual memory management (physical handles) ---- */
-VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                                 unsigned long long flags)
+/* ---- imports: the exporter's memory, not charged again (hooked so the rule is explicit) ---- */
+VGPU_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 {
-    READY_OR_RETURN();
-    /* only device memory counts; host (NUMA) locations do not */
-    if (!handle || !prop || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE
-        || prop->location.id < 0 || prop->location.id >= VGPU_MAX_DEVICES)
-        return REAL(cuMemCreate)(handle, size, prop, flags);
-    int dev = prop->location.id;
-    ALLOC_BODY(VGPU_K_HANDLE, *handle, size, dev, REAL(cuMemCreate)(handle, size, prop, flags));
+    HOOK_ENTER(cuIpcOpenMemHandle, dptr, handle, flags);
+    return REAL(cuIpcOpenMemHandle)(dptr, handle, flags);
 }
 
-VGPU_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+VGPU_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle handle, unsigned int flags)
 {
-    READY_OR_RETURN();
-    FREE_BODY(VGPU_K_HANDLE, handle, REAL(cuMemRelease)(handle));
+    HOOK_ENTER(cuIpcOpenMemHandle_v2, dptr, handle, flags);
+    return REAL(cuIpcOpenMemHandle_v2)(dptr, handle, flags);
 }

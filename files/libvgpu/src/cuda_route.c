@@ -37,6 +37,8 @@ static int per_thread_stream(cuuint64_t flags)
 
 static void *route(const char *symbol, void *p, int version, cuuint64_t flags)
 {
+    if (vgpu_cuda.defer)
+        return p; /* libvgpu.so routed it already */
     for (int i = 0; i < H_INTERCEPTED; i++) {
         if (vgpu_cuda_real[i] != p)
             continue;

@@ -31,6 +31,7 @@ VGPU_HIDDEN CUresult vgpu_cuda_not_supported(void);
 
 struct vgpu_cuda_state {
     int ready;   /* real library loaded and configuration good */
+    int defer;   /* libvgpu.so is in this process too: this shim forwards everything to it */
     int cfg_ok;  /* configuration loaded and region mapped */
     int audit;   /* GPU_COMPUTE_AUDIT */
     int exiting; /* after our destructor: no more accounting */
@@ -57,6 +58,14 @@ static inline CUresult vgpu_cuda_ready(void)
         if (e_ != CUDA_SUCCESS)                                                                                       \
             return e_;                                                                                                \
     } while (0)
+/* The start of every hook: ready, or the error; with libvgpu.so in the process too (both library
+ * modes at once), this shim is a plain forward to it, so one accounting sees every call. */
+#define HOOK_ENTER(NAME, ...)                                                                                         \
+    do {                                                                                                              \
+        READY_OR_RETURN();                                                                                            \
+        if (__builtin_expect(vgpu_cuda.defer, 0))                                                                     \
+            return REAL(NAME)(__VA_ARGS__);                                                                           \
+    } while (0)
 
 /* ---- accounting (cuda_account.c) ---- */
 VGPU_HIDDEN int vgpu_current_device(int *dev);                            /* 0 ok, -1 no current context */
@@ -64,6 +73,39 @@ VGPU_HIDDEN int vgpu_admit(int dev, uint64_t bytes);                      /* 0 c
 VGPU_HIDDEN void vgpu_rollback(int dev, uint64_t bytes);                  /* undo an admission the driver refused */
 VGPU_HIDDEN void vgpu_commit(int kind, uint64_t key, uint64_t bytes, int dev); /* remember what was charged */
 VGPU_HIDDEN void vgpu_released(int dev, uint64_t bytes);                  /* the driver freed a charged allocation */
+/* A rise of this process's used memory by bytes (pools, graphs): admitted like an allocation,
+ * 0 or -1; a fall (or, with admit 0, any change) is applied as it is. */
+VGPU_HIDDEN int vgpu_adjust(int dev, int64_t bytes, int64_t buffers, int admit);
+/* A measured cost (a context, a module, a limit) charged as context memory: after is what NVML
+ * said after the call (it holds the bytes already), NULL when NVML cannot tell. 0 or -1. */
+VGPU_HIDDEN int vgpu_admit_overhead(int dev, uint64_t bytes, const struct vgpu_truth *after);
+VGPU_HIDDEN void vgpu_release_overhead(int dev, uint64_t bytes);
+/* The GPU's own count (cuda_truth.c). */
+VGPU_HIDDEN int vgpu_truth_usable(void);
+VGPU_HIDDEN void vgpu_truth_unusable(const char *why);
+VGPU_HIDDEN int vgpu_truth_read(int dev, struct vgpu_truth *out);        /* 0, or -1 NVML cannot tell */
+VGPU_HIDDEN int vgpu_truth_self(const struct vgpu_truth *t, uint64_t *bytes); /* 1 listed, 0 not */
+
+/* ---- measured calls (cuda_measure.c): the call's real cost, from NVML's count of this process ---- */
+struct vgpu_measure {
+    int dev, active, listed;
+    uint64_t before, ledger_before;
+    struct vgpu_truth after;
+};
+/* Begin measuring a call on dev (measured calls run one at a time in a process). */
+VGPU_HIDDEN void vgpu_measure_begin(int dev, struct vgpu_measure *m);
+/* The call's cost: what NVML says this process holds now minus before, minus what the ledger
+ * moved meanwhile (other threads); 0 measured, -1 NVML cannot tell (cost 0). context: the call
+ * made a context, so NVML must list the process now, or it cannot see it at all. */
+VGPU_HIDDEN int vgpu_measure_end(struct vgpu_measure *m, int context, int64_t *cost);
+VGPU_HIDDEN CUcontext vgpu_current_context(void);
+/* Charges owned by a context (modules, libraries, limits) go with it. */
+VGPU_HIDDEN void vgpu_overheads_forget_context(CUcontext ctx);
+
+/* ---- stream-ordered pools (cuda_pools.c) ---- */
+/* Re-read what dev's pools reserve and settle their charges (before a refusal, after a trim) */
+VGPU_HIDDEN void vgpu_pools_reread(int dev);
+VGPU_HIDDEN void vgpu_pools_forget(void);
 
 /* Common shape of "allocate bytes on dev, keyed by what the driver wrote to *out". */
 #define ALLOC_BODY(KIND, OUT, BYTES, DEV, CALL)                                                                       \

@@ -11,6 +11,9 @@
 #undef dlsym
 VGPU_HIDDEN void *vgpu_real_dlsym_fn;
 
+/* Tells a libcuda.so.1 shim in the same process that libvgpu.so is here (cuda_core.c). */
+VGPU_EXPORT const char vgpu_preload_marker[] = "libvgpu.so";
+
 VGPU_EARLY static void resolve(void)
 {
     if (vgpu_real_dlsym_fn)

@@ -120,6 +120,11 @@ static void print_text(const struct vgpu_region *r, const char *path)
             printf("  leak warning: %llu buffers (%.1f MiB) were never freed by their process; reclaimed after it "
                    "exited\n",
                    (unsigned long long)dv->reclaimed_buffers, MIB(dv->reclaimed_bytes));
+        const struct vgpu_region_truth *t = &h->truth[d];
+        if (t->checked_ns)
+            printf("  the GPU's own count (NVML) at the last check: %.1f MiB, %.1f MiB of it where no hook sees; "
+                   "%.1f MiB admitted since\n",
+                   MIB(t->nvml_bytes), MIB(t->excess_bytes), MIB(t->admitted_bytes));
     }
     int live = 0;
     for (unsigned i = 0; i < VGPU_MAX_SLOTS; i++) {
@@ -136,6 +141,9 @@ static void print_text(const struct vgpu_region *r, const char *path)
         }
         if (s->launches)
             printf(" %llu launches", (unsigned long long)s->launches);
+        for (unsigned d = 0; s->nvml_ns && d < VGPU_MAX_DEVICES; d++)
+            if (s->nvml_bytes[d])
+                printf(" NVML said device %u: %.1f MiB;", d, MIB(s->nvml_bytes[d]));
         printf("\n");
     }
     if (!live)
@@ -176,13 +184,16 @@ static void print_json(const struct vgpu_region *r, const char *path)
         printf("%s{\"index\": %u, \"uuid\": %s, \"limit_bytes\": %llu, \"used_bytes\": %llu, \"ctx_bytes\": %llu, "
                "\"peak_bytes\": %llu, \"live_buffers\": %llu, \"peak_buffers\": %llu, \"alloc_count\": %llu, "
                "\"free_count\": %llu, \"bytes_allocated\": %llu, \"bytes_freed\": %llu, \"reclaimed_buffers\": %llu, "
-               "\"reclaimed_bytes\": %llu, \"oom_count\": %u}",
+               "\"reclaimed_bytes\": %llu, \"oom_count\": %u, \"nvml_bytes\": %llu, \"nvml_excess_bytes\": %llu, "
+               "\"nvml_checked_ns\": %llu}",
                d ? ", " : "", d, uuid, (unsigned long long)dv->limit_bytes, (unsigned long long)dv->used_bytes,
                (unsigned long long)dv->ctx_bytes, (unsigned long long)dv->peak_bytes,
                (unsigned long long)dv->live_buffers, (unsigned long long)dv->peak_buffers,
                (unsigned long long)dv->alloc_count, (unsigned long long)dv->free_count,
                (unsigned long long)dv->bytes_allocated, (unsigned long long)dv->bytes_freed,
-               (unsigned long long)dv->reclaimed_buffers, (unsigned long long)dv->reclaimed_bytes, dv->oom_count);
+               (unsigned long long)dv->reclaimed_buffers, (unsigned long long)dv->reclaimed_bytes, dv->oom_count,
+               (unsigned long long)h->truth[d].nvml_bytes, (unsigned long long)h->truth[d].excess_bytes,
+               (unsigned long long)h->truth[d].checked_ns);
     }
     printf("], \"processes\": [");
     int first = 1;
@@ -193,16 +204,18 @@ static void print_json(const struct vgpu_region *r, const char *path)
         printf("%s{\"pid\": %u, \"start_time\": %llu, \"comm\": ", first ? "" : ", ", s->pid,
                (unsigned long long)s->start_time);
         json_string(s->comm, sizeof s->comm);
-        printf(", \"launches\": %llu, \"devices\": [", (unsigned long long)s->launches);
+        printf(", \"launches\": %llu, \"nvml_ns\": %llu, \"devices\": [", (unsigned long long)s->launches,
+               (unsigned long long)s->nvml_ns);
         int fd = 1;
         for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++) {
             const struct vgpu_slot_device *sd = &s->devices[d];
             if (!sd->used_bytes && !sd->ctx_bytes && !sd->buffers)
                 continue;
             printf("%s{\"index\": %u, \"used_bytes\": %llu, \"ctx_bytes\": %llu, \"peak_bytes\": %llu, "
-                   "\"buffers\": %llu}",
+                   "\"buffers\": %llu, \"nvml_bytes\": %llu}",
                    fd ? "" : ", ", d, (unsigned long long)sd->used_bytes, (unsigned long long)sd->ctx_bytes,
-                   (unsigned long long)sd->peak_bytes, (unsigned long long)sd->buffers);
+                   (unsigned long long)sd->peak_bytes, (unsigned long long)sd->buffers,
+                   (unsigned long long)s->nvml_bytes[d]);
             fd = 0;
         }
         printf("]}");

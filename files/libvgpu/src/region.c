@@ -3,7 +3,6 @@
  * sequence counter. Slots are never moved, so a process's slot index stays valid. */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,41 +284,6 @@ void vgpu_region_unlock(struct vgpu_region *r)
     pthread_mutex_unlock(&r->hdr.lock.mutex);
 }
 
-static void read_cgroup(int pid, char *out, size_t len)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/cgroup", pid);
-    out[0] = '\0';
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = '\0';
-    fclose(f);
-}
-
-int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup)
-{
-    if (pid <= 0)
-        return 0;
-    uint64_t st = vgpu_proc_start_time(pid);
-    if (st == 0) {
-        /* no /proc entry (or a zombie): only kill() can still say it exists */
-        if (access("/proc/self/stat", R_OK) == 0)
-            return 0;
-        return kill(pid, 0) == 0 || errno == EPERM;
-    }
-    if (start_time && st != start_time)
-        return 0; /* pid reused by another process */
-    if (cgroup && *cgroup) {
-        char cg[256];
-        read_cgroup(pid, cg, sizeof cg);
-        if (strcmp(cg, cgroup) != 0)
-            return 0;
-    }
-    return 1;
-}
-
 static uint64_t sat_add(uint64_t a, uint64_t b)
 {
     return a + b < a ? UINT64_MAX : a + b;
@@ -343,6 +307,25 @@ static void slot_sums_locked(const struct vgpu_region *r, int dev, uint64_t *use
  * and this process's own holdings. A process of the container that lowers the total (or its
  * slots) gets no other process past the quota: the totals are taken from the slots again, and
  * no process ever passes the quota by its own count. */
+/* What processes that exited still hold on dev until they are gone (dead ones' entries cleared). */
+static uint64_t exiting_locked(struct vgpu_region *r, int dev)
+{
+    uint64_t held = 0;
+    for (unsigned i = 0; i < VGPU_MAX_EXITS; i++) {
+        struct vgpu_region_exit *e = &r->hdr.exits[i];
+        if (!e->pid)
+            continue;
+        if (!vgpu_proc_alive((int)e->pid, e->start_time, NULL)) {
+            write_begin(r);
+            memset(e, 0, sizeof *e);
+            write_end(r);
+        } else if (e->dev == dev) {
+            held = sat_add(held, e->bytes);
+        }
+    }
+    return held;
+}
+
 static uint64_t in_use_locked(struct vgpu_region *r, int dev)
 {
     struct vgpu_region_device *d = &r->hdr.devices[dev];
@@ -357,7 +340,7 @@ static uint64_t in_use_locked(struct vgpu_region *r, int dev)
         write_end(r);
     }
     uint64_t in_use = sat_add(d->used_bytes, d->ctx_bytes), own = sat_add(mine[dev].used_bytes, mine[dev].ctx_bytes);
-    return in_use > own ? in_use : own;
+    return sat_add(in_use > own ? in_use : own, exiting_locked(r, dev));
 }
 
 /* Our slot must say what we hold. When someone else wrote it (a process of the container, a
@@ -489,7 +472,7 @@ int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg)
     r->hdr.ctx_reserve_bytes = cfg->ctx_reserve;
     if (cfg->cgroup_enable) {
         char cg[256];
-        read_cgroup(getpid(), cg, sizeof cg);
+        vgpu_proc_cgroup(getpid(), cg, sizeof cg);
         memcpy(r->hdr.cgroup, cg, sizeof cg);
     }
     write_end(r);
@@ -506,9 +489,26 @@ void vgpu_region_detach(struct vgpu_region *r, int slot)
     vgpu_region_lock(r);
     struct vgpu_region_slot *s = &r->slots[slot];
     if ((int)s->pid == getpid() && s->state == 1) {
+        /* the driver frees our memory after this: admission counts it until we are gone */
+        unsigned free_entries = 0, need = 0;
+        for (unsigned i = 0; i < VGPU_MAX_EXITS; i++)
+            free_entries += !r->hdr.exits[i].pid || !vgpu_proc_alive((int)r->hdr.exits[i].pid, r->hdr.exits[i].start_time, NULL);
+        for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++)
+            need += s->devices[d].used_bytes + s->devices[d].ctx_bytes > 0;
         write_begin(r);
-        reclaim_slot_locked(r, s);
-        trim_slot_high_locked(r);
+        if (need <= free_entries) { /* else the slot stays, reclaimed once we are gone */
+            for (unsigned d = 0, i = 0; d < VGPU_MAX_DEVICES; d++) {
+                uint64_t held = sat_add(s->devices[d].used_bytes, s->devices[d].ctx_bytes);
+                if (!held)
+                    continue;
+                while (r->hdr.exits[i].pid && vgpu_proc_alive((int)r->hdr.exits[i].pid, r->hdr.exits[i].start_time, NULL))
+                    i++;
+                r->hdr.exits[i] = (struct vgpu_region_exit){s->pid, (int32_t)d, s->start_time, held};
+                i++;
+            }
+            reclaim_slot_locked(r, s);
+            trim_slot_high_locked(r);
+        }
         write_end(r);
     }
     vgpu_region_unlock(r);
@@ -535,22 +535,72 @@ static struct vgpu_region_slot *enter(struct vgpu_region *r, int *slot, int dev)
     return sl;
 }
 
-/* Whether bytes more fit dev's limit (dead processes swept once first); counts a refusal. */
-static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, uint64_t limit, int enforce)
+/* The GPU's own count (truth) for this container's live processes on dev: their rows summed,
+ * each slot's figure recorded (manage --stats, cgpu-monitor). Caller holds the lock, in a write. */
+static uint64_t truth_sum_locked(struct vgpu_region *r, int dev, const struct vgpu_truth *t)
 {
-    if (!enforce || !limit)
+    uint64_t sum = 0;
+    for (unsigned i = 0, n = slot_high(r); i < n; i++) {
+        struct vgpu_region_slot *s = &r->slots[i];
+        if (s->state != 1)
+            continue;
+        uint64_t held = 0;
+        for (unsigned k = 0; k < t->n && k < VGPU_TRUTH_ROWS; k++)
+            if (t->pid[k] == s->pid)
+                held = sat_add(held, t->bytes[k]);
+        s->nvml_bytes[dev] = held;
+        s->nvml_ns = t->ns;
+        sum = sat_add(sum, held);
+    }
+    return sum;
+}
+
+/* Whether bytes more fit dev's limit (struct vgpu_limit says how; dead processes are swept once
+ * before a refusal): 0 yes, -1 refused (counted), 1 the GPU's own count is needed first. */
+static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, const struct vgpu_limit *lim)
+{
+    if (!lim || !lim->enforce || !lim->limit)
         return 0;
+    struct vgpu_region_truth *t = &r->hdr.truth[dev];
+    uint64_t limit = lim->limit, allowance = lim->allowance < limit ? lim->allowance : limit;
     for (int pass = 0;; pass++) {
-        uint64_t inuse = in_use_locked(r, dev);
-        if (bytes <= limit && inuse <= limit - bytes)
-            return 0;
+        uint64_t inuse = in_use_locked(r, dev), need;
+        if (lim->truth) {
+            write_begin(r);
+            uint64_t gpu = truth_sum_locked(r, dev, lim->truth), ledger = lim->held ? sat_add(inuse, bytes) : inuse;
+            t->nvml_bytes = gpu;
+            t->excess_bytes = gpu > ledger ? gpu - ledger : 0;
+            t->admitted_bytes = 0;
+            t->checked_ns = lim->truth->ns;
+            write_end(r);
+            need = lim->held ? (gpu > ledger ? gpu : ledger) : sat_add(gpu > inuse ? gpu : inuse, bytes);
+        } else {
+            need = sat_add(inuse, bytes);
+            uint64_t seen = sat_add(need, t->excess_bytes);
+            int near = seen > limit - allowance || (allowance && sat_add(t->admitted_bytes, bytes) > allowance / 2);
+            if (near && !lim->final)
+                return 1;
+            if (!lim->final || !near)
+                need = seen; /* far from the limit: the ledger and what the last check found beyond it */
+        }
+        if (need <= limit)
+            return 0; /* the caller counts the bytes admitted (count_admitted), in its own write */
         if (pass == 0 && vgpu_region_sweep_locked(r) > 0)
             continue;
+        if (!lim->final)
+            return 1;
         write_begin(r);
         r->hdr.devices[dev].oom_count++;
         write_end(r);
         return -1;
     }
+}
+
+/* Bytes admitted since the last check of the GPU's own count; inside a write. */
+static void count_admitted(struct vgpu_region *r, int dev, uint64_t bytes, const struct vgpu_limit *lim)
+{
+    if (lim && lim->enforce && lim->limit)
+        r->hdr.truth[dev].admitted_bytes = sat_add(r->hdr.truth[dev].admitted_bytes, bytes);
 }
 
 /* Our slot takes our own count again, and the peaks follow; inside a write. */
@@ -571,18 +621,21 @@ static void publish_locked(struct vgpu_region *r, struct vgpu_region_slot *sl, i
         r->hdr.device_count = (uint32_t)dev + 1;
 }
 
-int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes, uint64_t limit, int enforce)
+int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes,
+                       const struct vgpu_limit *lim)
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return 0;
     struct vgpu_region_slot *sl = enter(r, slot, dev);
-    if (admit_locked(r, dev, bytes, limit, enforce) != 0) {
+    int rc = admit_locked(r, dev, bytes, lim);
+    if (rc != 0) {
         vgpu_region_unlock(r);
-        return -1;
+        return rc;
     }
     struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_slot_device *m = &mine[dev];
     write_begin(r);
+    count_admitted(r, dev, bytes, lim);
     if (kind == VGPU_DATA) {
         d->used_bytes += bytes;
         d->live_buffers++;
@@ -635,15 +688,16 @@ void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, u
     vgpu_region_unlock(r);
 }
 
-int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers, uint64_t limit,
-                       int enforce)
+int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers,
+                       const struct vgpu_limit *lim)
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return 0;
     struct vgpu_region_slot *sl = enter(r, slot, dev);
-    if (bytes > 0 && admit_locked(r, dev, (uint64_t)bytes, limit, enforce) != 0) {
+    int rc = bytes > 0 ? admit_locked(r, dev, (uint64_t)bytes, lim) : 0;
+    if (rc != 0) {
         vgpu_region_unlock(r);
-        return -1;
+        return rc;
     }
     struct vgpu_region_device *d = &r->hdr.devices[dev];
     struct vgpu_slot_device *m = &mine[dev];
@@ -653,6 +707,7 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
     down = down < m->used_bytes ? down : m->used_bytes;
     bufs_down = bufs_down < m->buffers ? bufs_down : m->buffers;
     write_begin(r);
+    count_admitted(r, dev, up, lim);
     d->used_bytes = sat_sub(d->used_bytes, down) + up;
     d->live_buffers = sat_sub(d->live_buffers, bufs_down) + bufs_up;
     m->used_bytes = m->used_bytes - down + up;
@@ -661,6 +716,23 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
     write_end(r);
     vgpu_region_unlock(r);
     return 0;
+}
+
+uint64_t vgpu_region_own_bytes(int dev)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0;
+    return sat_add(__atomic_load_n(&mine[dev].used_bytes, __ATOMIC_RELAXED),
+                   __atomic_load_n(&mine[dev].ctx_bytes, __ATOMIC_RELAXED));
+}
+
+unsigned vgpu_region_pids(const struct vgpu_region *r, uint32_t *pids, unsigned max)
+{
+    unsigned n = 0;
+    for (unsigned i = 0, high = slot_high(r); i < high && n < max; i++)
+        if (__atomic_load_n(&r->slots[i].state, __ATOMIC_RELAXED) == 1)
+            pids[n++] = __atomic_load_n(&r->slots[i].pid, __ATOMIC_RELAXED);
+    return n;
 }
 
 void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16])

@@ -35,6 +35,26 @@ struct vgpu_region_device {
     uint64_t reserved;
 };
 
+/* What the GPU said (NVML, per process) at the last check of a device, and how far the ledger
+ * has moved since (design.md, "The invariant"). */
+struct vgpu_region_truth {
+    uint64_t nvml_bytes;      /* the container's live processes summed, as NVML said */
+    uint64_t excess_bytes;    /* how much that was above the ledger: held where no hook sees */
+    uint64_t admitted_bytes;  /* admitted since the check */
+    uint64_t checked_ns;      /* CLOCK_REALTIME of the check; 0 = never */
+};
+
+/* A process that exited with memory on a device: its slot is gone (the container's totals no
+ * longer show it) but the driver frees the memory only when the process is gone, after its
+ * destructors. Admission counts it while the process lives. */
+#define VGPU_MAX_EXITS 16
+struct vgpu_region_exit {
+    uint32_t pid; /* 0 = free entry */
+    int32_t dev;
+    uint64_t start_time;
+    uint64_t bytes;
+};
+
 struct vgpu_region_header {
     uint32_t magic;
     uint32_t version;
@@ -61,9 +81,11 @@ struct vgpu_region_header {
         uint8_t pad[64];
     } lock;
     char cgroup[256];
-    uint8_t reserved2[576];
+    struct vgpu_region_exit exits[VGPU_MAX_EXITS];
+    uint8_t reserved2[192];
     struct vgpu_region_device devices[VGPU_MAX_DEVICES];
-    uint8_t reserved3[1024];
+    struct vgpu_region_truth truth[VGPU_MAX_DEVICES];
+    uint8_t reserved3[512];
 };
 
 struct vgpu_slot_device {
@@ -83,7 +105,9 @@ struct vgpu_region_slot {
     char comm[16];
     uint8_t reserved1[8];
     struct vgpu_slot_device devices[VGPU_MAX_DEVICES];
-    uint8_t reserved2[448];
+    uint64_t nvml_bytes[VGPU_MAX_DEVICES]; /* what NVML said this process held, per device, at nvml_ns */
+    uint64_t nvml_ns;                      /* CLOCK_REALTIME of that check; 0 = never */
+    uint8_t reserved2[312];
 };
 
 struct vgpu_region {
@@ -92,6 +116,8 @@ struct vgpu_region {
 };
 
 _Static_assert(sizeof(struct vgpu_region_device) == VGPU_DEVICE_SIZE, "device record size");
+_Static_assert(sizeof(struct vgpu_region_truth) == 32, "truth record size");
+_Static_assert(sizeof(struct vgpu_region_exit) == 24, "exit record size");
 _Static_assert(sizeof(struct vgpu_region_header) == VGPU_HEADER_SIZE, "header size");
 _Static_assert(sizeof(struct vgpu_region_slot) == VGPU_SLOT_SIZE, "slot size");
 _Static_assert(sizeof(struct vgpu_region) == VGPU_REGION_SIZE, "region size");
@@ -119,15 +145,45 @@ VGPU_HIDDEN int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds);
 VGPU_HIDDEN int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg);
 VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
 
-/* Charge bytes to slot/device: 0 ok, -1 refused (would pass limit when enforce). */
+/* The GPU's own per-process count of one device (NVML), read by the CUDA side (truth.c). */
+#define VGPU_TRUTH_ROWS 512
+struct vgpu_truth {
+    unsigned n;
+    uint32_t pid[VGPU_TRUTH_ROWS];
+    uint64_t bytes[VGPU_TRUTH_ROWS];
+    uint64_t ns; /* CLOCK_REALTIME when read */
+};
+
+/* How a rise is admitted (design.md, "The invariant"). Far from the limit the ledger alone
+ * decides. When the ledger, plus what the last check found held beyond it, comes within
+ * allowance of the limit, or allowance / 2 was admitted since that check, the GPU's own count is
+ * needed: without truth (and final 0) the call returns 1 and changes nothing; the caller reads
+ * NVML outside the lock and calls again with it. With truth the rise is admitted only if
+ * max(ledger, the container's processes summed) + bytes fits (held: the truth already has the
+ * bytes, as after a measured call). final: a refusal is the last word (counted); truth NULL then
+ * means NVML cannot tell, and the ledger decides. */
+struct vgpu_limit {
+    uint64_t limit; /* 0 = no quota */
+    int enforce;
+    uint64_t allowance;
+    const struct vgpu_truth *truth;
+    int held;
+    int final;
+};
+
+/* Charge bytes to slot/device: 0 ok, -1 refused, 1 the GPU's count is needed (see above). */
 VGPU_HIDDEN int vgpu_region_charge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes,
-                                   uint64_t limit, int enforce);
+                                   const struct vgpu_limit *lim);
 VGPU_HIDDEN void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev, int kind, uint64_t bytes);
 /* Move this process's used memory on dev by bytes and its live allocations by buffers (graph
- * memory: charged per executable graph, not per buffer). A rise is admitted like a charge:
- * 0 ok, -1 refused (would pass limit when enforce). A fall never goes below what it holds. */
+ * and pool memory: charged per graph or pool, not per buffer). A rise is admitted like a charge
+ * (lim NULL: not checked): 0 ok, -1 refused, 1 truth needed. A fall never goes below what it holds. */
 VGPU_HIDDEN int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers,
-                                   uint64_t limit, int enforce);
+                                   const struct vgpu_limit *lim);
+/* This process's own count on dev (used + contexts), for measuring a call against NVML. */
+VGPU_HIDDEN uint64_t vgpu_region_own_bytes(int dev);
+/* Live slots' pids (the container's processes), lock-free; returns how many (at most max). */
+VGPU_HIDDEN unsigned vgpu_region_pids(const struct vgpu_region *r, uint32_t *pids, unsigned max);
 
 /* Record the UUID of CUDA ordinal dev (NVML maps its devices to ordinals by it). */
 VGPU_HIDDEN void vgpu_region_record_uuid(struct vgpu_region *r, int dev, const uint8_t uuid[16]);
@@ -146,9 +202,6 @@ VGPU_HIDDEN void vgpu_region_init_header(struct vgpu_region *r);
 VGPU_HIDDEN void vgpu_region_init_lock(struct vgpu_region *r);
 
 VGPU_HIDDEN int vgpu_region_header_valid(const struct vgpu_region *r);
-
-/* Process identity: alive with that start time (vgpu_proc_start_time) and, when given, cgroup. */
-VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
 
 /* Consistent lock-free copy of the header; 0 ok, -1 gave up. */
 VGPU_HIDDEN int vgpu_region_sample(const struct vgpu_region *r, struct vgpu_region_header *out);

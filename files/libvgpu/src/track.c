@@ -1,6 +1,6 @@
-/* Process-local table of the allocations we charged: (kind, key) -> (bytes, device).
- * Open addressing with backward-shift deletion, one mutex (allocation calls are not hot enough
- * to need more), grows by doubling. */
+/* Process-local table of what this process charged: (kind, key) -> entry (bytes, device and the
+ * kind's own fields). Open addressing with backward-shift deletion, one mutex (allocation calls
+ * are not hot enough to need more), grows by doubling. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,49 +43,20 @@ static int grow(void)
     return 0;
 }
 
-int vgpu_track_put(int kind, uint64_t key, uint64_t bytes, int dev, uint64_t *old_bytes, int *old_dev)
+/* Index of (kind, key), or -1. Caller holds lock. */
+static long find_locked(int kind, uint64_t key)
 {
-    struct vgpu_track_entry e = {key, bytes, dev, kind};
-    pthread_mutex_lock(&lock);
-    if ((count + 1) * 4 > cap * 3 && grow() != 0) {
-        pthread_mutex_unlock(&lock);
+    if (!cap)
         return -1;
-    }
-    /* replace a stale entry with the same key (the driver reused an address we missed freeing) */
-    size_t i = hash(kind, key) & (cap - 1);
-    while (table[i].kind) {
-        if (table[i].kind == kind && table[i].key == key) {
-            *old_bytes = table[i].bytes;
-            *old_dev = table[i].dev;
-            table[i] = e;
-            pthread_mutex_unlock(&lock);
-            return 1;
-        }
-        i = (i + 1) & (cap - 1);
-    }
-    table[i] = e;
-    count++;
-    pthread_mutex_unlock(&lock);
-    return 0;
-}
-
-int vgpu_track_take(int kind, uint64_t key, uint64_t *bytes, int *dev)
-{
-    pthread_mutex_lock(&lock);
-    if (!cap) {
-        pthread_mutex_unlock(&lock);
-        return -1;
-    }
     size_t i = hash(kind, key) & (cap - 1);
     while (table[i].kind && !(table[i].kind == kind && table[i].key == key))
         i = (i + 1) & (cap - 1);
-    if (!table[i].kind) {
-        pthread_mutex_unlock(&lock);
-        return -1;
-    }
-    *bytes = table[i].bytes;
-    *dev = table[i].dev;
-    /* backward-shift deletion keeps probe chains intact without tombstones */
+    return table[i].kind ? (long)i : -1;
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. Caller holds lock. */
+static void remove_locked(size_t i)
+{
     size_t hole = i, j = i;
     for (;;) {
         j = (j + 1) & (cap - 1);
@@ -99,8 +70,114 @@ int vgpu_track_take(int kind, uint64_t key, uint64_t *bytes, int *dev)
     }
     memset(&table[hole], 0, sizeof table[hole]);
     count--;
+}
+
+int vgpu_track_put_entry(const struct vgpu_track_entry *e, struct vgpu_track_entry *old)
+{
+    pthread_mutex_lock(&lock);
+    if ((count + 1) * 4 > cap * 3 && grow() != 0) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    /* replace a stale entry with the same key (the driver reused an address we missed freeing) */
+    long at = find_locked(e->kind, e->key);
+    if (at >= 0) {
+        *old = table[at];
+        table[at] = *e;
+        pthread_mutex_unlock(&lock);
+        return 1;
+    }
+    insert_raw(table, cap, e);
+    count++;
     pthread_mutex_unlock(&lock);
     return 0;
+}
+
+int vgpu_track_put(int kind, uint64_t key, uint64_t bytes, int dev, uint64_t *old_bytes, int *old_dev)
+{
+    struct vgpu_track_entry e = {.key = key, .bytes = bytes, .dev = dev, .kind = kind}, old;
+    int rc = vgpu_track_put_entry(&e, &old);
+    if (rc == 1) {
+        *old_bytes = old.bytes;
+        *old_dev = old.dev;
+    }
+    return rc;
+}
+
+int vgpu_track_take_entry(int kind, uint64_t key, struct vgpu_track_entry *out)
+{
+    pthread_mutex_lock(&lock);
+    long at = find_locked(kind, key);
+    if (at < 0) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    *out = table[at];
+    remove_locked((size_t)at);
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int vgpu_track_take(int kind, uint64_t key, uint64_t *bytes, int *dev)
+{
+    struct vgpu_track_entry e;
+    if (vgpu_track_take_entry(kind, key, &e) != 0)
+        return -1;
+    *bytes = e.bytes;
+    *dev = e.dev;
+    return 0;
+}
+
+int vgpu_track_with(int kind, uint64_t key, int (*fn)(struct vgpu_track_entry *, void *), void *arg,
+                    struct vgpu_track_entry *out)
+{
+    pthread_mutex_lock(&lock);
+    long at = find_locked(kind, key);
+    if (at < 0) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    int rc = fn(&table[at], arg);
+    if (out)
+        *out = table[at];
+    if (rc == 1)
+        remove_locked((size_t)at);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void vgpu_track_drain(int kind, int (*pick)(const struct vgpu_track_entry *, void *), void *arg,
+                      void (*done)(const struct vgpu_track_entry *, void *))
+{
+    for (;;) {
+        struct vgpu_track_entry e;
+        int found = 0;
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < cap && !found; i++)
+            if (table[i].kind == kind && pick(&table[i], arg)) {
+                e = table[i];
+                remove_locked(i);
+                found = 1;
+            }
+        pthread_mutex_unlock(&lock);
+        if (!found)
+            return;
+        done(&e, arg);
+    }
+}
+
+int vgpu_track_find(int kind, int (*pick)(const struct vgpu_track_entry *, void *), void *arg,
+                    struct vgpu_track_entry *out)
+{
+    int rc = -1;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < cap && rc != 0; i++)
+        if (table[i].kind == kind && pick(&table[i], arg)) {
+            *out = table[i];
+            rc = 0;
+        }
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 /* After fork(): the child owns no GPU memory of its parent. */

@@ -81,24 +81,58 @@ VGPU_HIDDEN void vgpu_log(int level, const char *fmt, ...) __attribute__((format
 #define VGPU_DEBUG 3
 
 /* ---- process identity (proc.c; also built into the fake driver) ---- */
-/* Start time of a process (field 22 of /proc/<pid>/stat, the same in every pid namespace);
- * 0 when it is gone or a zombie. */
+/* A process is its pid and its start time (field 22 of /proc/<pid>/stat, the same in every pid
+ * namespace): a reused pid is another process. vgpu_proc_start_time is 0 when it is gone or a
+ * zombie. */
 VGPU_HIDDEN uint64_t vgpu_proc_start_time(int pid);
+/* Alive with that start time (0: any) and, when cgroup is given and not empty, in that cgroup. */
+VGPU_HIDDEN int vgpu_proc_alive(int pid, uint64_t start_time, const char *cgroup);
+/* The contents of /proc/<pid>/cgroup (empty when unreadable), NUL-terminated within len. */
+VGPU_HIDDEN void vgpu_proc_cgroup(int pid, char *out, size_t len);
 
 /* ---- finding the real driver libraries (loader.c) ---- */
 VGPU_HIDDEN void *vgpu_open_real(const char *soname, const char *override_env, char *err, size_t errlen);
 
-/* ---- pointer tracking (track.c) ---- */
-enum vgpu_kind { VGPU_K_PTR = 1, VGPU_K_HANDLE, VGPU_K_ARRAY, VGPU_K_MIPMAP, VGPU_K_CTX };
+/* ---- what this process charged (track.c) ---- */
+enum vgpu_kind {
+    VGPU_K_PTR = 1, /* linear memory by address (aux: its stream-ordered pool, 0 = none) */
+    VGPU_K_HANDLE,  /* a physical handle (refs: cuMemCreate + retains, maps: live mappings) */
+    VGPU_K_ARRAY,
+    VGPU_K_MIPMAP,
+    VGPU_K_CTX,     /* a context, charged its measured cost */
+    VGPU_K_MAP,     /* a mapping of a charged handle by address (bytes: its size, aux: the handle) */
+    VGPU_K_MODULE,  /* a module's measured cost (aux: the context it belongs to) */
+    VGPU_K_LIBRARY, /* a library's measured costs (aux: the context; flags: lookups measured) */
+    VGPU_K_KERNEL,  /* a library's kernel (aux: the library); no charge */
+    VGPU_K_LIMIT,   /* a context limit's measured cost (key: context | limit, aux: the context) */
+};
+#define VGPU_F_PINNED 1u        /* exported or bound: charged until the process exits */
+#define VGPU_F_KERNEL_SEEN 2u   /* a library's first kernel lookup was measured */
+#define VGPU_F_RESIDENT 4u      /* a library's module lookup was measured: it is loaded */
+#define VGPU_F_UNDONE 8u        /* a library libvgpu unloaded because it did not fit */
 struct vgpu_track_entry {
     uint64_t key;
     uint64_t bytes;
+    uint64_t aux;
     int32_t dev;
     int32_t kind; /* 0 = empty slot in the table */
+    uint32_t refs, maps, flags, pad;
 };
 /* 0 = added, 1 = replaced a stale entry (old_* filled), -1 = out of memory */
 VGPU_HIDDEN int vgpu_track_put(int kind, uint64_t key, uint64_t bytes, int dev, uint64_t *old_bytes, int *old_dev);
+VGPU_HIDDEN int vgpu_track_put_entry(const struct vgpu_track_entry *e, struct vgpu_track_entry *old);
 VGPU_HIDDEN int vgpu_track_take(int kind, uint64_t key, uint64_t *bytes, int *dev);
+VGPU_HIDDEN int vgpu_track_take_entry(int kind, uint64_t key, struct vgpu_track_entry *out);
+/* Run fn on entry (kind, key) under the table's lock; when fn returns 1 the entry is taken out.
+ * The entry as fn left it is copied to *out. -1 when there is no such entry, else fn's result. */
+VGPU_HIDDEN int vgpu_track_with(int kind, uint64_t key, int (*fn)(struct vgpu_track_entry *, void *), void *arg,
+                                struct vgpu_track_entry *out);
+/* Take out every entry of kind for which pick returns 1, calling done on each (outside the lock). */
+VGPU_HIDDEN void vgpu_track_drain(int kind, int (*pick)(const struct vgpu_track_entry *, void *), void *arg,
+                                  void (*done)(const struct vgpu_track_entry *, void *));
+/* The first entry of kind for which pick returns 1, copied to *out: 0, or -1 when none. */
+VGPU_HIDDEN int vgpu_track_find(int kind, int (*pick)(const struct vgpu_track_entry *, void *), void *arg,
+                                struct vgpu_track_entry *out);
 VGPU_HIDDEN void vgpu_track_reset(void);
 
 /* In libvgpu.so our own exported dlsym is the hook: internal lookups must use the real one. */

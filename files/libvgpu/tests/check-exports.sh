@@ -18,7 +18,7 @@ check_lib() { # lib, lists...
     else
         report PASS "$(basename "$lib") exports all $(names "$@" | wc -l) listed functions"
     fi
-    extra=$(nm -D --defined-only "$lib" | awk '{ print $3 }' | grep -Ev '^(cu|nvml)[A-Za-z0-9_]+$|^vgpu_shim_marker$|^dlsym$' || true)
+    extra=$(nm -D --defined-only "$lib" | awk '{ print $3 }' | grep -Ev '^(cu|nvml)[A-Za-z0-9_]+$|^vgpu_shim_marker$|^vgpu_preload_marker$|^dlsym$' || true)
     if [ -n "$extra" ]; then
         report FAIL "$(basename "$lib") leaks internal symbols: $(echo "$extra" | head -5 | tr '\n' ' ')"; fail=1
     else

@@ -7,8 +7,17 @@
  *   graph:MIB:MODE (MODE keep, free, auto, v2, params, gpa) | launch-graph:N | exec-destroy:N |
  *   graph-destroy:N | trim | graph-attr | capture:MIB:keep|free | capture-only:MIB | capture-free:N |
  *   free-graph-ptr:N
- * api: v2 managed async async_ptsz pool pool_ptsz create create_host array array3d mipmap
- *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag) */
+ *   truth | threshold:max|MIB | sync | ssync | pool-trim:MIB | pool-create | pool-set | pool-set13 |
+ *   pool-default | pool-destroy | pool-share:N | vmm:MIB:keep|release | unmap:N | release:N |
+ *   retain:N | export:N | import:N | mcast:N | mcast-addr:N | maparray:N | ctxs:N | ctx-destroy-all |
+ *   module:MIB[:data|ex|fatbin|file] | unload:N | library:MIB[:get|module|lazy|file] | lib-unload:N |
+ *   stack:KIB | heap:MIB | ipc-get:N:FILE | ipc-open:FILE | ipc-close | hostalloc:MIB | abs-alloc:MIB |
+ *   linger:SEC (at exit, alive SEC s more after libvgpu's destructor: $VGPU_TEST_LINGER_LIB)
+ * api: v2 managed async async_ptsz pool pool_ptsz mypool create create_host array array3d mipmap
+ *      v1 pitch1 array1 array3d1 (the 32-bit entry points without _v2)
+ *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag)
+ * "truth" prints what the GPU holds for this process (the fake driver's own count, which fake
+ * NVML reports), read past libvgpu. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +56,76 @@ struct graph {
 };
 static struct graph graphs[64];
 static int ngraphs;
+
+/* Virtual memory mappings made by vmm steps, by number. */
+struct vmm {
+    CUdeviceptr va;
+    size_t size;
+    CUmemGenericAllocationHandle handle, retained, imported;
+    int fd;
+};
+static struct vmm vmms[64];
+static int nvmms;
+static CUmemoryPool made_pool;
+static CUmodule modules[64];
+static int nmodules;
+static CUlibrary libraries[64];
+static int nlibraries;
+static CUcontext contexts[64];
+static int ncontexts;
+static CUdeviceptr ipc_opened;
+
+
+/* A PTX module whose one .global array is MIB MiB, which a kernel writes. */
+static const char *ptx_with_global(size_t mib)
+{
+    static char ptx[1024];
+    snprintf(ptx, sizeof ptx,
+             ".version 7.0\n.target sm_50\n.address_size 64\n.visible .global .align 8 .b8 g[%zu];\n"
+             ".visible .entry k()\n{\n\t.reg .b64 %%rd<2>;\n\t.reg .b16 %%rs<2>;\n\tmov.u64 %%rd1, g;\n"
+             "\tmov.u16 %%rs1, 1;\n\tst.global.u8 [%%rd1], %%rs1;\n\tret;\n}\n",
+             mib << 20);
+    return ptx;
+}
+
+/* What the GPU holds for this process: the fake driver's own count (what fake NVML reports),
+ * asked past libvgpu. */
+static unsigned long long truth_mib(void)
+{
+    void *fake = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
+    void *fn = fake ? dlsym(fake, "fake_gpu_self_bytes") : NULL;
+    return fn ? ((unsigned long long (*)(int))fn)(0) >> 20 : 0;
+}
+
+static CUresult vmm_step(size_t mib, const char *mode)
+{
+    struct vmm *v = &vmms[nvmms % 64];
+    memset(v, 0, sizeof *v);
+    v->fd = -1;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    v->size = mib << 20;
+    CUresult rc = CU(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                                   unsigned long long))(&v->handle, v->size, &prop, 0);
+    if (rc == CUDA_SUCCESS)
+        rc = CU(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))(&v->va, v->size,
+                                                                                                    0, 0, 0);
+    if (rc == CUDA_SUCCESS)
+        rc = CU(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))(
+            v->va, v->size, 0, v->handle, 0);
+    if (rc == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, 3};
+        rc = CU(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))(v->va, v->size, &access, 1);
+    }
+    if (rc == CUDA_SUCCESS && !strcmp(mode, "release"))
+        rc = CU(cuMemRelease, (CUmemGenericAllocationHandle))(v->handle);
+    if (rc == CUDA_SUCCESS)
+        nvmms++;
+    return rc;
+}
 
 /* graph:MIB:MODE: one allocation node of MIB on the current device, its free node too with
  * "free"; instantiated through cuGraphInstantiateWithFlags (AUTO_FREE_ON_LAUNCH with "auto"),
@@ -130,6 +209,28 @@ static CUresult do_alloc(const char *api, size_t bytes, uint64_t *key)
     } else if (!strcmp(api, "async") || !strcmp(api, "async_ptsz")) {
         rc = (!strcmp(api, "async") ? CU(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))
                                     : CU(cuMemAllocAsync_ptsz, (CUdeviceptr *, size_t, CUstream)))(&p, bytes, NULL);
+    } else if (!strcmp(api, "mypool")) {
+        rc = CU(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))(&p, bytes, made_pool, NULL);
+    } else if (!strcmp(api, "v1")) {
+        CUdeviceptr_v1 p1 = 0;
+        rc = CU(cuMemAlloc, (CUdeviceptr_v1 *, unsigned))(&p1, (unsigned)bytes);
+        p = p1;
+    } else if (!strcmp(api, "pitch1")) {
+        CUdeviceptr_v1 p1 = 0;
+        unsigned pitch = 0;
+        rc = CU(cuMemAllocPitch, (CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned))(
+            &p1, &pitch, 1024, (unsigned)(bytes / 1024), 4);
+        p = p1;
+    } else if (!strcmp(api, "array1")) {
+        CUDA_ARRAY_DESCRIPTOR_v1 d = {(unsigned)(bytes / (16 * 1024)), 1024, CU_AD_FORMAT_FLOAT, 4};
+        CUarray a = NULL;
+        rc = CU(cuArrayCreate, (CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *))(&a, &d);
+        p = (uint64_t)(uintptr_t)a;
+    } else if (!strcmp(api, "array3d1")) {
+        CUDA_ARRAY3D_DESCRIPTOR_v1 d = {1024, 1024, (unsigned)(bytes / (4 << 20)), CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+        CUarray a = NULL;
+        rc = CU(cuArray3DCreate, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *))(&a, &d);
+        p = (uint64_t)(uintptr_t)a;
     } else if (!strcmp(api, "pool") || !strcmp(api, "pool_ptsz")) {
         CUmemoryPool pool;
         CU(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))(&pool, 0);
@@ -192,8 +293,12 @@ static CUresult do_free(struct alloc *a)
     const char *api = a->api;
     if (!strcmp(api, "create") || !strcmp(api, "create_host"))
         return CU(cuMemRelease, (CUmemGenericAllocationHandle))(a->key);
-    if (!strcmp(api, "array") || !strcmp(api, "array3d"))
+    if (!strcmp(api, "array") || !strcmp(api, "array3d") || !strcmp(api, "array1") || !strcmp(api, "array3d1"))
         return CU(cuArrayDestroy, (CUarray))((CUarray)(uintptr_t)a->key);
+    if (!strcmp(api, "v1") || !strcmp(api, "pitch1"))
+        return CU(cuMemFree, (CUdeviceptr_v1))((CUdeviceptr_v1)a->key);
+    if (!strcmp(api, "mypool"))
+        return CU(cuMemFreeAsync, (CUdeviceptr, CUstream))(a->key, NULL);
     if (!strcmp(api, "mipmap"))
         return CU(cuMipmappedArrayDestroy, (CUmipmappedArray))((CUmipmappedArray)(uintptr_t)a->key);
     if (!strncmp(api, "async", 5) || !strncmp(api, "pool", 4) || !strncmp(api, "gpa2", 4))
@@ -476,6 +581,249 @@ int main(int argc, char **argv)
                 bad += r1 != CUDA_SUCCESS || r2 != CUDA_SUCCESS;
             }
             printf("launch n=%d failures=%d\n", 2 * n, bad);
+        } else if (!strcmp(step, "linger")) {
+            /* at exit, after libvgpu's destructor, stay alive SEC s (tests/linger.c) */
+            setenv("VGPU_TEST_LINGER", arg1, 1);
+            printf("linger %s loaded=%d\n", arg1, dlopen(getenv("VGPU_TEST_LINGER_LIB"), RTLD_NOW) != NULL);
+        } else if (!strcmp(step, "truth")) {
+            printf("truth used=%llu\n", truth_mib());
+        } else if (!strcmp(step, "threshold")) {
+            CUmemoryPool pool = NULL;
+            unsigned long long v = !strcmp(arg1, "max") ? ~0ULL : (unsigned long long)atol(arg1) << 20;
+            CUresult rc = CU(cuDeviceGetMemPool, (CUmemoryPool *, CUdevice))(&pool, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = CU(cuMemPoolSetAttribute, (CUmemoryPool, int, void *))(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+            printf("threshold %s rc=%d\n", arg1, rc);
+        } else if (!strcmp(step, "sync")) {
+            printf("sync rc=%d\n", CU(cuCtxSynchronize, (void))());
+        } else if (!strcmp(step, "ssync")) {
+            printf("ssync rc=%d\n", CU(cuStreamSynchronize, (CUstream))(NULL));
+        } else if (!strcmp(step, "pool-trim")) {
+            CUmemoryPool pool = NULL;
+            CUresult rc = CU(cuDeviceGetMemPool, (CUmemoryPool *, CUdevice))(&pool, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = CU(cuMemPoolTrimTo, (CUmemoryPool, size_t))(pool, (size_t)atol(arg1) << 20);
+            printf("pool-trim %s rc=%d\n", arg1, rc);
+        } else if (!strcmp(step, "pool-create")) {
+            CUmemPoolProps props;
+            memset(&props, 0, sizeof props);
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = 0;
+            printf("pool-create rc=%d\n", CU(cuMemPoolCreate, (CUmemoryPool *, const CUmemPoolProps *))(&made_pool, &props));
+        } else if (!strcmp(step, "pool-set")) {
+            printf("pool-set rc=%d\n", CU(cuDeviceSetMemPool, (CUdevice, CUmemoryPool))(0, made_pool));
+        } else if (!strcmp(step, "pool-set13")) {
+            CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+            printf("pool-set13 rc=%d\n", CU(cuMemSetMemPool, (CUmemLocation *, int, CUmemoryPool))(
+                                             &loc, CU_MEM_ALLOCATION_TYPE_PINNED, made_pool));
+        } else if (!strcmp(step, "pool-default")) {
+            CUmemoryPool pool = NULL;
+            CU(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))(&pool, 0);
+            printf("pool-default rc=%d\n", CU(cuDeviceSetMemPool, (CUdevice, CUmemoryPool))(0, pool));
+        } else if (!strcmp(step, "pool-destroy")) {
+            printf("pool-destroy rc=%d\n", CU(cuMemPoolDestroy, (CUmemoryPool))(made_pool));
+        } else if (!strcmp(step, "pool-share")) {
+            /* allocation N of made_pool exported and imported through a shareable pool */
+            int n = atoi(arg1), fd = -1;
+            CUmemoryPool imported = NULL;
+            char data[64];
+            CUdeviceptr p = 0;
+            CUresult r1 = CU(cuMemPoolExportToShareableHandle, (void *, CUmemoryPool, int, unsigned long long))(
+                &fd, made_pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            CUresult r2 = r1 ? r1 : CU(cuMemPoolImportFromShareableHandle, (CUmemoryPool *, void *, int, unsigned long long))(
+                &imported, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            CUresult r3 = CU(cuMemPoolExportPointer, (void *, CUdeviceptr))(data, n < nallocs ? allocs[n].key : 0);
+            CUresult r4 = r3 ? r3 : CU(cuMemPoolImportPointer, (CUdeviceptr *, CUmemoryPool, void *))(&p, imported, data);
+            printf("pool-share export=%d import=%d export-ptr=%d import-ptr=%d\n", r1, r2, r3, r4);
+        } else if (!strcmp(step, "vmm")) {
+            CUresult rc = vmm_step((size_t)atol(arg1), arg2 ? arg2 : "keep");
+            printf("vmm %s %s rc=%d\n", arg1, arg2 ? arg2 : "keep", rc);
+        } else if (!strcmp(step, "unmap")) {
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            printf("unmap %s rc=%d\n", arg1, CU(cuMemUnmap, (CUdeviceptr, size_t))(v->va, v->size));
+        } else if (!strcmp(step, "release")) {
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            printf("release %s rc=%d\n", arg1, CU(cuMemRelease, (CUmemGenericAllocationHandle))(v->handle));
+        } else if (!strcmp(step, "retain")) {
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            CUresult rc = CU(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle *, void *))(
+                &v->retained, (void *)(uintptr_t)v->va);
+            CUresult rr = CU(cuMemRelease, (CUmemGenericAllocationHandle))(v->handle);
+            printf("retain %s rc=%d same=%d released-original=%d\n", arg1, rc, v->retained == v->handle, rr);
+        } else if (!strcmp(step, "export")) {
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            CUresult rc = CU(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, int, unsigned long long))(
+                &v->fd, v->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            printf("export %s rc=%d\n", arg1, rc);
+        } else if (!strcmp(step, "import")) {
+            /* the exported handle imported, mapped, unmapped and released */
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            CUdeviceptr va = 0;
+            CUresult r1 = CU(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, int))(
+                &v->imported, (void *)(intptr_t)v->fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            CUresult r2 = r1 ? r1 : CU(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))(
+                &va, v->size, 0, 0, 0);
+            CUresult r3 = r2 ? r2 : CU(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                                                unsigned long long))(va, v->size, 0, v->imported, 0);
+            printf("import %s rc=%d map=%d", arg1, r1, r3);
+            printf(" truth=%llu", truth_mib());
+            printf(" unmap=%d release=%d\n", CU(cuMemUnmap, (CUdeviceptr, size_t))(va, v->size),
+                   CU(cuMemRelease, (CUmemGenericAllocationHandle))(v->imported));
+        } else if (!strcmp(step, "mcast") || !strcmp(step, "mcast-addr")) {
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            CUmulticastObjectProp prop = {1, v->size, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0};
+            CUmemGenericAllocationHandle mc = 0;
+            CUresult r1 = CU(cuMulticastCreate, (CUmemGenericAllocationHandle *, const CUmulticastObjectProp *))(&mc, &prop);
+            CUresult r2 = r1 ? r1 : CU(cuMulticastAddDevice, (CUmemGenericAllocationHandle, CUdevice))(mc, 0);
+            CUresult r3 = r2 ? r2
+                          : !strcmp(step, "mcast")
+                              ? CU(cuMulticastBindMem, (CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle,
+                                                        size_t, size_t, unsigned long long))(mc, 0, v->handle, 0, v->size, 0)
+                              : CU(cuMulticastBindAddr, (CUmemGenericAllocationHandle, size_t, CUdeviceptr, size_t,
+                                                         unsigned long long))(mc, 0, v->va, v->size, 0);
+            printf("%s %s create=%d bind=%d\n", step, arg1, r1, r3);
+        } else if (!strcmp(step, "maparray")) {
+            struct vmm *v = &vmms[atoi(arg1) % 64];
+            CUarrayMapInfo info;
+            memset(&info, 0, sizeof info);
+            info.resource.array = (CUarray)(uintptr_t)0x5a000;
+            info.memOperationType = CU_MEM_OPERATION_TYPE_MAP;
+            info.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+            info.memHandle.memHandle = v->handle;
+            info.deviceBitMask = 1;
+            printf("maparray %s rc=%d\n", arg1, CU(cuMemMapArrayAsync, (CUarrayMapInfo *, unsigned, CUstream))(&info, 1, NULL));
+        } else if (!strcmp(step, "ctxs")) {
+            /* N more contexts (cuCtxCreate_v2), each holding 1 MiB; the first one to fail says why */
+            int n = atoi(arg1), made = 0;
+            CUcontext prev = NULL;
+            CUresult rc = CUDA_SUCCESS;
+            CU(cuCtxGetCurrent, (CUcontext *))(&prev);
+            for (int k = 0; k < n && rc == CUDA_SUCCESS; k++) {
+                CUcontext c = NULL;
+                rc = CU(cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))(&c, 0, 0);
+                if (rc == CUDA_SUCCESS) {
+                    contexts[ncontexts++ % 64] = c;
+                    made++;
+                    CUdeviceptr p;
+                    rc = CU(cuMemAlloc_v2, (CUdeviceptr *, size_t))(&p, 1 << 20);
+                }
+            }
+            CU(cuCtxSetCurrent, (CUcontext))(prev);
+            printf("ctxs %d made=%d rc=%d\n", n, made, rc);
+        } else if (!strcmp(step, "ctx-destroy-all")) {
+            int bad = 0;
+            for (int k = 0; k < ncontexts && k < 64; k++)
+                bad += CU(cuCtxDestroy_v2, (CUcontext))(contexts[k]) != CUDA_SUCCESS;
+            printf("ctx-destroy-all n=%d failures=%d\n", ncontexts, bad);
+            ncontexts = 0;
+        } else if (!strcmp(step, "module")) {
+            const char *how = arg2 ? arg2 : "data";
+            const char *ptx = ptx_with_global((size_t)atol(arg1));
+            CUmodule m = NULL;
+            CUresult rc;
+            if (!strcmp(how, "ex")) {
+                rc = CU(cuModuleLoadDataEx, (CUmodule *, const void *, unsigned, int *, void **))(&m, ptx, 0, NULL, NULL);
+            } else if (!strcmp(how, "fatbin")) {
+                rc = CU(cuModuleLoadFatBinary, (CUmodule *, const void *))(&m, ptx);
+            } else if (!strcmp(how, "file")) {
+                char path[64];
+                snprintf(path, sizeof path, "/tmp/vgpu-client-%d.ptx", (int)getpid());
+                FILE *f = fopen(path, "w");
+                fputs(ptx, f);
+                fclose(f);
+                rc = CU(cuModuleLoad, (CUmodule *, const char *))(&m, path);
+                unlink(path);
+            } else {
+                rc = CU(cuModuleLoadData, (CUmodule *, const void *))(&m, ptx);
+            }
+            CUfunction func = NULL;
+            CUresult rf = rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&func, m, "k");
+            if (rc == CUDA_SUCCESS)
+                modules[nmodules++ % 64] = m;
+            printf("module %s %s rc=%d function=%d\n", arg1, how, rc, rf);
+        } else if (!strcmp(step, "unload")) {
+            printf("unload %s rc=%d\n", arg1, CU(cuModuleUnload, (CUmodule))(modules[atoi(arg1) % 64]));
+        } else if (!strcmp(step, "library")) {
+            const char *how = arg2 ? arg2 : "get";
+            const char *ptx = ptx_with_global((size_t)atol(arg1));
+            CUlibrary l = NULL;
+            CUresult rc;
+            if (!strcmp(how, "file")) {
+                char path[64];
+                snprintf(path, sizeof path, "/tmp/vgpu-client-%d.ptx", (int)getpid());
+                FILE *f = fopen(path, "w");
+                fputs(ptx, f);
+                fclose(f);
+                rc = CU(cuLibraryLoadFromFile, (CUlibrary *, const char *, int *, void **, unsigned, int *, void **,
+                                                unsigned))(&l, path, NULL, NULL, 0, NULL, NULL, 0);
+                unlink(path);
+            } else {
+                rc = CU(cuLibraryLoadData, (CUlibrary *, const void *, int *, void **, unsigned, int *, void **,
+                                            unsigned))(&l, ptx, NULL, NULL, 0, NULL, NULL, 0);
+            }
+            CUkernel k = NULL;
+            CUfunction func = NULL;
+            CUmodule m = NULL;
+            CUresult rk = rc ? rc : CU(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))(&k, l, "k");
+            CUresult ru = rk;
+            if (!rk && !strcmp(how, "module"))
+                ru = CU(cuLibraryGetModule, (CUmodule *, CUlibrary))(&m, l);
+            else if (!rk && !strcmp(how, "lazy")) /* cudart's way: the kernel launched, loaded inside the launch */
+                ru = CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                         CUstream, void **, void **))((CUfunction)k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            else if (!rk)
+                ru = CU(cuKernelGetFunction, (CUfunction *, CUkernel))(&func, k);
+            if (rc == CUDA_SUCCESS)
+                libraries[nlibraries++ % 64] = l;
+            printf("library %s %s rc=%d kernel=%d use=%d\n", arg1, how, rc, rk, ru);
+        } else if (!strcmp(step, "lib-unload")) {
+            printf("lib-unload %s rc=%d\n", arg1, CU(cuLibraryUnload, (CUlibrary))(libraries[atoi(arg1) % 64]));
+        } else if (!strcmp(step, "stack") || !strcmp(step, "heap")) {
+            int limit = !strcmp(step, "stack") ? CU_LIMIT_STACK_SIZE : CU_LIMIT_MALLOC_HEAP_SIZE;
+            size_t want = (size_t)atol(arg1) << (limit == CU_LIMIT_STACK_SIZE ? 10 : 20), now = 0;
+            CUresult rc = CU(cuCtxSetLimit, (int, size_t))(limit, want);
+            CU(cuCtxGetLimit, (size_t *, int))(&now, limit);
+            printf("%s %s rc=%d now=%zu\n", step, arg1, rc, now >> (limit == CU_LIMIT_STACK_SIZE ? 10 : 20));
+        } else if (!strcmp(step, "ipc-get")) {
+            int n = atoi(arg1);
+            CUipcMemHandle h;
+            CUresult rc = CU(cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))(&h, n < nallocs ? allocs[n].key : 0);
+            FILE *f = rc == CUDA_SUCCESS ? fopen(arg2, "w") : NULL;
+            if (f) {
+                fwrite(&h, sizeof h, 1, f);
+                fclose(f);
+            }
+            printf("ipc-get %d rc=%d\n", n, rc);
+        } else if (!strcmp(step, "ipc-open")) {
+            CUipcMemHandle h;
+            memset(&h, 0, sizeof h);
+            FILE *f = fopen(arg1, "r");
+            size_t got = f ? fread(&h, sizeof h, 1, f) : 0;
+            if (f)
+                fclose(f);
+            CUresult rc = CU(cuIpcOpenMemHandle_v2, (CUdeviceptr *, CUipcMemHandle, unsigned))(&ipc_opened, h, 1);
+            printf("ipc-open read=%zu rc=%d\n", got, rc);
+        } else if (!strcmp(step, "ipc-close")) {
+            printf("ipc-close rc=%d\n", CU(cuIpcCloseMemHandle, (CUdeviceptr))(ipc_opened));
+        } else if (!strcmp(step, "hostalloc")) {
+            size_t bytes = (size_t)atol(arg1) << 20;
+            void *p1 = NULL, *p2 = NULL;
+            CUresult r1 = CU(cuMemHostAlloc, (void **, size_t, unsigned))(&p1, bytes, 0);
+            CUresult r2 = CU(cuMemAllocHost_v2, (void **, size_t))(&p2, bytes);
+            printf("hostalloc %s rc=%d,%d\n", arg1, r1, r2);
+        } else if (!strcmp(step, "abs-alloc")) {
+            /* the real driver opened by its absolute path, its cuMemAlloc_v2 by dlsym (issue 24, case 5) */
+            void *real = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW);
+            CUdeviceptr p = 0;
+            CUresult rc = ((CUresult(*)(CUdeviceptr *, size_t))dlsym(real, "cuMemAlloc_v2"))(&p, (size_t)atol(arg1) << 20);
+            if (rc == CUDA_SUCCESS && nallocs < 4096) {
+                snprintf(allocs[nallocs].api, sizeof allocs[nallocs].api, "v2");
+                allocs[nallocs].key = p;
+                allocs[nallocs++].live = 1;
+            }
+            printf("abs-alloc %s rc=%d\n", arg1, rc);
         } else if (!strcmp(step, "rawfree")) {
             /* memory the interposer never saw: allocated straight from the real driver */
             void *real = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW | RTLD_NOLOAD);

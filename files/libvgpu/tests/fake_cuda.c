@@ -2,9 +2,12 @@
  * behind the driver-shaped API that libvgpu hooks. FAKE_GPUS GPUs (default 1) of FAKE_TOTAL_MIB
  * MiB each (default 8192), or as /etc/vgpu-fake-gpu.conf says (tests/README.md); a GPU refuses
  * allocations past its memory with CUDA_ERROR_OUT_OF_MEMORY. Without a state file each process
- * has the GPUs to itself; with one (state=, FAKE_STATE) every process of the node shares them,
- * and fake NVML reports what each process holds. CUDA_VISIBLE_DEVICES (indexes or UUIDs) and
- * NVIDIA_VISIBLE_DEVICES are honoured as the driver and the container runtime do. */
+ * has the GPUs to itself; with one (state=, FAKE_STATE) every process of the node shares them.
+ * Fake NVML reports what each process holds: everything this file and fake_memory.c,
+ * fake_modules.c and fake_graphs.c take, with the lifetimes the real driver has (contexts cost
+ * FAKE_CTX_MIB, modules their .global arrays, pools keep freed memory, ...: tests/README.md).
+ * CUDA_VISIBLE_DEVICES (indexes or UUIDs) and NVIDIA_VISIBLE_DEVICES are honoured as the driver
+ * and the container runtime do. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -25,21 +28,38 @@ static int phys_of[FAKE_MAX_GPUS];   /* ordinal -> physical fake GPU */
 static uint64_t used[FAKE_MAX_GPUS]; /* this process's device memory, by ordinal */
 static struct fake_proc *me;         /* our entry in the state, NULL = none */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static struct CUctx_st {
-    int live;
-    int dev;
-} primary_ctx[FAKE_MAX_GPUS], extra_ctx[64];
+static struct CUctx_st primary_ctx[FAKE_MAX_GPUS], extra_ctx[64];
 static unsigned primary_refs[FAKE_MAX_GPUS];
 static __thread CUcontext current;
 
+/* Linear memory, arrays and IPC mappings. A block of a context (cuMemAlloc and its kin) goes
+ * with the context; charged is the device memory it takes (its size rounded up to
+ * FAKE_ALLOC_ROUND_MIB, as a real GPU rounds small allocations up to its pages). */
 struct block {
-    uint64_t key, bytes;
+    uint64_t key, bytes, charged;
     void *mem;
-    int dev; /* the ordinal of device memory, -1 = host memory */
+    int dev;       /* the ordinal of device memory, -1 = host memory */
+    CUcontext ctx; /* the context it belongs to, NULL = none */
 };
 static struct block blocks[65536];
 static uint64_t next_handle = 0x1000;
+
+uint64_t fake_env_number(const char *name, uint64_t def)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    return *end ? def : (uint64_t)n;
+}
+
+uint64_t fake_env_bytes(const char *name, uint64_t def_mib)
+{
+    return fake_env_number(name, def_mib) * FAKE_MIB;
+}
 
 /* CUDA_VISIBLE_DEVICES: indexes into the GPUs the process has, or UUIDs (a prefix is enough);
  * the list ends at the first entry that names no GPU or one already listed, as with the driver. */
@@ -93,6 +113,10 @@ int fake_ready(void)
 int fake_current_dev(void)
 {
     return current_dev();
+}
+CUcontext fake_current_ctx(void)
+{
+    return current;
 }
 int fake_valid_dev(int dev)
 {
@@ -160,16 +184,18 @@ static void device_give(int dev, uint64_t bytes)
     fake_state_unlock(state);
 }
 
-/* Allocate host memory standing for memory of device dev (-1: host memory, not counted);
- * *key_out == 1 asks for a handle instead of the address as the key. */
-static CUresult fake_alloc(uint64_t bytes, int dev, uint64_t *key_out, void **mem_out)
+/* Allocate host memory standing for memory of device dev (-1: host memory, not counted), of
+ * context ctx (NULL: none) taking charged bytes of the device; *key_out == 1 asks for a handle
+ * instead of the address as the key. */
+static CUresult fake_alloc_in(uint64_t bytes, uint64_t charged, int dev, CUcontext ctx, uint64_t *key_out,
+                              void **mem_out)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!valid_dev(dev) && dev != -1)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
-    if (dev >= 0 && device_take(dev, bytes) != 0) {
+    if (dev >= 0 && device_take(dev, charged) != 0) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -181,12 +207,12 @@ static CUresult fake_alloc(uint64_t bytes, int dev, uint64_t *key_out, void **me
         if (m != MAP_FAILED)
             munmap(m, bytes);
         if (dev >= 0)
-            device_give(dev, bytes);
+            device_give(dev, charged);
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t key = key_out && *key_out == 1 ? next_handle++ : (uint64_t)(uintptr_t)m;
-    blocks[i] = (struct block){key, bytes, m, dev};
+    blocks[i] = (struct block){key, bytes, dev >= 0 ? charged : 0, m, dev, ctx};
     pthread_mutex_unlock(&lock);
     if (key_out)
         *key_out = key;
@@ -195,21 +221,115 @@ static CUresult fake_alloc(uint64_t bytes, int dev, uint64_t *key_out, void **me
     return CUDA_SUCCESS;
 }
 
+CUresult fake_block_add(uint64_t bytes, int dev, uint64_t *key_out, void **mem_out)
+{
+    return fake_alloc_in(bytes, bytes, dev, NULL, key_out, mem_out);
+}
+
+int fake_block_size(uint64_t key, uint64_t *bytes)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0] && !found; i++)
+        if (blocks[i].mem && blocks[i].key == key) {
+            *bytes = blocks[i].bytes;
+            found = 1;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+/* Linear memory of the current context: taken rounded up to FAKE_ALLOC_ROUND_MIB. */
+static CUresult ctx_alloc(uint64_t bytes, int handle_key, uint64_t *key)
+{
+    if (!current)
+        return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
+    uint64_t round = fake_env_bytes("FAKE_ALLOC_ROUND_MIB", 0), charged = bytes;
+    if (round)
+        charged = (bytes + round - 1) / round * round;
+    *key = handle_key ? 1 : 0;
+    return fake_alloc_in(bytes, charged, current_dev(), current, key, NULL);
+}
+
+static void drop_block_locked(size_t i)
+{
+    munmap(blocks[i].mem, blocks[i].bytes);
+    if (blocks[i].dev >= 0)
+        device_give(blocks[i].dev, blocks[i].charged);
+    memset(&blocks[i], 0, sizeof blocks[i]);
+}
+
 CUresult fake_free(uint64_t key)
 {
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
         if (blocks[i].mem && blocks[i].key == key) {
-            munmap(blocks[i].mem, blocks[i].bytes);
-            if (blocks[i].dev >= 0)
-                device_give(blocks[i].dev, blocks[i].bytes);
-            memset(&blocks[i], 0, sizeof blocks[i]);
+            drop_block_locked(i);
             pthread_mutex_unlock(&lock);
             return CUDA_SUCCESS;
         }
     }
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_INVALID_VALUE;
+}
+
+static uint32_t contexts[FAKE_MAX_GPUS]; /* this process's live contexts, by ordinal */
+
+/* NVML lists a process that has a context: counted here and in the node-wide state. */
+static void count_context(int dev, int up)
+{
+    __atomic_add_fetch(&contexts[dev], up ? 1u : (uint32_t)-1, __ATOMIC_RELAXED);
+    if (!state)
+        return;
+    fake_state_lock(state);
+    struct fake_proc *p = my_entry_locked();
+    if (p)
+        p->contexts[phys_of[dev]] += up ? 1u : (uint32_t)-1;
+    fake_state_unlock(state);
+}
+
+/* A context goes: its linear memory, modules and limits go with it, as with the driver. */
+static void context_gone(CUcontext c)
+{
+    count_context(c->dev, 0);
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        if (blocks[i].mem && blocks[i].ctx == c)
+            drop_block_locked(i);
+    pthread_mutex_unlock(&lock);
+    fake_modules_context_gone(c);
+    fake_context_limits_gone(c);
+    fake_device_release(c->dev, fake_env_bytes("FAKE_CTX_MIB", 512));
+}
+
+/* A context takes FAKE_CTX_MIB of its device when it is made (a primary one at its first retain). */
+static CUresult context_made(CUcontext c, int dev, int primary)
+{
+    if (fake_device_reserve(dev, fake_env_bytes("FAKE_CTX_MIB", 512)) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    count_context(dev, 1);
+    *c = (struct CUctx_st){.live = 1, .dev = dev, .primary = primary, .stack = 1024, .heap = 8 * FAKE_MIB};
+    return CUDA_SUCCESS;
+}
+
+/* What this process holds on fake GPU phys, for fake NVML's process list without a state file
+ * (fake_nvml.c finds this function in the process). */
+EXPORT uint32_t fake_gpu_self_contexts(int phys)
+{
+    uint32_t n = 0;
+    for (int d = 0; d < ndev; d++)
+        if (phys_of[d] == phys)
+            n += __atomic_load_n(&contexts[d], __ATOMIC_RELAXED);
+    return n;
+}
+
+EXPORT uint64_t fake_gpu_self_bytes(int phys)
+{
+    uint64_t total = 0;
+    for (int d = 0; d < ndev; d++)
+        if (phys_of[d] == phys)
+            total += __atomic_load_n(&used[d], __ATOMIC_RELAXED);
+    return total;
 }
 
 int fake_device_reserve(int dev, uint64_t bytes)
@@ -234,6 +354,13 @@ static void forget_in_child(void)
     me = NULL;
     memset(used, 0, sizeof used);
     memset(blocks, 0, sizeof blocks);
+    memset(primary_ctx, 0, sizeof primary_ctx);
+    memset(extra_ctx, 0, sizeof extra_ctx);
+    memset(primary_refs, 0, sizeof primary_refs);
+    memset(contexts, 0, sizeof contexts);
+    current = NULL;
+    fake_memory_forget();
+    fake_modules_forget();
 }
 
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
@@ -326,32 +453,53 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
     return CUDA_SUCCESS;
 }
 
+/* The primary context exists from its first retain to its last release (or a reset). */
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!c || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ctx_lock);
+    if (!primary_ctx[d].live) {
+        CUresult rc = context_made(&primary_ctx[d], d, 1);
+        if (rc != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&ctx_lock);
+            return rc;
+        }
+    }
     primary_refs[d]++;
-    primary_ctx[d].live = 1;
+    pthread_mutex_unlock(&ctx_lock);
     *c = &primary_ctx[d];
+    return CUDA_SUCCESS;
+}
+
+static CUresult primary_release(CUdevice d, int reset)
+{
+    if (!valid_dev(d) || (!reset && primary_refs[d] == 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ctx_lock);
+    primary_refs[d] = reset ? 0 : primary_refs[d] - 1;
+    int gone = primary_refs[d] == 0 && primary_ctx[d].live;
+    if (gone)
+        primary_ctx[d].live = 0;
+    pthread_mutex_unlock(&ctx_lock);
+    if (gone) {
+        context_gone(&primary_ctx[d]);
+        if (current == &primary_ctx[d])
+            current = NULL;
+    }
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 {
-    if (!valid_dev(d) || primary_refs[d] == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    primary_refs[d]--;
-    return CUDA_SUCCESS;
+    return primary_release(d, 0);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
-    if (!valid_dev(d))
-        return CUDA_ERROR_INVALID_VALUE;
-    primary_refs[d] = 0;
-    return CUDA_SUCCESS;
+    return primary_release(d, 1);
 }
 
 EXPORT CUresult cuCtxSetCurrent(CUcontext c)
@@ -380,9 +528,13 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
     return CUDA_SUCCESS;
 }
 
+/* A synchronize is where stream-ordered pools give back what they keep above their threshold. */
 EXPORT CUresult cuCtxSynchronize(void)
 {
-    return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (!current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    fake_pools_synchronized();
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
@@ -392,25 +544,32 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!c || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&ctx_lock);
     for (int i = 0; i < 64; i++) {
         if (!extra_ctx[i].live) {
-            extra_ctx[i] = (struct CUctx_st){1, d};
-            pthread_mutex_unlock(&lock);
+            CUresult rc = context_made(&extra_ctx[i], d, 0);
+            pthread_mutex_unlock(&ctx_lock);
+            if (rc != CUDA_SUCCESS)
+                return rc;
             *c = &extra_ctx[i];
             current = *c;
             return CUDA_SUCCESS;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&ctx_lock);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c)
 {
-    if (!c || (c >= primary_ctx && c < primary_ctx + FAKE_MAX_GPUS) || !c->live)
+    pthread_mutex_lock(&ctx_lock);
+    if (!c || (c >= primary_ctx && c < primary_ctx + FAKE_MAX_GPUS) || !c->live) {
+        pthread_mutex_unlock(&ctx_lock);
         return CUDA_ERROR_INVALID_VALUE;
+    }
     c->live = 0;
+    pthread_mutex_unlock(&ctx_lock);
+    context_gone(c);
     if (current == c)
         current = NULL;
     return CUDA_SUCCESS;
@@ -420,15 +579,14 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
 {
     if (!p || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!current)
-        return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
     uint64_t key = 0;
-    CUresult rc = fake_alloc(bytes, current_dev(), &key, NULL);
+    CUresult rc = ctx_alloc(bytes, 0, &key);
     if (rc == CUDA_SUCCESS)
         *p = key;
     return rc;
 }
 
+/* Stream-ordered allocations may be freed by cuMemFree too (the driver synchronizes first). */
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
     if (!initialised)
@@ -436,7 +594,39 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
     CUresult rc;
     if (fake_graph_free(p, &rc))
         return rc;
+    if (p && fake_pool_free(p))
+        return CUDA_SUCCESS;
     return p ? fake_free(p) : CUDA_SUCCESS;
+}
+
+/* ---- the 32-bit entry points without _v2: 32-bit addresses (handles here) and sizes ---- */
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned bytes)
+{
+    if (!p || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key = 0;
+    CUresult rc = ctx_alloc(bytes, 1, &key);
+    if (rc == CUDA_SUCCESS)
+        *p = (CUdeviceptr_v1)key;
+    return rc;
+}
+
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 p)
+{
+    if (!initialised)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return p ? fake_free(p) : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned *pitch, unsigned width, unsigned height, unsigned elem)
+{
+    if (!p || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned pt = (width + 1023) & ~1023u;
+    CUresult rc = cuMemAlloc(p, pt * height);
+    if (rc == CUDA_SUCCESS)
+        *pitch = pt;
+    return rc;
 }
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned flags)
@@ -457,83 +647,22 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, 
     return rc;
 }
 
+/* From the current pool of the current device (the default pool unless one was set). */
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s)
 {
     CUresult rc;
     if (fake_capture_alloc(s, bytes, current_dev(), p, &rc))
         return rc; /* an allocation node of the graph being captured */
-    return cuMemAlloc_v2(p, bytes);
+    if (!p || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!current)
+        return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
+    return fake_pool_alloc(fake_current_pool(current_dev()), bytes, p);
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s)
 {
     return cuMemAllocAsync(p, bytes, s);
-}
-
-static struct CUmemPoolHandle_st {
-    int dev;
-} default_pool[FAKE_MAX_GPUS];
-
-EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d)
-{
-    if (!pool || !valid_dev(d))
-        return CUDA_ERROR_INVALID_VALUE;
-    default_pool[d].dev = d;
-    *pool = &default_pool[d];
-    return CUDA_SUCCESS;
-}
-
-/* Memory of a pool is on the pool's device, whatever the current context. */
-EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s)
-{
-    if (!p || !bytes || !pool)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult rc0;
-    if (fake_capture_alloc(s, bytes, pool->dev, p, &rc0))
-        return rc0;
-    uint64_t key = 0;
-    CUresult rc = fake_alloc(bytes, pool->dev, &key, NULL);
-    if (rc == CUDA_SUCCESS)
-        *p = key;
-    return rc;
-}
-
-EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s)
-{
-    return cuMemAllocFromPoolAsync(p, bytes, pool, s);
-}
-
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
-{
-    CUresult rc;
-    if (fake_capture_free(s, p, &rc))
-        return rc; /* a free node of the graph being captured */
-    return cuMemFree_v2(p);
-}
-
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
-{
-    return cuMemFreeAsync(p, s);
-}
-
-EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t bytes, const CUmemAllocationProp *prop,
-                            unsigned long long flags)
-{
-    if (!h || !prop || !bytes || flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    int device = prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE;
-    if (device && !valid_dev(prop->location.id))
-        return CUDA_ERROR_INVALID_DEVICE;
-    uint64_t key = 1; /* ask for a handle, not an address */
-    CUresult rc = fake_alloc(bytes, device ? prop->location.id : -1, &key, NULL);
-    if (rc == CUDA_SUCCESS)
-        *h = key;
-    return rc;
-}
-
-EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
-{
-    return fake_free(h);
 }
 
 static uint64_t fmt_bytes(int f)
@@ -545,10 +674,7 @@ static uint64_t fmt_bytes(int f)
 
 static CUresult make_array(uint64_t bytes, uint64_t *key)
 {
-    if (!current)
-        return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
-    *key = 1;
-    return fake_alloc(bytes, current_dev(), key, NULL);
+    return ctx_alloc(bytes, 1, key);
 }
 
 EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
@@ -572,6 +698,22 @@ EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
     if (rc == CUDA_SUCCESS)
         *a = (CUarray)(uintptr_t)key;
     return rc;
+}
+
+EXPORT CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
+{
+    if (!a || !d || !d->Width)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY_DESCRIPTOR d2 = {d->Width, d->Height, d->Format, d->NumChannels};
+    return cuArrayCreate_v2(a, &d2);
+}
+
+EXPORT CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
+{
+    if (!a || !d || !d->Width)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY3D_DESCRIPTOR d2 = {d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags};
+    return cuArray3DCreate_v2(a, &d2);
 }
 
 EXPORT CUresult cuArrayDestroy(CUarray a)
@@ -641,9 +783,9 @@ static unsigned long launches;
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
-    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params,
-        (void)extra;
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
     launches++;
+    fake_launch_loads(f);
     return CUDA_SUCCESS;
 }
 

@@ -30,6 +30,7 @@ struct fake_proc {
     uint64_t pidns;      /* inode of /proc/self/ns/pid */
     uint64_t start_time; /* field 22 of /proc/<pid>/stat: the same in every namespace */
     uint64_t bytes[FAKE_MAX_GPUS];
+    uint32_t contexts[FAKE_MAX_GPUS]; /* NVML lists a process that has a context, whatever it holds */
 };
 
 /* The node-wide state: what every process of the node holds on every fake GPU. now and peak

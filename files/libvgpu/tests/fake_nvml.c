@@ -1,9 +1,14 @@
 /* A fake NVML for the CI tests and for GPU-less nodes: the fake GPUs of fake_gpu.c (the same
  * UUIDs as the fake CUDA driver's), the calls libvgpu's NVML hooks and the Python components
- * (pynvml: device plugin, cgpu-monitor, MPS, gpu_facts) make. Without a state file it reports
- * 100 MiB used by someone else and the caller as the one process (FAKE_PROC_MIB MiB, default
- * 999) on GPU 0; with one, what every process of the node holds (pids as this process's pid
- * namespace sees them). Devices are those of NVIDIA_VISIBLE_DEVICES, numbered from 0. */
+ * (pynvml: device plugin, cgpu-monitor, MPS, gpu_facts) make. The running-process list is the
+ * GPU's own per-process count, as the driver's: everything the fake CUDA driver took for each
+ * process (allocations, pool reserves, physical handles, contexts, modules, stacks). Without a
+ * state file that is the caller alone (found in this process's fake libcuda) and the device
+ * shows 100 MiB used by someone else; with one, every process of the node, pids as this
+ * process's pid namespace sees them. FAKE_NVML_PROCS=0 lists no process (as MPS hides its
+ * clients). Devices are those of NVIDIA_VISIBLE_DEVICES, numbered from 0. */
+#include <dlfcn.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +19,6 @@
 #include "fake_gpu.h"
 
 #define EXPORT __attribute__((visibility("default")))
-#define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_TIMEOUT 10
 
 static int inits;
@@ -296,21 +300,54 @@ struct proc_row {
     unsigned pid;
     unsigned long long bytes;
 };
+/* The fake libcuda loaded in this process (by the loader or by libvgpu, RTLD_LOCAL): found by
+ * walking the loaded objects for its fake_gpu_self_bytes. */
+struct self_lookup {
+    const char *name;
+    void *fn;
+};
+static int find_in_objects(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct self_lookup *l = arg;
+    if (!info->dlpi_name || !info->dlpi_name[0])
+        return 0;
+    void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+    l->fn = h ? dlsym(h, l->name) : NULL;
+    if (h)
+        dlclose(h);
+    return l->fn != NULL;
+}
+
+/* This process in the fake libcuda: (bytes it holds, contexts it has) on fake GPU phys. */
+static uint64_t self_in_fake(int phys, uint32_t *contexts)
+{
+    struct self_lookup bytes = {"fake_gpu_self_bytes", NULL}, ctxs = {"fake_gpu_self_contexts", NULL};
+    dl_iterate_phdr(find_in_objects, &bytes);
+    dl_iterate_phdr(find_in_objects, &ctxs);
+    *contexts = ctxs.fn ? ((uint32_t(*)(int))ctxs.fn)(phys) : 0;
+    return bytes.fn ? ((uint64_t(*)(int))bytes.fn)(phys) : 0;
+}
+
 static unsigned rows_of(nvmlDevice_t d, struct proc_row *rows, unsigned max)
 {
     struct fake_state *s = fake_state();
     unsigned n = 0;
+    const char *shown = getenv("FAKE_NVML_PROCS");
+    if (shown && strcmp(shown, "0") == 0)
+        return 0;
     if (!s) {
-        const char *m = getenv("FAKE_PROC_MIB");
-        if (d->phys == 0 && max)
-            rows[n++] = (struct proc_row){(unsigned)getpid(), (unsigned long long)(m ? atol(m) : 999) << 20};
+        uint32_t contexts;
+        uint64_t mine = self_in_fake(d->phys, &contexts);
+        if ((mine || contexts) && max)
+            rows[n++] = (struct proc_row){(unsigned)getpid(), mine};
         return n;
     }
     fake_state_lock(s);
     fake_state_reap_locked(s);
     for (int i = 0; i < FAKE_MAX_PROCS && n < max; i++) {
         const struct fake_proc *p = &s->procs[i];
-        uint32_t pid = p->live && p->bytes[d->phys] ? fake_proc_local_pid(p) : 0;
+        uint32_t pid = p->live && (p->bytes[d->phys] || p->contexts[d->phys]) ? fake_proc_local_pid(p) : 0;
         if (pid)
             rows[n++] = (struct proc_row){pid, p->bytes[d->phys]};
     }

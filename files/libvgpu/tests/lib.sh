@@ -24,12 +24,13 @@ fresh() {
     R=$(mktemp -d "$WORK/region.XXXX")
     OUT=$R/out ERR=$R/err
     unset VGPU_MEMORY_LIMIT LIMIT GPU_VIRTUAL_MEMORY GPU_COMPUTE_AUDIT LD_PRELOAD PRELOAD
-    export VGPU_CONTEXT_RESERVE=0  # round numbers; the context charge has its own tests
+    export VGPU_CONTEXT_RESERVE=0 FAKE_CTX_MIB=0  # round numbers; contexts have their own tests
     export VGPU_REGION_DIR=$R VGPU_CONFIG_FILE_DEFAULT_UNUSED=1
     export VGPU_CONFIG_FILE=""
     export VGPU_REAL_LIBCUDA=$FAKE VGPU_REAL_LIBNVML=$B/fake/libnvidia-ml.so.1 FAKE_DRIVER=$FAKE
     export FAKE_GPU_CONF=/dev/null  # one 8 GiB fake GPU, whatever this machine's /etc says
-    unset FAKE_GPUS FAKE_TOTAL_MIB FAKE_STATE NVIDIA_VISIBLE_DEVICES CUDA_VISIBLE_DEVICES
+    unset FAKE_GPUS FAKE_TOTAL_MIB FAKE_STATE NVIDIA_VISIBLE_DEVICES CUDA_VISIBLE_DEVICES FAKE_NVML_PROCS \
+        FAKE_ALLOC_ROUND_MIB FAKE_POOL_GRANULE_MIB FAKE_RESIDENT_THREADS
     export LD_LIBRARY_PATH=$B
     export VGPU_MEMORY_LIMIT=${1:-100MiB}
 }
@@ -54,3 +55,27 @@ expect() { # name, grep patterns that must all be in $OUT
 wait_for() { for _ in $(seq 100); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 json_field() { "$MANAGE" --stats --json | grep -oE "\"$1\": [0-9]+" | head -1 | awk '{print $2}'; }
 
+# truth_at_most MIB: every "truth used=N" line of $OUT (what the fake GPU holds for the process)
+# is at most MIB, and there is at least one.
+truth_at_most() {
+    local worst
+    worst=$(sed -n 's/.*truth used=\([0-9]*\).*/\1/p' "$OUT" | sort -n | tail -1)
+    [ -n "$worst" ] && [ "$worst" -le "$1" ]
+}
+# expect_in_order NAME PATTERNS...: each pattern matches a line of $OUT after the previous one's.
+expect_in_order() {
+    local name=$1 from=1 at; shift
+    for p in "$@"; do
+        at=$(tail -n +"$from" "$OUT" | grep -nE -m1 -- "$p" | cut -d: -f1)
+        if [ -z "$at" ]; then fail "$name (missing, in order: $p)"; return 1; fi
+        from=$((from + at))
+    done
+    if ! sanitizer_clean; then fail "$name (sanitizer report)"; return 1; fi
+    pass "$name"
+}
+# expect_truth NAME MIB PATTERNS...: expect_in_order, and the GPU never held more than MIB.
+expect_truth() {
+    local name=$1 limit=$2; shift 2
+    if ! truth_at_most "$limit"; then fail "$name (the GPU held $(sed -n 's/.*truth used=\([0-9]*\).*/\1/p' "$OUT" | sort -n | tail -1) MiB, more than $limit)"; return 1; fi
+    expect_in_order "$name" "$@"
+}

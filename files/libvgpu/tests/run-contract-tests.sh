@@ -42,14 +42,15 @@ if grep -q "region $FIXED/vgpu.region" "$R/stats" && grep -q "used 60.0 MiB" "$R
     pass "manage --stats reads the contract's region whatever VGPU_REGION_DIR says"
 else OUT=$R/stats; fail "manage --stats with VGPU_REGION_DIR set"; fi
 
+# (FAKE_NVML_PROCS=0: NVML gives no per-process figure, so each context is charged the reserve)
 container memory_limit=0:1000MiB limit=1 gpu_virtual_memory=1 context_reserve=100MiB
-export LIMIT=0 GPU_VIRTUAL_MEMORY=0 VGPU_CONTEXT_RESERVE=0
+export LIMIT=0 GPU_VIRTUAL_MEMORY=0 VGPU_CONTEXT_RESERVE=0 FAKE_NVML_PROCS=0
 run init info alloc:950 alloc:850
 expect "the environment cannot change a setting the quota file holds (limit, virtual memory, context charge)" \
     "info rc=0 free=900 total=1000" "alloc 950 v2 rc=2" "alloc 850 v2 rc=0"
 
 container memory_limit=0:1000MiB
-export VGPU_CONTEXT_RESERVE=0 LIMIT=0
+export VGPU_CONTEXT_RESERVE=0 LIMIT=0 FAKE_NVML_PROCS=0
 run init info alloc:600
 expect "nor one the file leaves out: the built-in defaults apply (512 MiB per context, enforcement on)" \
     "info rc=0 free=488 total=1000" "alloc 600 v2 rc=2"

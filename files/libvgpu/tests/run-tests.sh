@@ -6,9 +6,10 @@ set -u
 . "$(dirname "$0")/lib.sh"
 
 # ---------------------------------------------------------------- enforcement, every path
+# (a stream-ordered pool keeps freed memory until a synchronize: ssync)
 for api in v2 managed async async_ptsz pool pool_ptsz create array array3d mipmap gpa gpa2 gpa2_ptsz; do
     fresh 100MiB
-    run init alloc:60:$api alloc:60:$api info free:0 info alloc:80:$api info
+    run init alloc:60:$api alloc:60:$api info free:0 ssync info alloc:80:$api info
     expect "quota holds for $api: over refused with OOM, free releases" \
         "alloc 60 $api rc=0" "alloc 60 $api rc=2$" "info rc=0 free=40 total=100" "free 0 rc=0" \
         "info rc=0 free=100 total=100" "alloc 80 $api rc=0" "info rc=0 free=20 total=100"
@@ -62,23 +63,25 @@ expect "GPU_VIRTUAL_MEMORY=0 reports the physical GPU but still enforces" "info 
     "alloc 60 v2 rc=2"
 
 fresh 100MiB
-export VGPU_CONTEXT_RESERVE=10MiB
+export VGPU_CONTEXT_RESERVE=10MiB FAKE_CTX_MIB=10
 run init info nvml ctx alloc:95 alloc:85
-expect "each context's footprint counts against the quota and shows as NVML reserved" \
+expect "each context's footprint (what the GPU says it costs) counts against the quota and shows as NVML reserved" \
     "info rc=0 free=90 total=100" "nvml2 rc=0 total=100 used=0 reserved=10 free=90" "ctx rc=0 free_inside=80 destroy=0" \
     "alloc 95 v2 rc=2" "alloc 85 v2 rc=0"
 
 fresh 1000MiB
 unset VGPU_CONTEXT_RESERVE
+export FAKE_CTX_MIB=512
 run init info nvml
-expect "by default each context is charged 512 MiB" "info rc=0 free=488 total=1000" \
+expect "by default a context is charged what the GPU says it costs (the fake's 512 MiB)" "info rc=0 free=488 total=1000" \
     "nvml2 rc=0 total=1000 used=0 reserved=512 free=488"
 
 fresh 1000MiB
 printf 'memory_limit=0:1000MiB\ncontext_reserve=100MiB\n' >"$R/quota.conf"
-export VGPU_CONFIG_FILE=$R/quota.conf VGPU_CONTEXT_RESERVE=0
+export VGPU_CONFIG_FILE=$R/quota.conf VGPU_CONTEXT_RESERVE=0 FAKE_NVML_PROCS=0
 run init info
-expect "the quota file's context_reserve wins over the environment" "info rc=0 free=900 total=1000"
+expect "the quota file's context_reserve (the charge without an NVML figure) wins over the environment" \
+    "info rc=0 free=900 total=1000"
 
 fresh 3000MiB
 export FAKE_TOTAL_MIB=2048
@@ -141,6 +144,15 @@ run init nvml
 if grep -q "init rc=3" "$OUT" && grep -q "nvml rc=999" "$OUT" && grep -q 'line 2' "$ERR" && grep -q '0:abc' "$ERR"; then
     pass "malformed quota file fails CUDA and NVML closed, naming file, line and value"
 else fail "bad quota file"; fi
+
+fresh 100MiB
+printf 'memory_limit=0:100MiB\ngpu_virtual_memroy=0\n' >"$R/quota.conf"
+export VGPU_CONFIG_FILE=$R/quota.conf
+run init nvml
+if grep -q "init rc=3" "$OUT" && grep -q "nvml rc=999" "$OUT" \
+    && grep -q 'quota.conf line 2: unknown key "gpu_virtual_memroy": expected memory_limit, context_reserve, limit, gpu_virtual_memory' "$ERR"; then
+    pass "an unknown key in the quota file fails CUDA and NVML closed, naming the key and the keys expected"
+else fail "unknown quota file key"; fi
 
 fresh 100MiB
 export VGPU_CONFIG_FILE=$R/missing.conf
@@ -451,6 +463,248 @@ if grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 M
     && sanitizer_clean; then
     pass "the fake driver as a node's driver: the loader finds it; vgpu-memory-usage and manage --stats work"
 else OUT2=$OUT; cat "$R/stats" >>"$OUT2"; fail "fake driver as the node's driver"; fi
+
+# ---------------------------------------------------------------- what the GPU really holds (issue 24)
+# The fake driver keeps memory as the real one does (tests/README.md); "truth" is its own count of
+# what the process holds, which fake NVML reports. Contexts cost nothing unless a test says so, and
+# the allowance (the context reserve) is 0: the GPU may never hold more than the quota.
+
+# 1. stream-ordered pools
+fresh 1000MiB
+run init threshold:max alloc:600:async free:0 sync truth alloc:600 truth
+expect_truth "pool with release threshold UINT64_MAX keeps the freed 600 MiB: a cuMemAlloc of 600 is refused" 1000 \
+    "threshold max rc=0" "alloc 600 async rc=0" "free 0 rc=0" "sync rc=0" "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init alloc:600:async free:0 ssync alloc:600 truth
+expect_truth "pool with threshold 0 gives the freed memory back at a synchronize: the 600 MiB fits" 1000 "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init threshold:max alloc:600:async free:0 pool-trim:0 alloc:600 truth
+expect_truth "cuMemPoolTrimTo gives the kept memory back at once: the 600 MiB fits" 1000 "pool-trim 0 rc=0" \
+    "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init pool-create pool-set threshold:max alloc:600:async free:0 alloc:600 truth pool-default
+expect_truth "a pool made current with cuDeviceSetMemPool is charged what it keeps" 1000 "pool-set rc=0" \
+    "alloc 600 async rc=0" "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init pool-create pool-set13 threshold:max alloc:600:async free:0 alloc:600 truth
+expect_truth "a pool made current with cuMemSetMemPool is charged what it keeps" 1000 "pool-set13 rc=0" \
+    "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init pool-create alloc:600:mypool free:0 alloc:600 truth sync alloc:600 truth pool-destroy
+expect_truth "an explicit pool keeps freed memory until a synchronize, and is charged for it until then" 1000 \
+    "alloc 600 mypool rc=0" "alloc 600 v2 rc=2" "sync rc=0" "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+export FAKE_POOL_GRANULE_MIB=64
+run init alloc:100:async info truth
+expect_truth "a pool that grows by more than the allocation is charged what it reserved" 1000 \
+    "alloc 100 async rc=0" "info rc=0 free=872 total=1000" "truth used=128"
+
+# 2. physical handles released while mapped
+fresh 1000MiB
+run init vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release \
+    vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release truth
+if [ "$(grep -c 'vmm 100 release rc=0' "$OUT")" = 10 ] && [ "$(grep -c 'vmm 100 release rc=2' "$OUT")" = 3 ]; then
+    expect_truth "13 x 100 MiB handles released while mapped: charged until unmapped, the 11th is refused" 1000 "truth"
+else fail "13 handles released while mapped: $(grep -c 'rc=0' "$OUT") made"; fi
+
+fresh 1000MiB
+run init vmm:600:release unmap:0 vmm:600:release truth
+expect_truth "the last unmap of a released handle gives its memory back" 1000 "unmap 0 rc=0" "vmm 600 release rc=0$"
+
+fresh 1000MiB
+run init vmm:600:keep retain:0 unmap:0 alloc:600 release:0 alloc:600 truth
+expect_truth "cuMemRetainAllocationHandle keeps the memory until its own release" 1000 \
+    "retain 0 rc=0 same=1 released-original=0" "unmap 0 rc=0" "alloc 600 v2 rc=2" "release 0 rc=0" "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init vmm:600:keep export:0 release:0 unmap:0 alloc:600 truth
+expect_truth "an exported handle stays charged to its exporter after release and unmap" 1000 "export 0 rc=0" \
+    "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init vmm:300:keep export:0 import:0 alloc:600 info
+expect_in_order "an imported handle (mapped, unmapped, released) is not charged again" "import 0 rc=0 map=0 truth=300 unmap=0 release=0" \
+    "alloc 600 v2 rc=0" "info rc=0 free=100 total=1000"
+
+for bind in mcast mcast-addr maparray; do
+    fresh 1000MiB
+    run init vmm:600:keep $bind:0 release:0 unmap:0 alloc:600 truth
+    expect_truth "a handle bound by $bind stays charged after release and unmap" 1000 "$bind 0 .*(rc|bind)=0" \
+        "alloc 600 v2 rc=2"
+done
+
+# 3. contexts
+fresh 1000MiB
+export FAKE_CTX_MIB=100
+run init ctxs:16 truth info ctx-destroy-all ctxs:1 truth
+expect_truth "16 contexts (100 MiB each, 1 MiB in each): each charged what it costs, the 9th refused, destroying gives back" \
+    1000 "ctxs 16 made=8 rc=2" "ctx-destroy-all n=8 failures=0" "ctxs 1 made=1 rc=0"
+
+fresh 50MiB
+export FAKE_CTX_MIB=100
+run init
+expect "a quota smaller than one context cannot run CUDA: the first context is refused" "init rc=2"
+
+fresh 1000MiB
+export FAKE_CTX_MIB=100 FAKE_NVML_PROCS=0 VGPU_CONTEXT_RESERVE=10MiB VGPU_LOG_LEVEL=2
+run init info ctxs:1 info
+if grep -q "info rc=0 free=990 total=1000" "$OUT" && grep -q "info rc=0 free=979 total=1000" "$OUT" \
+    && [ "$(grep -c 'no per-process figure' "$ERR")" = 1 ]; then
+    pass "without a per-process NVML figure a context is charged the configured reserve, said once"
+else fail "context fallback without NVML"; fi
+unset VGPU_LOG_LEVEL
+
+# 4. modules and libraries
+fresh 1000MiB
+run init module:300 module:300:ex module:300:file module:300:fatbin module:300 module:300 module:300 truth
+if [ "$(grep -c 'module 300 .* rc=0' "$OUT")" = 3 ] && [ "$(grep -c 'module 300 .* rc=2' "$OUT")" = 4 ]; then
+    expect_truth "7 module loads of 300 MiB of .global arrays: the GPU's cost is charged, the 4th is refused" 1000 truth
+else fail "module loads: $(grep -c 'rc=0' "$OUT") loaded"; fi
+
+fresh 1000MiB
+run init module:600 unload:0 module:600 truth
+expect_truth "unloading a module gives its memory back" 1000 "unload 0 rc=0" "module 600 data rc=0 function=0"
+
+fresh 1000MiB
+run init library:300 library:300:module library:300:file library:300 library:300 truth
+if [ "$(grep -c 'use=0' "$OUT")" = 3 ] && [ "$(grep -c 'use=2' "$OUT")" = 2 ]; then
+    expect_truth "library loads: the memory a library takes at its first kernel or module lookup is charged" 1000 truth
+else fail "library loads: $(grep -c 'use=0' "$OUT") used"; fi
+
+fresh 1000MiB
+run init library:600 lib-unload:0 library:600 truth
+expect_truth "unloading a library gives its memory back" 1000 "lib-unload 0 rc=0" "library 600 get rc=0 kernel=0 use=0"
+
+fresh 1000MiB
+export VGPU_CONTEXT_RESERVE=200MiB  # the allowance: the GPU's count is asked in the last 200 MiB
+run init library:600:lazy truth alloc:600 alloc:300 truth
+expect_truth "a library loaded inside a launch (no hook sees it): the GPU's own count refuses the next allocation" 1000 \
+    "library 600 lazy rc=0 kernel=0 use=0" "alloc 600 v2 rc=2" "alloc 300 v2 rc=0"
+
+# limits
+fresh 1000MiB
+export FAKE_RESIDENT_THREADS=1024
+run init stack:512 truth stack:1024 truth alloc:500 alloc:400 stack:1 alloc:900 truth
+expect_truth "cuCtxSetLimit(STACK_SIZE) is charged what it takes; one past the quota is refused and the old limit kept" \
+    1000 "stack 512 rc=0 now=512" "stack 1024 rc=2 now=512" "alloc 500 v2 rc=2" "alloc 400 v2 rc=0" \
+    "stack 1 rc=0 now=1" "alloc 900 v2 rc=2"
+
+fresh 1000MiB
+export VGPU_CONTEXT_RESERVE=200MiB
+run init heap:600 launch:1 truth alloc:600 truth
+expect_truth "the device heap taken at a launch: the GPU's own count refuses the next allocation" 1000 "alloc 600 v2 rc=2"
+
+# 6. entry points without _v2, and what must stay uncharged
+for api in v1 pitch1 array1 array3d1; do
+    fresh 100MiB
+    run init alloc:60:$api alloc:60:$api info free:0 info alloc:80:$api truth
+    expect_truth "quota holds for the 32-bit entry point $api: over refused with OOM, free releases" 100 \
+        "alloc 60 $api rc=0" "alloc 60 $api rc=2$" "info rc=0 free=40 total=100" "free 0 rc=0" \
+        "info rc=0 free=100 total=100" "alloc 80 $api rc=0"
+done
+
+fresh 100MiB
+run init hostalloc:600 info alloc:60 info
+expect "pinned host memory (cuMemHostAlloc, cuMemAllocHost_v2) is not charged" "hostalloc 600 rc=0,0" \
+    "info rc=0 free=100 total=100" "alloc 60 v2 rc=0"
+
+fresh 100MiB
+"$CLIENT" init alloc:60 ipc-get:0:"$R/ipc" hold:5 >"$R/p1" 2>&1 &
+wait_for holding "$R/p1"
+run init ipc-open:"$R/ipc" alloc:40 info ipc-close
+wait
+expect_in_order "a second process opening a cuIpcGetMemHandle handle is not charged again" "ipc-open read=1 rc=0" \
+    "alloc 40 v2 rc=0" "info rc=0 free=0 total=100" "ipc-close rc=0"
+
+fresh 1000MiB
+run init pool-create alloc:300:mypool pool-share:0 info
+expect "pool imports (cuMemPoolImportFromShareableHandle, cuMemPoolImportPointer) are not charged again" \
+    "pool-share export=0 import=0 export-ptr=0 import-ptr=0" "info rc=0 free=700 total=1000"
+
+# a process that exits: its memory counts until the driver freed it (the process is gone)
+fresh 1000MiB
+export FAKE_STATE=$R/state
+VGPU_TEST_LINGER_LIB=$B/liblinger.so "$CLIENT" init alloc:600 linger:3 >"$R/p1" 2>&1 &
+exiting=$!
+wait_for lingering "$R/p1"
+run init alloc:600 truth
+wait $exiting
+"$CLIENT" init alloc:600 >>"$OUT" 2>>"$ERR"
+unset FAKE_STATE
+expect_in_order "a process past its destructor still holds its memory: counted until it is gone, then it fits" \
+    "alloc 600 v2 rc=2" "truth used=0" "alloc 600 v2 rc=0"
+
+# 5. both library modes, and both at once
+fresh 100MiB
+PRELOAD=$B/libvgpu.so
+export LD_LIBRARY_PATH=$B/fake
+run init abs-alloc:60 abs-alloc:60 info
+expect_in_order "LD_PRELOAD: the real driver opened by its absolute path is intercepted" "abs-alloc 60 rc=0" \
+    "abs-alloc 60 rc=2" "info rc=0 free=40 total=100"
+unset PRELOAD
+
+fresh 100MiB
+PRELOAD=$B/libvgpu.so
+run init abs-alloc:30 alloc:40 info alloc:40 free:0 free:1 info
+if grep -q "restored" "$ERR"; then
+    fail "both modes in one process: two accountings fought over the process's slot"
+else
+    expect_in_order "both modes in one process (shim and LD_PRELOAD): the real driver by path is intercepted, one accounting" \
+        "abs-alloc 30 rc=0" "alloc 40 v2 rc=0" "info rc=0 free=30 total=100" "alloc 40 v2 rc=2" "free 0 rc=0" \
+        "free 1 rc=0" "info rc=0 free=100 total=100"
+fi
+unset PRELOAD
+
+# ---------------------------------------------------------------- the invariant under a seeded random sequence
+# Two processes of one container (one through the shim, one through LD_PRELOAD) take turns at 240
+# random driver calls of every kind; after each, a process without libvgpu checks what fake NVML
+# says the GPU holds for them: never above the quota plus the allowance (the context reserve).
+fresh 1000MiB
+SEED=${VGPU_TRUTH_SEED:-24}
+export FAKE_STATE=$R/state FAKE_CTX_MIB=64 FAKE_ALLOC_ROUND_MIB=2 FAKE_POOL_GRANULE_MIB=32 FAKE_RESIDENT_THREADS=1024 \
+    VGPU_CONTEXT_RESERVE=64MiB
+preload=$B/libvgpu.so
+if [[ $V == *asan* ]]; then preload="$(${CC:-cc} -print-file-name=libasan.so) $preload"; fi
+timeout 300 "$B/truth-random" worker 0 "$SEED" 240 "$R/turns" 250 >"$R/w0" 2>&1 &
+w0=$!
+timeout 300 env LD_PRELOAD="$preload" LD_LIBRARY_PATH="$B/fake" "$B/truth-random" worker 1 "$SEED" 240 "$R/turns" 250 \
+    >"$R/w1" 2>&1 &
+w1=$!
+timeout 300 env LD_LIBRARY_PATH="$B/fake" TRUTH_NVML="$B/fake/libnvidia-ml.so.1" "$B/truth-random" checker 240 \
+    "$R/turns" 1064 >"$OUT" 2>"$ERR"
+c=$?
+wait $w0; a=$?
+wait $w1; b=$?
+cat "$R/w0" "$R/w1" >>"$OUT"
+ooms=$(sed -n 's/^random worker.* oom=\([0-9]*\).*/\1/p' "$OUT" | awk '{ s += $1 } END { print s + 0 }')
+if [ $a = 0 ] && [ $b = 0 ] && [ $c = 0 ] && [ "$ooms" -gt 0 ] && grep -q 'random checked=240 violations=0' "$OUT" \
+    && sanitizer_clean && ! grep -qE 'Sanitizer|runtime error' "$R/w0" "$R/w1"; then
+    pass "seeded random sequence (seed $SEED, 240 steps, 2 processes, both library modes): the GPU never held more than quota + allowance; $ooms refusals, all out-of-memory ($(sed -n 's/.*\(peak=[0-9]*\).*/\1/p' "$OUT") MiB)"
+else fail "random sequence seed $SEED (rerun: VGPU_TRUTH_SEED=$SEED): workers $a $b, checker $c"; fi
+unset FAKE_STATE
+
+# ---------------------------------------------------------------- every export classified (issue 24)
+if [ "$V" = rel ]; then
+    fresh
+    DEF=$HERE/src/hooks.def
+    printf 'cuMemAlloc_v2\ncuTotallyNewAlloc\n' >"$R/list.txt"
+    sh "$HERE/gen/check-classes.sh" "$DEF" "$R/stamp" "$R/list.txt" -- "" >"$OUT" 2>"$ERR"; a=$?
+    sed 's/^cuMemCreate  *| hook .*/cuMemCreate | allocates/' "$DEF" >"$R/unhooked.def"
+    printf 'cuMemCreate\ncuLaunchKernel\n' >"$R/list2.txt"
+    sh "$HERE/gen/check-classes.sh" "$R/unhooked.def" "$R/stamp2" "$R/list2.txt" -- "" >>"$OUT" 2>>"$ERR"; b=$?
+    sh "$HERE/gen/check-classes.sh" "$DEF" "$R/stamp3" "$HERE"/exports/*.txt -- "$FAKE" "$B/fake/libnvidia-ml.so.1" >>"$OUT" 2>>"$ERR"; c=$?
+    if [ $a = 1 ] && grep -q 'cuTotallyNewAlloc is exported by the driver and not classified' "$ERR" && [ ! -e "$R/stamp" ] \
+        && [ $b = 1 ] && grep -q 'cuMemCreate allocates device memory and is not a hook' "$ERR" \
+        && ! grep -q 'cuLaunchKernel' "$ERR" && [ $c = 0 ] && [ -e "$R/stamp3" ]; then
+        pass "the build's check names an unclassified export and an allocating one left unhooked; every listed export passes"
+    else fail "check-classes.sh: unclassified=$a unhooked=$b lists=$c"; fi
+fi
 
 # ---------------------------------------------------------------- unit tests
 OUT=$WORK/unit ERR=$WORK/unit.err

@@ -44,7 +44,17 @@ static void layout(void)
     OFF(struct vgpu_region_header, restored_count, 92);
     OFF(struct vgpu_region_header, lock, 128);
     OFF(struct vgpu_region_header, cgroup, 192);
+    OFF(struct vgpu_region_header, exits, 448);
+    OFF(struct vgpu_region_exit, pid, 0);
+    OFF(struct vgpu_region_exit, dev, 4);
+    OFF(struct vgpu_region_exit, start_time, 8);
+    OFF(struct vgpu_region_exit, bytes, 16);
     OFF(struct vgpu_region_header, devices, 1024);
+    OFF(struct vgpu_region_header, truth, 3072);
+    OFF(struct vgpu_region_truth, nvml_bytes, 0);
+    OFF(struct vgpu_region_truth, excess_bytes, 8);
+    OFF(struct vgpu_region_truth, admitted_bytes, 16);
+    OFF(struct vgpu_region_truth, checked_ns, 24);
     OFF(struct vgpu_region_device, limit_bytes, 0);
     OFF(struct vgpu_region_device, used_bytes, 8);
     OFF(struct vgpu_region_device, ctx_bytes, 16);
@@ -68,6 +78,8 @@ static void layout(void)
     OFF(struct vgpu_region_slot, gpu_time_ns, 32);
     OFF(struct vgpu_region_slot, comm, 40);
     OFF(struct vgpu_region_slot, devices, 64);
+    OFF(struct vgpu_region_slot, nvml_bytes, 576);
+    OFF(struct vgpu_region_slot, nvml_ns, 704);
     OFF(struct vgpu_slot_device, used_bytes, 0);
     OFF(struct vgpu_slot_device, ctx_bytes, 8);
     OFF(struct vgpu_slot_device, peak_bytes, 16);
@@ -100,6 +112,32 @@ static void sizes(void)
     CHECK(vgpu_parse_limits("0:1GB", lim, err, sizeof err) != 0 && strstr(err, "0:1GB"), "names bad item: %s", err);
 }
 
+static int drop_ref(struct vgpu_track_entry *e, void *arg)
+{
+    (void)arg;
+    e->refs--;
+    return !e->refs && !e->maps;
+}
+
+static int drop_map(struct vgpu_track_entry *e, void *arg)
+{
+    (void)arg;
+    e->maps--;
+    return !e->refs && !e->maps;
+}
+
+static int owned(const struct vgpu_track_entry *e, void *ctx)
+{
+    return e->aux == *(uint64_t *)ctx;
+}
+
+static uint64_t drained;
+static void add_bytes(const struct vgpu_track_entry *e, void *arg)
+{
+    (void)arg;
+    drained += e->bytes;
+}
+
 static void table(void)
 {
     uint64_t bytes, ob;
@@ -116,6 +154,25 @@ static void table(void)
               (unsigned long long)k);
     CHECK(vgpu_track_take(VGPU_K_PTR, 2 * 4096, &bytes, &dev) != 0, "taken twice");
     CHECK(vgpu_track_take(VGPU_K_HANDLE, 4096, &bytes, &dev) == 0 && bytes == 7 && dev == 1, "handle kept");
+
+    /* a handle's references and mappings: it goes when both are gone */
+    struct vgpu_track_entry h = {.key = 77, .bytes = 5, .kind = VGPU_K_HANDLE, .refs = 1, .maps = 1}, out;
+    CHECK(vgpu_track_put_entry(&h, &out) == 0, "handle put");
+    CHECK(vgpu_track_with(VGPU_K_HANDLE, 77, drop_ref, NULL, &out) == 0 && out.refs == 0 && out.maps == 1,
+          "released while mapped: kept");
+    CHECK(vgpu_track_with(VGPU_K_HANDLE, 77, drop_map, NULL, &out) == 1 && out.bytes == 5, "last unmap: taken out");
+    CHECK(vgpu_track_with(VGPU_K_HANDLE, 77, drop_map, NULL, &out) == -1, "gone");
+    /* everything a context owns, drained */
+    for (uint64_t k = 1; k <= 50; k++) {
+        struct vgpu_track_entry m = {.key = k, .bytes = k, .aux = k % 2 ? 0xc1 : 0xc2, .kind = VGPU_K_MODULE};
+        vgpu_track_put_entry(&m, &out);
+    }
+    uint64_t ctx = 0xc1;
+    CHECK(vgpu_track_find(VGPU_K_MODULE, owned, &ctx, &out) == 0 && out.aux == 0xc1, "find by owner");
+    vgpu_track_drain(VGPU_K_MODULE, owned, &ctx, add_bytes);
+    CHECK(drained == 625, "drained the 25 odd modules: %llu bytes", (unsigned long long)drained);
+    CHECK(vgpu_track_find(VGPU_K_MODULE, owned, &ctx, &out) == -1, "none of 0xc1 left");
+    CHECK(vgpu_track_take_entry(VGPU_K_MODULE, 2, &out) == 0 && out.aux == 0xc2, "the others stay");
 }
 
 int main(void)
