@@ -92,7 +92,7 @@ for MODE in shim preload; do
     within && grep -q 'alloc 2867 v2 rc=2' "$C/out"
     result $? "$MODE: pool with release threshold UINT64_MAX keeps 2867 MiB freed: cuMemAlloc 2867 refused (GPU $held MiB)"
     container
-    scenario pool-trim init threshold:max alloc:2867:async free:0 pool-trim:0 alloc:2867
+    scenario pool-trim init threshold:max alloc:2867:async free:0 sync pool-trim:0 alloc:2867
     within && grep -q 'alloc 2867 v2 rc=0' "$C/out"
     result $? "$MODE: after cuMemPoolTrimTo the 2867 MiB fit (GPU $held MiB)"
 
@@ -202,7 +202,7 @@ for MODE in shim preload; do
     pid=$!
     peak=0
     while kill -0 "$pid" 2>/dev/null; do
-        now=$(gpu_mib "$pid")
+        now=$(gpu_mib "$pid" $(pgrep -P "$pid")) # $pid is timeout's: its child is Python
         [ "$now" -gt "$peak" ] && peak=$now
         sleep 0.2
     done

@@ -3,7 +3,9 @@
  *  - stream-ordered pools: an allocation grows the pool's reserve (in FAKE_POOL_GRANULE_MIB
  *    steps); a free keeps the memory in the pool; a synchronize (cuCtxSynchronize,
  *    cuStreamSynchronize) gives back what the pool keeps above its release threshold (default
- *    0), cuMemPoolTrimTo at once; other allocations in between give back nothing;
+ *    0), cuMemPoolTrimTo at once (the fake frees at once; on the H200 a trim right after an
+ *    unsynchronized cuMemFreeAsync released nothing, so tests synchronize first); other
+ *    allocations in between give back nothing;
  *  - physical handles (cuMemCreate): the memory lives while the handle is held (cuMemCreate,
  *    each cuMemRetainAllocationHandle, each import), mapped (cuMemMap), bound to a multicast
  *    object or a sparse array, or exported to a shareable handle (until the exporter exits);

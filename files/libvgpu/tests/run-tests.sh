@@ -480,7 +480,7 @@ run init alloc:600:async free:0 ssync alloc:600 truth
 expect_truth "pool with threshold 0 gives the freed memory back at a synchronize: the 600 MiB fits" 1000 "alloc 600 v2 rc=0"
 
 fresh 1000MiB
-run init threshold:max alloc:600:async free:0 pool-trim:0 alloc:600 truth
+run init threshold:max alloc:600:async free:0 sync pool-trim:0 alloc:600 truth
 expect_truth "cuMemPoolTrimTo gives the kept memory back at once: the 600 MiB fits" 1000 "pool-trim 0 rc=0" \
     "alloc 600 v2 rc=0"
 

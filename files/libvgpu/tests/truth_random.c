@@ -88,7 +88,7 @@ static struct held held[HELD];
 static unsigned seed;
 static CUcontext primary;
 static CUmemoryPool made_pool;
-static long ok, oom, other;
+static long ok, oom, other, unserved;
 
 /* h holds what a call made, when it succeeded */
 #define KEEP(KIND, A, B, C)                                                                                           \
@@ -370,6 +370,8 @@ static int worker(int id, unsigned s, long steps, const char *turnfile, size_t m
             ok++;
         else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
             oom++;
+        else if (rc == CUDA_ERROR_INVALID_CONTEXT && strstr(what, "(v1)"))
+            unserved++; /* 64-bit drivers such as 580 no longer serve the 32-bit entry points */
         else
             other++;
         if (rc != CUDA_SUCCESS || verbose)
@@ -377,7 +379,8 @@ static int worker(int id, unsigned s, long steps, const char *turnfile, size_t m
                    rc == CUDA_ERROR_OUT_OF_MEMORY || rc == CUDA_SUCCESS ? "" : " (not OOM)");
         __atomic_store_n(&t->turn, 2 * (uint64_t)k + 1, __ATOMIC_RELEASE);
     }
-    printf("random worker=%d seed=%u steps=%ld ok=%ld oom=%ld other=%ld\n", id, s, (steps - id + 1) / 2, ok, oom, other);
+    printf("random worker=%d seed=%u steps=%ld ok=%ld oom=%ld other=%ld unserved=%ld\n", id, s, (steps - id + 1) / 2, ok,
+           oom, other, unserved);
     return other ? 1 : 0;
 }
 
