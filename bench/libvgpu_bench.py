@@ -119,6 +119,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--skip-torch", action="store_true", help="no PyTorch on this host")
+    parser.add_argument(
+        "--in-process-only",
+        action="store_true",
+        help="only the in-process comparisons (the overhead targets; the process rounds take minutes)",
+    )
     args = parser.parse_args()
     if args.rounds < 5:
         parser.error("--rounds must be at least 5")
@@ -137,7 +142,7 @@ def main() -> int:
         benches["torch_small_op_us"] = ("us", lambda env: run_value([sys.executable, "-c", TORCH_LOOP], env) / 1e3)
 
     samples: dict[str, dict[str, list[float]]] = {name: {"native": [], "vgpu": []} for name in benches}
-    for r in range(args.rounds):
+    for r in range(0 if args.in_process_only else args.rounds):
         order = ["native", "vgpu"] if r % 2 == 0 else ["vgpu", "native"]
         for name, (_unit, fn) in benches.items():
             for mode in order:
@@ -160,6 +165,8 @@ def main() -> int:
     print(f"driver: {real}")
     print(f"{'benchmark':32} {'native':>10} {'libvgpu':>10} {'ratio':>7}  (median of {args.rounds} rounds)")
     for name, unit in units.items():
+        if not samples[name]["native"]:
+            continue
         nat = statistics.median(samples[name]["native"])
         vg = statistics.median(samples[name]["vgpu"])
         results[name] = {
