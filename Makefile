@@ -82,6 +82,10 @@ collection: venv $(DEP_COLL_STAMPS) ## build the collection tarball and install 
 site: collection ## provision the inventory's nodes (default: this machine)
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
 
+.PHONY: check
+check: collection ## check the inventory and every host's settings; needs no reachable host, changes nothing
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
+
 .PHONY: verify
 verify: collection ## verify the inventory's nodes
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)

@@ -15,6 +15,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+
+import yaml
+from ansible.plugins.lookup import LookupBase
+
 DOCUMENTATION = r"""
 name: settings_schema
 version_added: 0.1.0
@@ -41,11 +46,6 @@ _raw:
   type: list
   elements: dict
 """
-
-import os
-
-import yaml
-from ansible.plugins.lookup import LookupBase
 
 # This file is plugins/lookup/settings_schema.py of the collection: the roles are two folders up.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,7 +107,7 @@ def test_the_spec_defaults_are_the_defaults_the_role_uses(role):
             elif kind == "literal" and not has and value not in (None, "", [], {}):
                 drift.append(f"{entry}.{name}: the spec has no default, the role's is {value!r}")
             elif kind == "reference" and not has:
-                referenced = _REFERENCE.match(raw.strip()).group(1)
+                referenced = str(raw).strip("{} ")
                 if referenced not in str(option.get("description")):
                     drift.append(f"{entry}.{name}: the description does not say it defaults to {referenced}")
     assert drift == [], f"roles/{role}: " + "; ".join(drift)
@@ -122,10 +121,10 @@ def test_each_literal_default_has_its_spec_type(role):
         if kind == "computed" or value is None:
             continue
         for entry, option in entries:
-            kind = _TYPES.get(option.get("type", "str"))
-            if kind is None:  # raw
+            python_type = _TYPES.get(option.get("type", "str"))
+            if python_type is None:  # raw
                 continue
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            if not isinstance(value, python_type) or (python_type is int and isinstance(value, bool)):
                 wrong.append(f"{entry}.{name}: {value!r} is not of type {option.get('type', 'str')}")
             if option.get("choices") and not isinstance(value, list) and value not in option["choices"]:
                 wrong.append(f"{entry}.{name}: {value!r} is not one of its choices {option['choices']}")
@@ -173,12 +172,12 @@ def documented() -> dict[str, str]:
 def shown(value: Any) -> str:
     """A default as docs/variables.md writes it in its tables (strings with or without quotes)."""
     if isinstance(value, bool):
-        return "`%s`" % str(value).lower()
+        return f"`{str(value).lower()}`"
     if value == "":
         return '`""`'
     if isinstance(value, list):
-        return "`[%s]`" % ", ".join(str(v) for v in value)
-    return "`%s`" % value
+        return "`[{}]`".format(", ".join(str(v) for v in value))
+    return f"`{value}`"
 
 
 def unquoted(cell: str) -> str:
