@@ -68,12 +68,21 @@ def test_the_problems_of_every_host_come_in_one_report(tmp_path):
 def test_a_sample_quota_bigger_than_the_gpu_nvidia_smi_shows_is_refused_before_the_run(tmp_path):
     """Issue 25 item 4: it failed only when the sample pod timed out after 300 s. nvidia-smi is a
     stand-in printing an A10's memory (no GPU here)."""
-    tools = stand_in(tmp_path / "bin", "nvidia-smi", "23028")
+    tools = stand_in(tmp_path / "bin", "nvidia-smi", "23028, Disabled")
     out = preflight(tmp_path, path_prefix=tools, vgpu_sample_app_quota="40000MiB", preflight_require_gpu=False)
     assert (
         "vgpu_sample_app_quota: 40000 MiB is more than any GPU of the cluster offers: the largest, localhost's GPU 0 "
         "with 23028 MiB, offers 230 units of 100 MiB = 23000 MiB"
     ) in out
+
+
+def test_a_gpu_in_mig_mode_is_refused_before_the_run(tmp_path):
+    """Issue 25 item 11 (MIG): a MIG GPU was advertised whole and its pods found no CUDA device.
+    nvidia-smi is a stand-in printing an A100 with MIG on (no GPU here)."""
+    tools = stand_in(tmp_path / "bin", "nvidia-smi", "81920, Disabled\n81920, Enabled")
+    out = preflight(tmp_path, path_prefix=tools, preflight_require_gpu=False)
+    assert "Preflight found 1 problem(s)" in out
+    assert "GPU 1 has MIG mode enabled: vgpu.isolation shares whole GPUs by memory quota" in out
 
 
 def test_dra_on_a_running_cluster_older_than_1_36_is_refused_by_asking_its_api_server(tmp_path):
