@@ -29,7 +29,7 @@ _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 # version given as a number is refused before its form is checked.
 VERSIONS = {
     "vgpu_kubernetes_version": (re.compile(r"^\d+\.\d+\.\d+$"), "'1.31.4'"),
-    "vgpu_k3s_version": (re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$"), "'v1.31.4+k3s1'"),
+    "vgpu_k3s_version": (re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$"), "'v1.36.3+k3s1'"),
     "vgpu_driver_version": (re.compile(r"^\d+\.\d+(\.\d+)?$"), "'470.256.02'"),
     "vgpu_driver_branch": (re.compile(r"^\d+$"), "'470'"),
     "vgpu_cuda_version": (re.compile(r"^\d+\.\d+$"), "'11.4'"),

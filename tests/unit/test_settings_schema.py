@@ -238,6 +238,11 @@ def test_the_offline_bundle_builds_the_versions_the_roles_install():
     assert env["K8S_VERSION"] == "v" + DEFAULTS["vgpu_kubernetes_version"]
 
 
+def test_both_flavours_default_to_the_same_kubernetes_release():
+    """Issue 25 item 7: K3s defaulted to v1.31.4, kubeadm to 1.36.3 (and DRA needs 1.36)."""
+    assert DEFAULTS["vgpu_k3s_version"].split("+")[0] == "v" + DEFAULTS["vgpu_kubernetes_version"]
+
+
 def test_the_default_driver_is_the_support_matrix_s_entry_for_its_branch():
     branch = platforms.BRANCHES[DEFAULTS["vgpu_driver_branch"]]
     assert (branch["version"], branch["cuda"]) == (DEFAULTS["vgpu_driver_version"], DEFAULTS["vgpu_cuda_version"])
