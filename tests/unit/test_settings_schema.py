@@ -210,13 +210,12 @@ _FALLBACK = re.compile(r"\b(vgpu_[a-z0-9_]+) \| default\(([^()]*)\)")
 
 def test_the_defaults_playbooks_repeat_are_the_settings_defaults():
     """Plays without the vgpu role (the flavour grouping) fall back to a default themselves."""
+    declared = {**DEFAULTS, **{n: o["default"] for n, o in SCHEMA["vgpu"]["entry_points"]["playbooks"].items()}}
     wrong = []
     for path in sorted((ROOT / "playbooks").glob("*.yml")):
         for name, fallback in _FALLBACK.findall(path.read_text()):
-            if name not in DEFAULTS:
-                continue
-            if yaml.safe_load(fallback) != DEFAULTS[name]:
-                wrong.append(f"{path.name}: {name} | default({fallback}), roles/vgpu: {DEFAULTS[name]!r}")
+            if name in declared and yaml.safe_load(fallback) != declared[name]:
+                wrong.append(f"{path.name}: {name} | default({fallback}), roles/vgpu: {declared[name]!r}")
     assert wrong == []
 
 
