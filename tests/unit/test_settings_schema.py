@@ -255,6 +255,8 @@ def test_the_example_inventory_and_the_molecule_driver_test_name_the_default_dri
     )
     molecule = (ROOT / "molecule" / "nvidia_driver" / "tests" / "test_driver.py").read_text()
     assert f'"VGPU_TEST_DRIVER_VERSION", "{DEFAULTS["vgpu_driver_version"]}"' in molecule
+    readme = (ROOT / "roles" / "nvidia_driver" / "README.md").read_text()
+    assert f"by default `{DEFAULTS['vgpu_driver_version']}`" in readme
 
 
 def test_the_component_image_is_tagged_with_the_collection_version():
