@@ -47,3 +47,13 @@ def test_every_collection_the_roles_call_is_a_dependency():
     used = used_collections()
     assert {"kubernetes.core", "community.general", "community.crypto", "ansible.posix"} <= used, used
     assert used <= set(GALAXY["dependencies"]), used - set(GALAXY["dependencies"])
+
+
+def test_the_changelog_has_the_release_of_galaxy_yml_s_version():
+    """Issue 25 item 9: changelog.yaml had `releases: {}`, so the installed collection carried no
+    changelog. `antsibull-changelog release --version <version>` folds the fragments in (run again
+    for the same version, it adds the fragments written since)."""
+    changelog = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())
+    release = changelog["releases"][GALAXY["version"]]
+    assert release["changes"]["release_summary"] and release["release_date"]
+    assert f"v{GALAXY['version']}" in (ROOT / "CHANGELOG.rst").read_text()
