@@ -15,11 +15,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-
-import yaml
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: settings_schema
 version_added: 0.1.0
@@ -30,7 +25,7 @@ description:
   - The settings check of the C(vgpu) role compares the names an inventory sets with these, so a
     misspelt role variable is refused with the nearest known name.
 author:
-  - vgpu.isolation contributors
+  - vgpu.isolation maintainers (@vgpu-isolation)
 options: {}
 """
 
@@ -46,6 +41,11 @@ _raw:
   type: list
   elements: dict
 """
+
+import os
+
+import yaml
+from ansible.plugins.lookup import LookupBase
 
 # This file is plugins/lookup/settings_schema.py of the collection: the roles are two folders up.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

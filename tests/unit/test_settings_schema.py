@@ -46,7 +46,7 @@ def resolve(role: str, value: Any) -> tuple[str, Any]:
     reference to another default ("{{ vgpu_x }}"), followed to its value; ("computed", None) for a
     template that computes more than a name."""
     kind = "literal"
-    for _ in range(5):
+    for _step in range(5):
         if "{{" not in repr(value):
             return kind, value
         match = _REFERENCE.match(value.strip()) if isinstance(value, str) else None

@@ -43,12 +43,18 @@ def preflight(tmp_path, groups=("gpu_nodes",), hosts=("localhost",), path_prefix
     return str(failed.value)
 
 
-def stand_in(folder, name, output):
-    """A stand-in for a tool that needs what this machine lacks (a GPU, an old API server)."""
+def stand_in(folder, name, output, args):
+    """A stand-in for a tool that needs what this machine lacks (a GPU, an old API server): it
+    answers ``output`` to exactly the arguments ``args`` the real tool would get, and fails otherwise."""
     folder.mkdir(exist_ok=True)
-    (folder / name).write_text("#!/bin/sh\ncat <<'EOF'\n" + output + "\nEOF\n")
+    expected = " ".join(args)
+    script = f'#!/bin/sh\n[ "$*" = "{expected}" ] || {{ echo "unexpected arguments: $*" >&2; exit 2; }}\n'
+    (folder / name).write_text(script + "cat <<'EOF'\n" + output + "\nEOF\n")
     (folder / name).chmod(0o755)
     return str(folder)
+
+
+SMI_ARGS = ("--query-gpu=memory.total,mig.mode.current", "--format=csv,noheader,nounits")
 
 
 def test_a_supported_node_without_a_gpu_is_stopped_for_that_alone(tmp_path):
@@ -68,7 +74,7 @@ def test_the_problems_of_every_host_come_in_one_report(tmp_path):
 def test_a_sample_quota_bigger_than_the_gpu_nvidia_smi_shows_is_refused_before_the_run(tmp_path):
     """Issue 25 item 4: it failed only when the sample pod timed out after 300 s. nvidia-smi is a
     stand-in printing an A10's memory (no GPU here)."""
-    tools = stand_in(tmp_path / "bin", "nvidia-smi", "23028, Disabled")
+    tools = stand_in(tmp_path / "bin", "nvidia-smi", "23028, Disabled", SMI_ARGS)
     out = preflight(tmp_path, path_prefix=tools, vgpu_sample_app_quota="40000MiB", preflight_require_gpu=False)
     assert (
         "vgpu_sample_app_quota: 40000 MiB is more than any GPU of the cluster offers: the largest, localhost's GPU 0 "
@@ -79,7 +85,7 @@ def test_a_sample_quota_bigger_than_the_gpu_nvidia_smi_shows_is_refused_before_t
 def test_a_gpu_in_mig_mode_is_refused_before_the_run(tmp_path):
     """Issue 25 item 11 (MIG): a MIG GPU was advertised whole and its pods found no CUDA device.
     nvidia-smi is a stand-in printing an A100 with MIG on (no GPU here)."""
-    tools = stand_in(tmp_path / "bin", "nvidia-smi", "81920, Disabled\n81920, Enabled")
+    tools = stand_in(tmp_path / "bin", "nvidia-smi", "81920, Disabled\n81920, Enabled", SMI_ARGS)
     out = preflight(tmp_path, path_prefix=tools, preflight_require_gpu=False)
     assert "Preflight found 1 problem(s)" in out
     assert "GPU 1 has MIG mode enabled: vgpu.isolation shares whole GPUs by memory quota" in out
@@ -89,8 +95,13 @@ def test_dra_on_a_running_cluster_older_than_1_36_is_refused_by_asking_its_api_s
     """Issue 25 item 7: stack.yml trusted vgpu_kubernetes_version (1.36.3 by default) and changed the
     nodes before failing. kubectl is a stand-in answering as a 1.35 API server would (none runs here)."""
     version = {"clientVersion": {"gitVersion": "v1.36.3"}, "serverVersion": {"gitVersion": "v1.35.2"}}
-    tools = stand_in(tmp_path / "bin", "kubectl", json.dumps(version))
     kubeconfig = tmp_path / "admin.conf"
+    tools = stand_in(
+        tmp_path / "bin",
+        "kubectl",
+        json.dumps(version),
+        ("--kubeconfig", str(kubeconfig), "version", "--output", "json"),
+    )
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     settings = {"vgpu_kubernetes_flavour": "kubeadm", "vgpu_scheduling": "dra", "vgpu_kubeconfig": str(kubeconfig)}
     out = preflight(tmp_path, groups=("k8s_control_plane",), path_prefix=tools, **settings)
