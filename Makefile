@@ -104,7 +104,7 @@ collection: venv $(DEP_COLL_STAMPS) ## build the collection tarball and install 
 
 # --- the main job ---------------------------------------------------------------------------
 # The operator's targets run on the site virtualenv: make calls itself with TOOLS_VENV set.
-OPERATOR_TARGETS := site verify stack upgrade uninstall image
+OPERATOR_TARGETS := site check verify stack upgrade uninstall image
 .PHONY: $(OPERATOR_TARGETS)
 ifneq ($(TOOLS_VENV),$(SITE_VENV))
 $(OPERATOR_TARGETS):
@@ -112,6 +112,9 @@ $(OPERATOR_TARGETS):
 else
 site: collection site-image ## provision the inventory's nodes (default: this machine); builds the component image when missing
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
+
+check: collection ## check the inventory and every host's settings; needs no reachable host, changes nothing
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
 
 verify: collection ## verify the inventory's nodes
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(ARGS)

@@ -13,6 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     parse_smi_memory,
     parse_vgpu_report_memory,
@@ -69,18 +71,34 @@ def _quantity_int(value):
         return 0
 
 
+def _annotated_gpus(text, unit_mib):
+    """Each GPU of the device plugin's <prefix>/gpus annotation: its index, memory and the MiB its
+    units offer; [] when there is none or it cannot be read."""
+    try:
+        gpus = json.loads(text)["gpus"]
+        return [
+            {"index": int(g["index"]), "total_mib": int(g["total_mib"]), "offered_mib": int(g["units"]) * int(unit_mib)}
+            for g in gpus
+        ]
+    except (TypeError, ValueError, KeyError):
+        return []
+
+
 def node_memory(node, prefix, unit_mib):
-    """What a node advertises: units of <prefix>/gpu-memory and the MiB they stand for."""
+    """What a node advertises: units of <prefix>/gpu-memory and the MiB they stand for, and per GPU
+    (the device plugin's annotation) what it offers."""
     status = node.get("status") or {}
     resource = "%s/gpu-memory" % prefix
     capacity = _quantity_int((status.get("capacity") or {}).get(resource))
     allocatable = _quantity_int((status.get("allocatable") or {}).get(resource))
+    annotation = (_meta(node).get("annotations") or {}).get("%s/gpus" % prefix)
     return {
         "name": _meta(node).get("name"),
         "capacity_units": capacity,
         "allocatable_units": allocatable,
         "allocatable_mib": allocatable * int(unit_mib),
-        "gpus_annotation": (_meta(node).get("annotations") or {}).get("%s/gpus" % prefix),
+        "gpus_annotation": annotation,
+        "gpus": _annotated_gpus(annotation, unit_mib),
     }
 
 
@@ -89,20 +107,24 @@ def slice_memory(node_name, slices, prefix, unit_mib):
     driver = "gpu.%s" % prefix
     total = 0
     published = False
+    gpus = []
     for item in slices:
         spec = item.get("spec") or {}
         if spec.get("nodeName") != node_name or spec.get("driver") != driver:
             continue
         published = True
-        for device in spec.get("devices") or []:
+        for index, device in enumerate(spec.get("devices") or []):
             value = str(((device.get("capacity") or {}).get("memory") or {}).get("value", "0"))
-            total += _quantity_int(value[:-2] if value.endswith("Mi") else value)
+            offered = _quantity_int(value[:-2] if value.endswith("Mi") else value)
+            total += offered
+            gpus.append({"index": index, "offered_mib": offered})
     return published, {
         "name": node_name,
         "capacity_units": total // int(unit_mib),
         "allocatable_units": total // int(unit_mib),
         "allocatable_mib": total,
         "gpus_annotation": None,
+        "gpus": gpus,
     }
 
 

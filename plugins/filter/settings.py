@@ -3,10 +3,14 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The check of the vgpu.isolation settings (docs/variables.md): every problem, each in one line.
 
-roles/vgpu runs it on the controller before any node is touched. It checks what a user can get
-wrong in the inventory: names (a typo is refused with a did-you-mean), types against the role's
-argument specs (short messages instead of Ansible's argument-spec dump), version strings that YAML
-turned into numbers, memory sizes (module_utils/memory_size.py), and the rules between settings.
+roles/vgpu runs it on the controller before any node is touched (playbooks/check.yml runs it before
+facts are gathered). It checks what a user can get wrong in the inventory: names (a misspelt
+setting or role variable is refused with the nearest known name, from the collection's schema,
+plugins/lookup/settings_schema.py), role variables of the other Kubernetes flavour, types against
+the role's argument specs (short messages instead of Ansible's argument-spec dump), version strings
+that YAML turned into numbers, memory sizes (module_utils/memory_size.py), the rules between
+settings, and quotas no GPU of the cluster can give. ``settings_report`` turns the problems of every
+host into one report.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,7 +20,7 @@ __metaclass__ = type
 import difflib
 import re
 
-from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib, units_for
 
 _PREFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
@@ -25,7 +29,7 @@ _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 # version given as a number is refused before its form is checked.
 VERSIONS = {
     "vgpu_kubernetes_version": (re.compile(r"^\d+\.\d+\.\d+$"), "'1.31.4'"),
-    "vgpu_k3s_version": (re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$"), "'v1.31.4+k3s1'"),
+    "vgpu_k3s_version": (re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$"), "'v1.36.3+k3s1'"),
     "vgpu_driver_version": (re.compile(r"^\d+\.\d+(\.\d+)?$"), "'470.256.02'"),
     "vgpu_driver_branch": (re.compile(r"^\d+$"), "'470'"),
     "vgpu_cuda_version": (re.compile(r"^\d+\.\d+$"), "'11.4'"),
@@ -43,17 +47,61 @@ def _whole_number(value):
     return None
 
 
+def known_names(schema):
+    """Every variable a role or playbook of the collection reads: the names of each role's argument
+    spec options (every entry point, roles/vgpu's ``playbooks`` included), defaults and vars."""
+    names: set = set()
+    for role in schema["roles"].values():
+        names.update(role["defaults"], role["vars"])
+        for options in role["entry_points"].values():
+            names.update(options)
+    return names
+
+
+def role_prefixes(schema):
+    """The prefixes of the roles' variables (``kubeadm_``, ``vgpu_``...): a name that starts with
+    one belongs to the collection, so an unknown one is a mistake."""
+    return tuple(sorted(name + "_" for name in schema["roles"]))
+
+
+# A name this close to a known one (difflib's ratio) is taken for a typo of it, whatever its prefix
+# (vpgu_memory_unit_mib); others without a role prefix are the site's own variables.
+_TYPO_CUTOFF = 0.85
+
+
 def unknown_names(given, known, prefixes):
-    """One problem per ``vgpu_*`` name that is neither a setting nor owned by a role or playbook."""
+    """One problem per given name that looks like a variable of the collection but is none."""
     problems = []
+    candidates = sorted(known)
     for name in sorted(set(given)):
-        if not name.startswith("vgpu_") or name in known or name.startswith(tuple(prefixes)):
+        if name in known or name.startswith(("_", "ansible_")):
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=_TYPO_CUTOFF)
+        if not close and not name.startswith(prefixes):
+            continue
         hint = "did you mean %s? " % close[0] if close else ""
         problems.append(
-            "%s: not a vgpu.isolation setting; %sthe settings are listed in docs/variables.md" % (name, hint)
+            "%s: not a variable of vgpu.isolation; %sthe settings are listed in docs/variables.md, each role's "
+            "variables in its meta/argument_specs.yml" % (name, hint)
         )
+    return problems
+
+
+# Variables of one cluster role: set while the other flavour is chosen, they do nothing.
+_FLAVOUR_OF_PREFIX = (("kubeadm_", "kubeadm"), ("k3s_", "k3s"))
+
+
+def flavour_problems(settings, given):
+    """One problem per given k3s_* or kubeadm_* variable the chosen flavour does not read."""
+    flavour = settings.get("vgpu_kubernetes_flavour")
+    problems = []
+    for name in sorted(set(given)):
+        for prefix, owner in _FLAVOUR_OF_PREFIX:
+            if name.startswith(prefix) and flavour != owner:
+                problems.append(
+                    "%s: a variable of the %s role, but vgpu_kubernetes_flavour is %r, so nothing reads it; "
+                    "remove it, or set vgpu_kubernetes_flavour: %s" % (name, owner, flavour, owner)
+                )
     return problems
 
 
@@ -136,7 +184,8 @@ def _size(settings, name, problems, minimum=1, default=None):
 
 
 def memory_problems(settings):
-    """Memory sizes and the rules between them: units that divide, quotas that fit."""
+    """Memory sizes and the rules between them: quotas in whole units, the sample app within its
+    quota, stated GPUs that offer at least one unit (a GPU's remainder below a unit is left unused)."""
     problems: list[str] = []
     unit = _size(settings, "vgpu_memory_unit_mib", problems)
     reserved = _size(settings, "vgpu_reserved_memory_mib", problems, minimum=0, default=0) or 0
@@ -145,31 +194,57 @@ def memory_problems(settings):
     use = _size(settings, "vgpu_sample_app_use", problems)
     if unit and quota and quota % unit:
         problems.append(
-            "vgpu_sample_app_quota: %d MiB is not a multiple of vgpu_memory_unit_mib (%d MiB); "
-            "pods request whole units, so quotas must be multiples of the unit" % (quota, unit)
+            "vgpu_sample_app_quota: %d MiB is not a multiple of vgpu_memory_unit_mib (%d MiB); pods request whole "
+            "units, so quotas must be multiples of the unit: %d or %d MiB"
+            % (quota, unit, quota // unit * unit, (quota // unit + 1) * unit)
         )
     if quota and use and use > quota:
         problems.append(
             "vgpu_sample_app_use: %d MiB is more than vgpu_sample_app_quota (%d MiB); the sample app "
             "must fit its quota (the verification checks the over-quota case itself)" % (use, quota)
         )
-    stated_sizes = settings.get("vgpu_gpu_memory_mib") or []
-    for index, stated in enumerate(stated_sizes if isinstance(stated_sizes, list) else []):
-        try:
-            total = parse_mib(stated, "vgpu_gpu_memory_mib[%d]" % index)
-        except ValueError as exc:
-            problems.append(str(exc))
-            continue
-        if total <= reserved:
+    for index, total in stated_gpus(settings, problems):
+        if unit and units_for(total, reserved, unit) == 0:
             problems.append(
-                "vgpu_reserved_memory_mib: %d MiB leaves nothing of GPU %d's %d MiB" % (reserved, index, total)
-            )
-        elif unit and (total - reserved) % unit:
-            problems.append(
-                "vgpu_memory_unit_mib: %d MiB does not divide GPU %d's %d MiB (less %d MiB reserved); "
-                "choose a unit that divides %d" % (unit, index, total, reserved, total - reserved)
+                "vgpu_gpu_memory_mib: GPU %d's %d MiB less vgpu_reserved_memory_mib (%d MiB) leaves less than one "
+                "unit of %d MiB; lower the reserve or the unit" % (index, total, reserved, unit)
             )
     return problems
+
+
+def stated_gpus(settings, problems):
+    """(index, MiB) of each GPU vgpu_gpu_memory_mib states; a size that is none goes to problems."""
+    stated = settings.get("vgpu_gpu_memory_mib") or []
+    gpus = []
+    for index, size in enumerate(stated if isinstance(stated, list) else []):
+        try:
+            gpus.append((index, parse_mib(size, "vgpu_gpu_memory_mib[%d]" % index)))
+        except ValueError as exc:
+            problems.append(str(exc))
+    return gpus
+
+
+def quota_problems(quota, unit, reserved, gpus):
+    """The sample pod's quota against the largest GPU of the cluster, before the pod waits for a GPU
+    that cannot exist. ``gpus`` lists (where, MiB) per GPU: stated in the inventory or read from
+    nvidia-smi; none known: nothing to say."""
+    try:
+        quota_mib = parse_mib(quota, "vgpu_sample_app_quota")
+        unit_mib = parse_mib(unit, "vgpu_memory_unit_mib")
+        reserved_mib = parse_mib(reserved, "vgpu_reserved_memory_mib", 0)
+    except ValueError:
+        return []  # the settings check names a size that is none
+    sized = [(units_for(int(total), reserved_mib, unit_mib), where, int(total)) for where, total in gpus]
+    if not sized:
+        return []
+    units, where, total = max(sized, key=lambda item: (item[0], item[2]))
+    if -(-quota_mib // unit_mib) <= units:
+        return []
+    return [
+        "vgpu_sample_app_quota: %d MiB is more than any GPU of the cluster offers: the largest, %s with %d MiB, "
+        "offers %d units of %d MiB = %d MiB (less %d MiB reserved, the remainder unused); lower the quota to "
+        "%d MiB or less" % (quota_mib, where, total, units, unit_mib, units * unit_mib, reserved_mib, units * unit_mib)
+    ]
 
 
 def range_problems(settings):
@@ -256,8 +331,10 @@ def _comparable(name, value, option):
     return str(value), str(value)
 
 
-def cluster_problems(values_by_host, spec):
-    """One problem per cluster-wide setting whose value differs between hosts.
+def cluster_problems(values_by_host, spec, first_control_plane=None):
+    """One problem per cluster-wide setting whose value differs between hosts, and the sample pod's
+    quota (``first_control_plane``'s, as verify_cluster.yml runs it) against the GPU memory the
+    inventory states for its hosts.
 
     ``values_by_host`` maps each host of the cluster to the settings its inventory sets (a setting
     it does not set has its default from ``spec``, roles/vgpu's argument spec options).
@@ -276,7 +353,19 @@ def cluster_problems(values_by_host, spec):
                 "%s differs between hosts (%s): it is cluster-wide (%s); set it once for all of them, "
                 "e.g. in group_vars/all" % (name, found, reason)
             )
+    if first_control_plane in values_by_host:
+        setting = _with_defaults(values_by_host[first_control_plane], spec)
+        gpus = []
+        for host, values in values_by_host.items():
+            gpus += [("%s's GPU %d" % (host, i), mib) for i, mib in stated_gpus(_with_defaults(values, spec), [])]
+        problems += quota_problems(
+            setting["vgpu_sample_app_quota"], setting["vgpu_memory_unit_mib"], setting["vgpu_reserved_memory_mib"], gpus
+        )
     return problems
+
+
+def _with_defaults(values, spec):
+    return dict({name: option.get("default") for name, option in spec.items()}, **values)
 
 
 # The first release with every DRA feature the dra path uses on by default (DRAConsumableCapacity
@@ -285,29 +374,53 @@ DRA_MINIMUM = (1, 36)
 _MINOR = re.compile(r"^v?(\d+)\.(\d+)\.")
 
 
+def _dra_problem(source, version):
+    """The problem of running vgpu_scheduling dra on ``version`` ("v1.35.2", "1.35.2", "v1.35.2+k3s1"),
+    None when it is recent enough or not a version (another check says so)."""
+    match = _MINOR.match(str(version or ""))
+    if match is None or (int(match.group(1)), int(match.group(2))) >= DRA_MINIMUM:
+        return None
+    return (
+        "vgpu_scheduling: 'dra' needs Kubernetes %d.%d or later (GPU memory as a DRA consumable capacity, "
+        "beta and on by default from %d.%d); %s is %r" % (DRA_MINIMUM + DRA_MINIMUM + (source, version))
+    )
+
+
 def scheduling_problems(settings):
     if settings.get("vgpu_scheduling") != "dra":
         return []
     flavour = settings.get("vgpu_kubernetes_flavour")
     name = {"k3s": "vgpu_k3s_version", "kubeadm": "vgpu_kubernetes_version"}.get(flavour)
-    match = _MINOR.match(str(settings.get(name, ""))) if name else None
-    if match is None or (int(match.group(1)), int(match.group(2))) >= DRA_MINIMUM:
-        return []  # no cluster, or a version of the wrong form (version_problems says so)
-    return [
-        "vgpu_scheduling: 'dra' needs Kubernetes %d.%d or later (GPU memory as a DRA consumable capacity, "
-        "beta and on by default from %d.%d); %s is %r" % (DRA_MINIMUM + DRA_MINIMUM + (name, settings[name]))
-    ]
+    problem = _dra_problem(name, settings.get(name)) if name else None
+    return [problem] if problem else []
 
 
-def settings_problems(settings, spec=None, given=None, prefixes=()):
+def server_version_problems(server_version, scheduling, where="the API server"):
+    """The version a running cluster's API server reports (``kubectl version``'s serverVersion
+    gitVersion) against vgpu_scheduling: an existing cluster's own version decides, not the settings."""
+    if scheduling != "dra":
+        return []
+    problem = _dra_problem(where, server_version)
+    if problem is None:
+        return []
+    return [problem + "; upgrade the cluster to 1.36 or later first, or keep vgpu_scheduling: extender"]
+
+
+def settings_problems(settings, schema=None, given=None):
     """Every problem of the settings, one message each (empty when valid).
 
-    ``settings`` maps each setting to its value. ``spec`` is the options part of roles/vgpu's
-    argument spec (types and choices). ``given`` lists the ``vgpu_*`` names the inventory and the
-    command line set; names that are no setting and start with none of ``prefixes`` (role and
-    playbook variables) are refused with a did-you-mean.
+    ``settings`` maps each setting to its value. ``schema`` is the collection's variables
+    (lookup vgpu.isolation.settings_schema): roles/vgpu's settings give the types and choices, every
+    role's variables the names known. ``given`` lists the names the inventory and the command line
+    set; one that looks like a variable of the collection but is none is refused with the nearest
+    known name, and a k3s_* or kubeadm_* variable the chosen flavour does not read is refused too.
     """
-    problems = unknown_names(given or [], set(spec), prefixes) + type_problems(settings, spec) if spec else []
+    problems = []
+    if schema:
+        spec = schema["roles"]["vgpu"]["entry_points"]["settings"]
+        problems += unknown_names(given or [], known_names(schema), role_prefixes(schema))
+        problems += type_problems(settings, spec)
+    problems += flavour_problems(settings, given or [])
     problems += version_problems(settings)
     problems += memory_problems(settings)
     problems += range_problems(settings)
@@ -315,8 +428,28 @@ def settings_problems(settings, spec=None, given=None, prefixes=()):
     return problems
 
 
+def settings_report(problems_by_host, cluster=()):
+    """One report for every host: each problem once, with the hosts it was found on (all of them
+    when a group_vars/all setting is wrong), then the cluster-wide ones."""
+    hosts_of: dict = {}
+    for host, problems in problems_by_host.items():
+        for problem in problems:
+            hosts_of.setdefault(problem, []).append(host)
+    lines = []
+    for problem, hosts in hosts_of.items():
+        where = "every host" if len(hosts) == len(problems_by_host) > 1 else ", ".join(hosts)
+        lines.append("%s [%s]" % (problem, where))
+    return lines + list(cluster)
+
+
 class FilterModule(object):
     """The settings check of vgpu.isolation."""
 
     def filters(self):
-        return {"settings_problems": settings_problems, "cluster_problems": cluster_problems}
+        return {
+            "settings_problems": settings_problems,
+            "cluster_problems": cluster_problems,
+            "settings_report": settings_report,
+            "quota_problems": quota_problems,
+            "server_version_problems": server_version_problems,
+        }

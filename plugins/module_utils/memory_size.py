@@ -50,3 +50,12 @@ def parse_mib(value: Any, name: str = "memory size", minimum: int = 1) -> int:
         bound = "greater than 0 MiB" if minimum == 1 else f"at least {minimum} MiB"
         raise ValueError(f"{name}: {value!r} must be {bound}; expected {EXPECTED}")
     return mib
+
+
+def units_for(total_mib: int, reserved_mib: int, unit_mib: int) -> int:
+    """The units a GPU of ``total_mib`` offers: floor((total - reserved) / unit), never negative.
+
+    The remainder is left unused, so any GPU size works with any unit. The components count a GPU's
+    units by the same rule (files/components ids.units_for; a unit test keeps the two equal).
+    """
+    return max(0, (total_mib - reserved_mib) // unit_mib)

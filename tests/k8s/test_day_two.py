@@ -167,6 +167,39 @@ def test_the_cluster_check_finds_every_component_on_the_gpu_node(stacked: Path, 
     assert memory["allocatable_units"] == 2 * (cluster.GPU_12GIB // cluster.UNIT_MIB)
 
 
+SAMPLE = (
+    INFO
+    + """
+    - name: The reference sample pod, as verify_cluster.yml runs it
+      ansible.builtin.include_role:
+        name: vgpu.isolation.vgpu_stack
+        tasks_from: sample.yml
+    - name: Keep what the sample found
+      ansible.builtin.copy:
+        content: "{{ vgpu_stack_sample | to_json }}"
+        dest: "{{ playbook_dir }}/sample.json"
+        mode: "0644"
+"""
+)
+
+
+def test_a_sample_quota_no_gpu_offers_is_reported_without_starting_the_pod(
+    stacked: Path, gpu_node: str, core: Any
+) -> None:
+    """Issue 25 item 4: the sample pod waited vgpu_stack_sample_timeout (300 s) for a GPU that cannot
+    exist. The node's GPUs (12288 MiB each, the device plugin's annotation) offer 122 units of
+    100 MiB; a 20000 MiB quota is judged against them before any pod is created."""
+    ok(playbook(stacked, SAMPLE, gpu_node, vgpu_sample_app_quota="20000MiB", **harness_extender(stacked)))
+    sample = json.loads((stacked / "sample.json").read_text())
+    assert sample["phase"] == "not started"
+    assert sample["problems"] == [
+        f"vgpu_sample_app_quota: 20000 MiB is more than any GPU of the cluster offers: the largest, {gpu_node}'s "
+        "GPU 0 with 12288 MiB, offers 122 units of 100 MiB = 12200 MiB (less 0 MiB reserved, the remainder unused); "
+        "lower the quota to 12200 MiB or less"
+    ]
+    assert core.list_namespaced_pod("default", field_selector="metadata.name=vgpu-verify-sample").items == []
+
+
 def test_a_unit_change_is_refused_while_a_pod_holds_gpu_memory(
     stacked: Path, gpu_node: str, core: Any, namespace: str
 ) -> None:

@@ -1,8 +1,10 @@
-"""galaxy.yml's metadata (issue 14 item 7): no made-up addresses, and every collection the roles and
-playbooks call is declared as a dependency, so `ansible-galaxy collection install` brings it."""
+"""galaxy.yml's metadata (issue 14 item 7, issue 25 item 9): addresses nobody else owns, and every
+collection the roles and playbooks call is declared as a dependency, so `ansible-galaxy collection
+install` brings it."""
 
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import yaml
 
@@ -26,11 +28,18 @@ def used_collections():
     return used - {"ansible.builtin", "vgpu.isolation"}
 
 
-def test_no_placeholder_addresses_or_authors():
+def test_the_addresses_are_on_one_host_that_is_real_or_can_be_nobody_else_s():
+    """Issue 25 item 9: galaxy.yml had no repository, documentation or issues address. Until the
+    repository is published they are placeholders on the reserved .invalid domain (RFC 2606), which
+    never resolves to someone else's site, and galaxy.yml says so; never example.com or localhost."""
     text = (ROOT / "galaxy.yml").read_text()
-    assert "example.invalid" not in text and "example.com" not in text
-    for key in ("repository", "documentation", "issues", "homepage"):
-        assert GALAXY.get(key) is None or not re.search(r"example|localhost", GALAXY[key]), key
+    hosts = set()
+    for key in ("repository", "documentation", "issues"):
+        address = urlparse(GALAXY[key])
+        assert address.scheme == "https" and not re.search(r"example\.|localhost", GALAXY[key]), key
+        hosts.add(address.hostname)
+    (host,) = hosts
+    assert not host.endswith(".invalid") or "PLACEHOLDERS" in text.split("repository:")[0]
     assert GALAXY["authors"] and all(author.strip() for author in GALAXY["authors"])
 
 
@@ -38,3 +47,13 @@ def test_every_collection_the_roles_call_is_a_dependency():
     used = used_collections()
     assert {"kubernetes.core", "community.general", "community.crypto", "ansible.posix"} <= used, used
     assert used <= set(GALAXY["dependencies"]), used - set(GALAXY["dependencies"])
+
+
+def test_the_changelog_has_the_release_of_galaxy_yml_s_version():
+    """Issue 25 item 9: changelog.yaml had `releases: {}`, so the installed collection carried no
+    changelog. `antsibull-changelog release --version <version>` folds the fragments in (run again
+    for the same version, it adds the fragments written since)."""
+    changelog = yaml.safe_load((ROOT / "changelogs" / "changelog.yaml").read_text())
+    release = changelog["releases"][GALAXY["version"]]
+    assert release["changes"]["release_summary"] and release["release_date"]
+    assert f"v{GALAXY['version']}" in (ROOT / "CHANGELOG.rst").read_text()

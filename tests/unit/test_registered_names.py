@@ -1,10 +1,12 @@
-"""Facts the playbooks and roles register or set are no settings.
+"""Facts the playbooks and roles register or set are no settings, and the settings are checked
+before any of them exist.
 
-The vgpu role checks every host variable that starts with vgpu_ against its settings (typos are
-found that way), and a registered or set fact becomes a host variable for the plays after it: one
-named like a setting stops the next play with "not a vgpu.isolation setting". site.yml met this on
-the e2e node (playbooks/node.yml registered vgpu_node_kubeconfig). Internal names start with __,
-or with a prefix the settings check leaves to its role (roles/vgpu/vars/main.yml).
+The vgpu role checks every variable a host has against the collection's variables (typos are found
+that way), and a registered or set fact becomes a host variable for the plays after it: one the
+check met would stop the next play with "not a variable of vgpu.isolation" (site.yml met this on
+the e2e node when playbooks/node.yml registered vgpu_node_kubeconfig). So the check runs once per
+run, first (playbooks/check.yml at the head of every playbook an operator runs), and no fact may
+take a setting's name (it would override the operator's value).
 """
 
 from __future__ import annotations
@@ -18,13 +20,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def owned_prefixes() -> list[str]:
-    return yaml.safe_load((ROOT / "roles/vgpu/vars/main.yml").read_text())["vgpu_owned_prefixes"]
-
-
 def settings() -> set[str]:
-    spec = yaml.safe_load((ROOT / "roles/vgpu/meta/argument_specs.yml").read_text())
-    return set(spec["argument_specs"]["settings"]["options"])
+    spec = yaml.safe_load((ROOT / "roles/vgpu/meta/argument_specs.yml").read_text())["argument_specs"]
+    return set(spec["settings"]["options"]) | set(spec["playbooks"]["options"])
 
 
 def tasks(node: Any) -> Iterator[dict[str, Any]]:
@@ -47,15 +45,20 @@ def fact_names(path: Path) -> Iterator[str]:
 
 
 def test_no_registered_or_set_fact_is_named_like_a_setting() -> None:
-    owned, known = owned_prefixes(), settings()
+    known = settings()
     files = sorted(
         [*ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml")]
     )
     assert files
-    clashes = [
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in files
-        for name in fact_names(path)
-        if name.startswith("vgpu_") and not name.startswith(tuple(owned)) and name not in known
-    ]
+    clashes = [f"{path.relative_to(ROOT)}: {name}" for path in files for name in fact_names(path) if name in known]
     assert clashes == []
+
+
+# Playbooks an operator runs (the others are imported by these, or build the bundle on a connected machine).
+ENTRY_PLAYBOOKS = ("site.yml", "stack.yml", "upgrade.yml", "verify.yml", "uninstall.yml")
+
+
+def test_every_playbook_an_operator_runs_checks_the_inventory_and_the_settings_first() -> None:
+    for name in ENTRY_PLAYBOOKS:
+        first = yaml.safe_load((ROOT / "playbooks" / name).read_text())[0]
+        assert first.get("ansible.builtin.import_playbook") == "check.yml", name

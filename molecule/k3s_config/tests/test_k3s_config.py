@@ -10,7 +10,7 @@ def read_yaml(host, path):
 def test_binary_from_the_bundle_and_tool_links(host):
     binary = host.file("/usr/local/bin/k3s")
     assert binary.mode == 0o755
-    assert "v1.31.4+k3s1" in host.check_output("/usr/local/bin/k3s --version")
+    assert "v1.36.3+k3s1" in host.check_output("/usr/local/bin/k3s --version")
     for tool in ("kubectl", "crictl", "ctr"):
         assert host.file(f"/usr/local/bin/{tool}").linked_to == "/usr/local/bin/k3s"
 

@@ -4,6 +4,8 @@ Pure functions: no API server. roles/vgpu_stack's cluster_info entry point feeds
 one in tests/k8s and on the e2e node.
 """
 
+import json
+
 from ansible_collections.vgpu.isolation.plugins.filter.cluster import (
     FilterModule,
     cluster_health,
@@ -146,3 +148,21 @@ def test_on_the_dra_path_the_driver_runs_and_each_gpu_node_publishes_its_memory(
         "nvidia-mps is not running on gpu-2 (no pod)",
         "GPU node gpu-2 publishes no ResourceSlice of gpu.vgpu.io",
     ]
+
+
+def test_each_gpu_s_offer_comes_from_the_device_plugin_s_annotation_or_the_resource_slice():
+    """sample.yml compares the sample pod's quota with these before it starts the pod (issue 25 item 4)."""
+    annotated = node("edge", control_plane=True, units=89)
+    gpus = [{"uuid": "GPU-a", "index": 0, "key": "a", "total_mib": 23028, "units": 89, "used_units": 0}]
+    annotated["metadata"]["annotations"] = {"vgpu.io/gpus": json.dumps({"unit_mib": 256, "gpus": gpus})}
+    pods = [pod(c, "edge") for c in ("nvidia-shared-device-plugin", "cgpu-monitor", "gpushare-scheduler-extender")]
+    (view,) = cluster_health([annotated], pods, ["edge"], unit_mib=256)["nodes"]
+    assert view["gpus"] == [{"index": 0, "total_mib": 23028, "offered_mib": 22784}]
+    dra = cluster_health([node("edge")], [], ["edge"], scheduling="dra", slices=[resource_slice("edge", 22784, 15360)])
+    assert dra["nodes"][0]["gpus"] == [{"index": 0, "offered_mib": 22784}, {"index": 1, "offered_mib": 15360}]
+
+
+def test_an_unreadable_annotation_offers_no_gpu():
+    broken = node("edge", units=1)
+    broken["metadata"]["annotations"] = {"vgpu.io/gpus": "{not json"}
+    assert cluster_health([broken], [], ["edge"])["nodes"][0]["gpus"] == []

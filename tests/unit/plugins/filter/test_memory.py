@@ -1,8 +1,14 @@
 """The mib filter: how an operator's memory sizes are read, and which are refused."""
 
+import sys
+from pathlib import Path
+
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vgpu.isolation.plugins.filter.memory import FilterModule, mib
+from ansible_collections.vgpu.isolation.plugins.filter.memory import FilterModule, gpu_units, mib
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "files" / "components" / "src"))
+from vgpu_components import ids
 
 
 @pytest.mark.parametrize(
@@ -43,4 +49,48 @@ def test_an_amount_that_may_be_nothing_takes_a_minimum_of_zero():
 
 
 def test_the_plugin_exposes_the_filter():
-    assert set(FilterModule().filters()) == {"mib"}
+    assert set(FilterModule().filters()) == {"mib", "gpu_units"}
+
+
+# --- whole units of real GPUs (issue 25 item 3) --------------------------------------------------
+# What nvidia-smi shows (memory.total) on each model: none a round number of units.
+REAL_GPUS = {
+    "T4": 15360,
+    "A10": 23028,
+    "L4": 23034,
+    "A100 40GB": 40960,
+    "A100 80GB": 81920,
+    "H100 80GB": 81559,
+    "H200": 143771,
+}
+
+
+def test_the_summary_counts_each_gpu_s_units_by_the_components_rule():
+    """The per-node summary (gpu_units, module_utils units_for) and the device plugin, the extender
+    and the DRA driver (files/components ids.units_for, files/components/tests/test_units.py) must
+    agree on what every GPU offers."""
+    for total in REAL_GPUS.values():
+        for unit in (100, 256, 512, 1000, 1024):
+            for reserved in (0, 512, 2048):
+                gpu = {"index": 0, "name": "x", "memory_total_mib": total}
+                (view,) = gpu_units([gpu], unit, reserved)
+                assert view["units"] == ids.units_for(total, reserved, unit) == (total - reserved) // unit
+                assert view["usable_mib"] + view["reserved_mib"] + view["unused_mib"] == total
+                assert 0 <= view["unused_mib"] < unit
+
+
+def test_the_summary_shows_an_a10_s_unused_remainder():
+    (view,) = gpu_units([{"index": 0, "name": "NVIDIA A10", "memory_total_mib": 23028}], "256MiB", "512Mi")
+    assert view == {
+        "index": 0,
+        "name": "NVIDIA A10",
+        "total_mib": 23028,
+        "units": 87,
+        "usable_mib": 22272,
+        "reserved_mib": 512,
+        "unused_mib": 244,
+    }
+
+
+def test_a_gpu_the_driver_reports_no_memory_for_is_left_out():
+    assert gpu_units([{"index": 0, "name": "x", "memory_total_mib": None}], 100) == []

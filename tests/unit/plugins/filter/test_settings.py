@@ -1,35 +1,33 @@
-"""The settings check of roles/vgpu (issue 14 item 2): names, types, versions, memory sizes, rules.
+"""The settings check of roles/vgpu (issue 14 item 2, issue 25): names, types, versions, memory
+sizes, rules, one report.
 
-The spec is roles/vgpu's own argument spec, read as the role reads it.
+The schema is the collection's own (lookup vgpu.isolation.settings_schema), read as the role reads it.
 """
 
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_collections.vgpu.isolation.plugins.filter.settings import (
     CLUSTER_WIDE,
     PER_NODE,
     FilterModule,
     cluster_problems,
+    quota_problems,
+    server_version_problems,
     settings_problems,
+    settings_report,
 )
+from ansible_collections.vgpu.isolation.plugins.lookup.settings_schema import load
 
 ROOT = Path(__file__).resolve().parents[4]
-SPEC = yaml.safe_load((ROOT / "roles/vgpu/meta/argument_specs.yml").read_text())["argument_specs"]["settings"][
-    "options"
-]
-DEFAULTS = yaml.safe_load((ROOT / "roles/vgpu/defaults/main.yml").read_text())
-PREFIXES = yaml.safe_load((ROOT / "roles/vgpu/vars/main.yml").read_text())["vgpu_owned_prefixes"]
+SCHEMA = load(str(ROOT))
+SPEC = SCHEMA["roles"]["vgpu"]["entry_points"]["settings"]
+DEFAULTS = SCHEMA["roles"]["vgpu"]["defaults"]
 
 
 def problems(given=None, **overrides):
     settings = {**DEFAULTS, **overrides}
-    return settings_problems(settings, SPEC, list(given or overrides), PREFIXES)
-
-
-def test_every_setting_has_a_default_and_a_spec():
-    assert set(DEFAULTS) == set(SPEC)
+    return settings_problems(settings, SCHEMA, list(given or overrides))
 
 
 def test_the_documented_defaults_are_valid():
@@ -46,17 +44,48 @@ def test_the_documented_defaults_are_valid():
 )
 def test_a_misspelt_setting_is_refused_with_a_did_you_mean(typo, meant):
     assert problems(given=[typo]) == [
-        f"{typo}: not a vgpu.isolation setting; did you mean {meant}? the settings are listed in docs/variables.md"
+        f"{typo}: not a variable of vgpu.isolation; did you mean {meant}? the settings are listed in "
+        "docs/variables.md, each role's variables in its meta/argument_specs.yml"
     ]
 
 
-def test_role_and_playbook_variables_are_no_typos():
-    assert problems(given=["vgpu_stack_extender_port", "vgpu_interposer_prefix", "vgpu_verify_quota"]) == []
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        # Issue 25 item 6: both passed silently (the check left every vgpu_stack_* name to its role).
+        ("vgpu_stack_monitoring_label", "vgpu_stack_monitoring_labels"),
+        ("vpgu_memory_unit_mib", "vgpu_memory_unit_mib"),
+        ("nvidia_driver_drain_timout", "nvidia_driver_drain_timeout"),
+        ("kubeadm_pod_subnett", "kubeadm_pod_subnet"),
+    ],
+)
+def test_a_misspelt_role_variable_is_refused_with_the_nearest_known_name(typo, meant):
+    flavour = {"vgpu_kubernetes_flavour": "kubeadm"} if typo.startswith("kubeadm_") else {}
+    (problem,) = problems(given=[typo, *flavour], **flavour)
+    assert problem.startswith(f"{typo}: not a variable of vgpu.isolation; did you mean {meant}?"), problem
 
 
-def test_a_name_far_from_every_setting_gets_no_guess():
+def test_role_and_playbook_variables_and_the_site_s_own_are_no_typos():
+    given = ["vgpu_stack_extender_port", "vgpu_interposer_prefix", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
+    given += ["nvidia_driver_drain_timeout", "preflight_check_network", "ansible_host", "site_owner", "ntp_servers"]
+    assert problems(given=given) == []
+
+
+def test_a_name_with_a_role_prefix_far_from_every_variable_gets_no_guess():
     (problem,) = problems(given=["vgpu_colour"])
-    assert "did you mean" not in problem and problem.startswith("vgpu_colour: not a vgpu.isolation setting")
+    assert "did you mean" not in problem and problem.startswith("vgpu_colour: not a variable of vgpu.isolation")
+
+
+@pytest.mark.parametrize(
+    ("flavour", "name", "owner"),
+    [("k3s", "kubeadm_pod_subnet", "kubeadm"), ("kubeadm", "k3s_token", "k3s"), ("none", "k3s_token", "k3s")],
+)
+def test_variables_of_the_other_flavour_are_refused(flavour, name, owner):
+    """Issue 25 item 6: K3s chosen with kubeadm_* settings passed silently, and nothing read them."""
+    assert problems(given=[name], vgpu_kubernetes_flavour=flavour) == [
+        f"{name}: a variable of the {owner} role, but vgpu_kubernetes_flavour is '{flavour}', so nothing reads it; "
+        f"remove it, or set vgpu_kubernetes_flavour: {owner}"
+    ]
 
 
 def test_a_version_that_yaml_read_as_a_number_is_refused_with_the_advice_to_quote_it():
@@ -124,9 +153,9 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
         ({"vgpu_sample_app_quota": "3000MB"}, "vgpu_sample_app_quota: '3000MB'"),
         ({"vgpu_sample_app_quota": "2950MiB"}, "2950 MiB is not a multiple of vgpu_memory_unit_mib (100 MiB)"),
         ({"vgpu_sample_app_use": "4GiB"}, "vgpu_sample_app_use: 4096 MiB is more than vgpu_sample_app_quota"),
-        ({"vgpu_gpu_memory_mib": [12288]}, "vgpu_memory_unit_mib: 100 MiB does not divide GPU 0's 12288 MiB"),
         ({"vgpu_gpu_memory_mib": ["12GB"]}, "vgpu_gpu_memory_mib[0]: '12GB'"),
-        ({"vgpu_reserved_memory_mib": 20000, "vgpu_gpu_memory_mib": [12000]}, "leaves nothing of GPU 0"),
+        ({"vgpu_reserved_memory_mib": 12000, "vgpu_gpu_memory_mib": [12000]}, "leaves less than one unit"),
+        ({"vgpu_memory_unit_mib": "16GiB", "vgpu_gpu_memory_mib": [15360]}, "GPU 0's 15360 MiB"),
         ({"vgpu_enforcement": "kill"}, "vgpu_enforcement: 'kill' is not one of evict, report"),
         ({"vgpu_enforcement_grace_seconds": -1}, "vgpu_enforcement_grace_seconds: -1 must be from 0 to 86400"),
         ({"vgpu_enforcement_context_allowance_mib": "512MB"}, "vgpu_enforcement_context_allowance_mib: '512MB'"),
@@ -137,8 +166,39 @@ def test_each_bad_setting_is_reported(overrides, fragment):
     assert any(fragment in p for p in found), found
 
 
-def test_a_unit_that_divides_the_stated_gpu_memory_is_accepted():
-    assert problems(vgpu_memory_unit_mib=64, vgpu_sample_app_quota="3GiB", vgpu_gpu_memory_mib=["12GiB"]) == []
+# The memory nvidia-smi shows (memory.total) for the GPUs sites run: none a round number of units.
+REAL_GPUS = {
+    "T4": 15360,
+    "A10": 23028,
+    "L4": 23034,
+    "A100 40GB": 40960,
+    "A100 80GB": 81920,
+    "H100 80GB": 81559,
+    "H200": 143771,
+}
+
+
+@pytest.mark.parametrize("unit", [100, 256, 512, 1024])
+@pytest.mark.parametrize("model", REAL_GPUS)
+def test_real_gpu_sizes_are_accepted_with_any_unit(model, unit):
+    """Issue 25 item 3: an A10 (23028 MiB) with unit 256 was refused ("choose a unit that divides
+    22516"); a GPU's memory rounds down to whole units now, the remainder unused."""
+    quota = {"vgpu_sample_app_quota": unit * 8, "vgpu_sample_app_use": unit * 4}
+    assert (
+        problems(
+            vgpu_memory_unit_mib=unit, vgpu_reserved_memory_mib=512, vgpu_gpu_memory_mib=[REAL_GPUS[model]], **quota
+        )
+        == []
+    )
+
+
+def test_mixed_gpu_models_in_one_node_work_with_one_unit():
+    assert (
+        problems(
+            vgpu_memory_unit_mib="256MiB", vgpu_sample_app_quota="3GiB", vgpu_gpu_memory_mib=list(REAL_GPUS.values())
+        )
+        == []
+    )
 
 
 def test_whole_numbers_given_on_the_command_line_are_accepted():
@@ -150,8 +210,14 @@ def test_every_problem_is_reported_at_once():
     assert len(problems(vgpu_kubernetes_flavour="x", vgpu_sample_app_quota=-1, given=["vgpu_mps_enable"])) == 3
 
 
-def test_the_plugin_exposes_the_filter():
-    assert set(FilterModule().filters()) == {"settings_problems", "cluster_problems"}
+def test_the_plugin_exposes_the_filters():
+    assert set(FilterModule().filters()) == {
+        "settings_problems",
+        "cluster_problems",
+        "settings_report",
+        "quota_problems",
+        "server_version_problems",
+    }
 
 
 # --- cluster-wide settings (issue 14 item 1) ---------------------------------------------------
@@ -188,6 +254,67 @@ def test_every_setting_is_either_cluster_wide_or_per_node():
 
 def test_the_filter_plugin_exposes_the_cluster_check():
     assert FilterModule().filters()["cluster_problems"] is cluster_problems
+
+
+# --- quotas no GPU can give (issue 25 item 4) --------------------------------------------------
+def test_a_sample_quota_bigger_than_every_stated_gpu_is_refused_naming_the_largest():
+    """It passed every check and failed only when the sample pod timed out after 300 s."""
+    values = {
+        "cp": {"vgpu_sample_app_quota": "40GiB"},
+        "gpu-1": {"vgpu_gpu_memory_mib": [REAL_GPUS["T4"]]},
+        "gpu-2": {"vgpu_gpu_memory_mib": [REAL_GPUS["A10"], REAL_GPUS["L4"]]},
+    }
+    assert cluster_problems(values, SPEC, "cp") == [
+        "vgpu_sample_app_quota: 40960 MiB is more than any GPU of the cluster offers: the largest, gpu-2's GPU 1 "
+        "with 23034 MiB, offers 230 units of 100 MiB = 23000 MiB (less 0 MiB reserved, the remainder unused); "
+        "lower the quota to 23000 MiB or less"
+    ]
+
+
+def test_a_quota_that_fits_the_largest_gpu_of_a_mixed_cluster_passes():
+    values = {
+        "cp": {"vgpu_sample_app_quota": "20GiB"},
+        "a": {"vgpu_gpu_memory_mib": [15360]},
+        "b": {"vgpu_gpu_memory_mib": [23028]},
+    }
+    assert cluster_problems(values, SPEC, "cp") == []
+
+
+def test_without_stated_gpus_the_quota_waits_for_preflight():
+    assert cluster_problems({"cp": {"vgpu_sample_app_quota": "400GiB"}, "gpu": {}}, SPEC, "cp") == []
+
+
+@pytest.mark.parametrize(("model", "units"), [("H200", 561), ("H100 80GB", 318), ("A10", 89)])
+def test_a_quota_is_compared_with_whole_units_of_the_measured_gpu(model, units):
+    """preflight passes the sizes nvidia-smi reads; a quota of exactly the GPU's units fits, one more does not."""
+    gpus = [("node's GPU 0", REAL_GPUS[model])]
+    assert quota_problems(units * 256, 256, 0, gpus) == []
+    (problem,) = quota_problems((units + 1) * 256, 256, 0, gpus)
+    assert f"offers {units} units of 256 MiB = {units * 256} MiB" in problem
+
+
+# --- one report for every host (issue 25 item 8) -----------------------------------------------
+def test_the_report_names_each_problem_once_with_its_hosts_then_the_cluster_wide_ones():
+    report = settings_report(
+        {"cp": ["vgpu_mps_enable: typo"], "gpu-1": ["vgpu_mps_enable: typo", "vgpu_driver_branch: bad"]},
+        ["vgpu_memory_unit_mib differs between hosts"],
+    )
+    assert report == [
+        "vgpu_mps_enable: typo [every host]",
+        "vgpu_driver_branch: bad [gpu-1]",
+        "vgpu_memory_unit_mib differs between hosts",
+    ]
+
+
+# --- an existing cluster's version (issue 25 item 7) -------------------------------------------
+def test_dra_on_an_existing_cluster_older_than_1_36_is_refused_by_the_api_server_s_version():
+    assert server_version_problems("v1.35.2", "dra", "the API server of cp-1") == [
+        "vgpu_scheduling: 'dra' needs Kubernetes 1.36 or later (GPU memory as a DRA consumable capacity, beta and on "
+        "by default from 1.36); the API server of cp-1 is 'v1.35.2'; upgrade the cluster to 1.36 or later first, or "
+        "keep vgpu_scheduling: extender"
+    ]
+    assert server_version_problems("v1.36.3+k3s1", "dra") == []
+    assert server_version_problems("v1.31.4", "extender") == []
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,9 @@ PLAYBOOK = """
     - {vgpu_defaults}
     - {role}/defaults/main.yml
     - {role}/vars/main.yml
+    # The registered result the tasks read, as play variables: host variables (-e) would be taken
+    # for the inventory's by the settings check, which refuses names no role declares.
+    - {out}/vars.json
   tasks:
     - name: Unmerge the live document as it is
       ansible.builtin.include_role:
@@ -116,7 +119,7 @@ def run(tmp_path, live, extra=None):
     }
     variables.update(extra or {})
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", "@" + str(tmp_path / "vars.json"))
+    run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"))
     with_scheduler = json.loads((tmp_path / "with.json").read_text())
     without = json.loads((tmp_path / "without.json").read_text())
     init = list(yaml.safe_load_all((tmp_path / "kubeadm-config.yaml").read_text()))

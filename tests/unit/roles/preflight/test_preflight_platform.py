@@ -21,22 +21,95 @@ PLAY = """
 """
 
 
-def preflight(tmp_path, **settings):
-    hosts = {"gpu_nodes": {"hosts": {"localhost": {"ansible_python_interpreter": sys.executable}}}}
-    (tmp_path / "hosts.yml").write_text(json.dumps(hosts))
+def preflight(tmp_path, groups=("gpu_nodes",), hosts=("localhost",), path_prefix="", **settings):
+    """Run preflight in check mode on this machine as ``hosts`` of ``groups``; returns its failure."""
+    members = {host: {"ansible_python_interpreter": sys.executable} for host in hosts}
+    inventory = {group: {"hosts": members} for group in groups}
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(PLAY)
     image = tmp_path / "vgpu-components-0.1.0.tar"
     image.write_bytes(b"")
     extra = {"preflight_check_network": False, "vgpu_component_image_tarball": str(image), **settings}
     with pytest.raises(AssertionError) as failed:
-        run_playbook("--check", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", json.dumps(extra))
+        run_playbook(
+            "--check",
+            "-i",
+            str(tmp_path / "hosts.yml"),
+            str(tmp_path / "play.yml"),
+            "-e",
+            json.dumps(extra),
+            path_prefix=path_prefix,
+        )
     return str(failed.value)
+
+
+def stand_in(folder, name, output, args):
+    """A stand-in for a tool that needs what this machine lacks (a GPU, an old API server): it
+    answers ``output`` to exactly the arguments ``args`` the real tool would get, and fails otherwise."""
+    folder.mkdir(exist_ok=True)
+    expected = " ".join(args)
+    script = f'#!/bin/sh\n[ "$*" = "{expected}" ] || {{ echo "unexpected arguments: $*" >&2; exit 2; }}\n'
+    (folder / name).write_text(script + "cat <<'EOF'\n" + output + "\nEOF\n")
+    (folder / name).chmod(0o755)
+    return str(folder)
+
+
+SMI_ARGS = ("--query-gpu=memory.total,mig.mode.current", "--format=csv,noheader,nounits")
 
 
 def test_a_supported_node_without_a_gpu_is_stopped_for_that_alone(tmp_path):
     out = preflight(tmp_path)
-    assert "Preflight found 1 problem(s) on localhost; nothing was changed." in out
-    assert "no NVIDIA GPU found" in out
+    assert "Preflight found 1 problem(s); nothing was changed." in out
+    assert "no NVIDIA GPU found" in out and "or move this host out of the gpu_nodes group [localhost]" in out
+
+
+def test_the_problems_of_every_host_come_in_one_report(tmp_path):
+    """Issue 25 item 8: each host printed its own copy of the same problem."""
+    out = preflight(tmp_path, hosts=("gpu-1", "gpu-2"), ansible_connection="local")
+    assert "Preflight found 1 problem(s); nothing was changed." in out
+    assert "or move this host out of the gpu_nodes group [every host]" in out
+    assert len([line for line in out.splitlines() if line.startswith("fatal:")]) == 1
+
+
+def test_a_sample_quota_bigger_than_the_gpu_nvidia_smi_shows_is_refused_before_the_run(tmp_path):
+    """Issue 25 item 4: it failed only when the sample pod timed out after 300 s. nvidia-smi is a
+    stand-in printing an A10's memory (no GPU here)."""
+    tools = stand_in(tmp_path / "bin", "nvidia-smi", "23028, Disabled", SMI_ARGS)
+    out = preflight(tmp_path, path_prefix=tools, vgpu_sample_app_quota="40000MiB", preflight_require_gpu=False)
+    assert (
+        "vgpu_sample_app_quota: 40000 MiB is more than any GPU of the cluster offers: the largest, localhost's GPU 0 "
+        "with 23028 MiB, offers 230 units of 100 MiB = 23000 MiB"
+    ) in out
+
+
+def test_a_gpu_in_mig_mode_is_refused_before_the_run(tmp_path):
+    """Issue 25 item 11 (MIG): a MIG GPU was advertised whole and its pods found no CUDA device.
+    nvidia-smi is a stand-in printing an A100 with MIG on (no GPU here)."""
+    tools = stand_in(tmp_path / "bin", "nvidia-smi", "81920, Disabled\n81920, Enabled", SMI_ARGS)
+    out = preflight(tmp_path, path_prefix=tools, preflight_require_gpu=False)
+    assert "Preflight found 1 problem(s)" in out
+    assert "GPU 1 has MIG mode enabled: vgpu.isolation shares whole GPUs by memory quota" in out
+
+
+def test_dra_on_a_running_cluster_older_than_1_36_is_refused_by_asking_its_api_server(tmp_path):
+    """Issue 25 item 7: stack.yml trusted vgpu_kubernetes_version (1.36.3 by default) and changed the
+    nodes before failing. kubectl is a stand-in answering as a 1.35 API server would (none runs here)."""
+    version = {"clientVersion": {"gitVersion": "v1.36.3"}, "serverVersion": {"gitVersion": "v1.35.2"}}
+    kubeconfig = tmp_path / "admin.conf"
+    tools = stand_in(
+        tmp_path / "bin",
+        "kubectl",
+        json.dumps(version),
+        ("--kubeconfig", str(kubeconfig), "version", "--output", "json"),
+    )
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    settings = {"vgpu_kubernetes_flavour": "kubeadm", "vgpu_scheduling": "dra", "vgpu_kubeconfig": str(kubeconfig)}
+    out = preflight(tmp_path, groups=("k8s_control_plane",), path_prefix=tools, **settings)
+    assert (
+        "vgpu_scheduling: 'dra' needs Kubernetes 1.36 or later (GPU memory as a DRA consumable capacity, beta and on "
+        "by default from 1.36); the API server of the running cluster (kubectl version on localhost) is 'v1.35.2'; "
+        "upgrade the cluster to 1.36 or later first, or keep vgpu_scheduling: extender"
+    ) in out
 
 
 def test_a_missing_component_image_is_named_before_anything_changes(tmp_path):

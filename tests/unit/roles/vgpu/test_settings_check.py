@@ -1,6 +1,7 @@
 """roles/vgpu's settings check as a play sees it: one short line per problem, before anything runs.
 
-Runs the role for real (ansible-playbook on localhost) with settings as an inventory gives them.
+Runs the role for real (ansible-playbook on localhost) with settings as an inventory gives them, and
+playbooks/check.yml (`make check`) against inventories whose hosts cannot be reached.
 """
 
 import pytest
@@ -35,7 +36,7 @@ def test_typos_types_and_unquoted_versions_fail_in_a_few_lines(tmp_path):
         expect_ok=False,
     )
     assert "The settings have 3 problem(s); nothing was changed." in out
-    assert "vgpu_kubernetes_flavor: not a vgpu.isolation setting; did you mean vgpu_kubernetes_flavour?" in out
+    assert "vgpu_kubernetes_flavor: not a variable of vgpu.isolation; did you mean vgpu_kubernetes_flavour?" in out
     assert "vgpu_kubernetes_version: 1.3 is a number, not a string" in out
     assert "vgpu_mps_enabled: 'maybe' is not a boolean" in out
     assert "argument_spec_data" not in out, "no argument-spec dump"
@@ -88,3 +89,85 @@ def test_the_example_inventory_passes_the_settings_check():
         str(ROOT / "tests" / "unit" / "roles" / "vgpu" / "settings_play.yml"),
     ).stdout
     assert "failed=" in out and "failed=1" not in out
+
+
+# --- playbooks/check.yml: the check before anything changes, no host reachable (issue 25) -------
+# 192.0.2.0/24 is TEST-NET-1 (RFC 5737): no host answers there, so any connection attempt would fail.
+UNREACHABLE = """
+all:
+  vars:
+    ansible_user: ops
+  children:
+    k8s_control_plane:
+      hosts:
+        cp: {ansible_host: 192.0.2.10}
+    GPU_GROUP:
+      hosts:
+        gpu-1: {ansible_host: 192.0.2.21, vgpu_gpu_memory_mib: [23028]}
+        gpu-2: {ansible_host: 192.0.2.22}
+"""
+
+
+def check(inventory: str) -> str:
+    """`make check INVENTORY=...`: playbooks/check.yml, expected to fail."""
+    with pytest.raises(AssertionError) as failed:
+        run_playbook("-i", inventory, str(ROOT / "playbooks" / "check.yml"))
+    return str(failed.value)
+
+
+def write_inventory(tmp_path, group="gpu_nodes", group_vars="", gpu_2_vars=""):
+    for folder, text in (("group_vars/all.yml", group_vars), ("host_vars/gpu-2.yml", gpu_2_vars)):
+        (tmp_path / folder).parent.mkdir(exist_ok=True)
+        (tmp_path / folder).write_text(text or "{}\n")
+    (tmp_path / "hosts.yml").write_text(UNREACHABLE.replace("GPU_GROUP", group))
+    return str(tmp_path / "hosts.yml")
+
+
+def test_an_inventory_path_that_does_not_exist_stops_the_run_naming_it(tmp_path):
+    """Item 2: `make site INVENTORY=inventory/mysite/host.yml` with a wrong path exited 0, every play
+    "no hosts matched"."""
+    out = check(str(tmp_path / "mysite" / "host.yml"))
+    assert f"inventory: {tmp_path / 'mysite' / 'host.yml'} does not exist; give the path of your inventory" in out
+    assert "failed=1" in out
+
+
+def test_a_misspelt_group_is_named_with_the_groups_the_playbooks_expect(tmp_path):
+    """Item 2: a group gpu-nodes ran preflight on the control plane only, with a warning."""
+    out = check(write_inventory(tmp_path, group="gpu-nodes"))
+    assert (
+        "inventory: the group gpu_nodes has no host; the playbooks act on the groups k8s_control_plane and "
+        "gpu_nodes (inventory/example/hosts.yml shows them); did you mean gpu-nodes? (rename that group to gpu_nodes)"
+    ) in out
+
+
+def test_every_host_s_mistakes_and_the_cluster_wide_ones_come_in_one_report_without_reaching_a_host(tmp_path):
+    """Items 5 and 8: with unreachable addresses the settings were never checked (facts came first),
+    and mistakes on several hosts were printed once per host, the cluster-wide ones only after a
+    second run. Items 4 and 6: the quota no GPU can give, the role variable typos, the other
+    flavour's variable, all in the same report."""
+    group_vars = "vpgu_mps_enabled: true\nkubeadm_pod_subnet: 10.244.0.0/16\nvgpu_sample_app_quota: 50GiB\n"
+    gpu_2_vars = "vgpu_memory_unit_mib: 256\nvgpu_stack_monitoring_label: {release: prom}\n"
+    out = check(write_inventory(tmp_path, group_vars=group_vars, gpu_2_vars=gpu_2_vars))
+    assert "The settings have 5 problem(s); nothing was changed." in out
+    for line in [
+        "- vpgu_mps_enabled: not a variable of vgpu.isolation; did you mean vgpu_mps_enabled?",
+        "- kubeadm_pod_subnet: a variable of the kubeadm role, but vgpu_kubernetes_flavour is 'k3s', so nothing "
+        "reads it",
+        "- vgpu_stack_monitoring_label: not a variable of vgpu.isolation; did you mean vgpu_stack_monitoring_labels?",
+        "- vgpu_memory_unit_mib differs between hosts (100 MiB on cp, gpu-1; 256 MiB on gpu-2)",
+        "- vgpu_sample_app_quota: 51200 MiB is more than any GPU of the cluster offers: the largest, gpu-1's GPU 0 "
+        "with 23028 MiB, offers 230 units of 100 MiB = 23000 MiB",
+    ]:
+        assert line in out, line
+    assert "[every host]" in out and "[gpu-2]" in out
+    assert len([line for line in out.splitlines() if line.startswith("fatal:")]) == 1, "one report"
+    assert "UNREACHABLE" not in out and "unreachable=0" in out, "no host was contacted"
+
+
+def test_a_valid_inventory_passes_the_check_without_reaching_a_host(tmp_path):
+    out = run_playbook(
+        "-i",
+        write_inventory(tmp_path, group_vars="vgpu_memory_unit_mib: 256\nvgpu_sample_app_quota: 3GiB\n"),
+        str(ROOT / "playbooks" / "check.yml"),
+    ).stdout
+    assert "failed=0" in out and "unreachable=0" in out
