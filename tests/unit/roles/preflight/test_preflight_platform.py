@@ -131,7 +131,7 @@ def test_a_registry_image_needs_no_tarball(tmp_path, switch):
         switch: False,
     }
     out = preflight(tmp_path, **settings)
-    assert "Preflight found 1 problem(s) on localhost" in out
+    assert "Preflight found 1 problem(s); nothing was changed." in out
     assert "no NVIDIA GPU found" in out
 
 
