@@ -182,3 +182,26 @@ def test_bad_arguments_are_named(tmp_path: Path, args: list[str], message: str) 
 def test_a_missing_root_filesystem_is_named(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"nowhere: not a folder \(expected the root filesystem to pack\)"):
         oci.main([str(tmp_path / "nowhere"), str(tmp_path / "out.tar"), "--ref", "a:1"])
+
+
+def test_an_uncompressed_copy_is_the_same_image_with_plain_tar_layers(tmp_path: Path) -> None:
+    """tests/gpu/kubelet/pack.sh carries the image through a transport of limited size: xz shrinks
+    a plain-tar layer far better than an already gzipped one."""
+    _build(_rootfs(tmp_path / "root"), tmp_path / "image.tar")
+    oci.uncompressed_copy(tmp_path / "image.tar", tmp_path / "plain.tar")
+    before, after = _members(tmp_path / "image.tar"), _members(tmp_path / "plain.tar")
+    for name, data in after.items():
+        if name.startswith("blobs/sha256/") and data:
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
+    index = json.loads(after["index.json"])
+    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] == REF
+    manifest = json.loads(after["blobs/sha256/" + index["manifests"][0]["digest"].split(":")[1]])
+    [layer] = manifest["layers"]
+    assert layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
+    plain = after["blobs/sha256/" + layer["digest"].split(":")[1]]
+    config = json.loads(after["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
+    assert config["rootfs"]["diff_ids"] == [layer["digest"]]  # the same filesystem, the same diff_id
+    old_manifest = json.loads(before["blobs/sha256/" + json.loads(before["index.json"])["manifests"][0]["digest"][7:]])
+    assert gzip.decompress(before["blobs/sha256/" + old_manifest["layers"][0]["digest"][7:]]) == plain
+    [docker] = json.loads(after["manifest.json"])
+    assert docker["Layers"] == ["blobs/sha256/" + layer["digest"].split(":")[1]]

@@ -9,7 +9,8 @@
 #   bin.tar.xz     etcd, NVIDIA's toolkit (nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook),
 #                  from files/bundle/build-binaries.sh; Debian 12's containerd, containerd-shim-runc-v2,
 #                  ctr, runc and the CNI plugins bridge, host-local and loopback (their .deb files)
-#   image.tar.xz   the component image tarball exactly as `make image` wrote it (checked by sha256 on
+#   image.tar.xz   the component image as `make image` wrote it, its layer as plain tar (oci_archive.py
+#                  uncompressed_copy: xz shrinks it to 41 MiB, the gzipped layer stays 64; checked by sha256 on
 #                  the host), and the pause image
 #   python.tar.xz  ansible-core, the Kubernetes Python client and cryptography for the GPU host's
 #                  Python (VGPU_KUBELET_PYTHON, default 3.12), and the community.crypto and
@@ -152,7 +153,10 @@ else
     pieces+=("$(xz_piece bin "$bin_key" "$stage/bin")")
 
     mkdir -p "$stage/image/images"
-    ln "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar" 2>/dev/null || cp "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar"
+    # The same image with its layer as plain tar: xz takes the piece to about 41 MiB, where the
+    # archive's gzipped layer stays 64 MiB, more than one call carries.
+    "$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import oci_archive; oci_archive.uncompressed_copy(*map(__import__("pathlib").Path, sys.argv[2:]))' \
+        "$ROOT/files/components/image" "$IMAGE_TAR" "$stage/image/images/vgpu-components-0.1.0.tar"
     cp "$pause" "$stage/image/images/pause.tar"
     (cd "$stage/image/images" && sha256sum vgpu-components-0.1.0.tar >SHA256SUMS)
     image_key=$(cat "$stage/image/images/SHA256SUMS" <(sha256sum <"$pause") | hash_of)
