@@ -25,35 +25,32 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.node import node
 
-# What a container can reach of the GPU: its device files, the driver's libraries anywhere in the
-# system library folders, and NVML (what nvidia-smi reads) with its device count. The fake driver's
-# libraries are mounted where NVIDIA's runtime mounts the real ones (/usr/lib/x86_64-linux-gnu).
-PROBE = r"""
-import ctypes, glob, json, os
-found = {"devices": sorted(glob.glob("/dev/nvidia*")), "ld_preload": os.environ.get("LD_PRELOAD", "")}
-libraries = set()
-for top in ("/usr/lib", "/usr/lib64", "/lib", "/lib64"):
-    for folder, _dirs, files in os.walk(top):
-        libraries.update(os.path.realpath(os.path.join(folder, f)) for f in files
-                         if f.startswith(("libcuda.so", "libnvidia-ml.so")))
-found["driver_libraries"] = sorted(libraries)
-try:
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    count = ctypes.c_uint()
-    rc = nvml.nvmlInit_v2() or nvml.nvmlDeviceGetCount_v2(ctypes.byref(count))
-    found["nvml"] = count.value if rc == 0 else f"NVML error {rc}"
-except OSError as exc:
-    found["nvml"] = f"no NVML: {exc}"
-print(json.dumps(found))
-"""
+HERE = Path(__file__).resolve().parent
+# What a container reaches of the GPU (device files, driver libraries, NVML), and issue 24's program
+# that opens the real driver by its path: scripts the harness of tests/gpu/kubelet runs too.
+PROBE = (HERE / "gpu_probe.py").read_text()
+DLOPEN_BY_PATH = (HERE / "dlopen_by_path.py").read_text()
 SLEEP = ["sleep", "86400"]
 ALL = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+# The node carries vgpu_gpu_node_taint's taint (tests/node/group_vars/all.yml). A pod may tolerate any
+# taint: the taint places pods, it guards nothing, so the pods without units below tolerate it and
+# must still get no GPU.
+TOLERATE = [{"key": node.RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def no_units_pod(name: str) -> dict[str, Any]:
+    """A pod without units that names every GPU in its env and tolerates the GPU node's taint."""
+    pod = node.app_pod(name, SLEEP)
+    pod["spec"]["containers"][0]["env"] = ALL
+    pod["spec"]["tolerations"] = TOLERATE
+    return pod
 
 
 def probe(namespace: str, pod: str, container: str = "app") -> dict[str, Any]:
@@ -73,9 +70,7 @@ def assert_no_gpu(seen: dict[str, Any], who: str) -> None:
 
 def test_a_pod_without_units_that_asks_for_every_gpu_by_env_gets_none(namespace: str) -> None:
     """NVIDIA_VISIBLE_DEVICES=all in the pod's own env: no device file, no driver library, no NVML."""
-    pod = node.app_pod("no-units", SLEEP)
-    pod["spec"]["containers"][0]["env"] = ALL
-    node.apply(namespace, pod)
+    node.apply(namespace, no_units_pod("no-units"))
     running(namespace, "no-units")
     assert_no_gpu(probe(namespace, "no-units"), "a pod without units")
 
@@ -84,9 +79,8 @@ def test_a_pod_without_units_gets_no_gpu_through_a_cdi_annotation(namespace: str
     """The runtime's cdi mode also takes devices from cdi.k8s.io/ annotations of the container: a
     pod's own annotations must not reach it (containerd passes none to the runtime unless its
     runtime options list them in pod_annotations, which the roles never set)."""
-    pod = node.app_pod("annotated", SLEEP)
+    pod = no_units_pod("annotated")
     pod["metadata"]["annotations"] = {"cdi.k8s.io/vgpu-test": "nvidia.com/gpu=all"}
-    pod["spec"]["containers"][0]["env"] = ALL
     node.apply(namespace, pod)
     running(namespace, "annotated")
     assert_no_gpu(probe(namespace, "annotated"), "a pod with a CDI annotation")
@@ -127,6 +121,46 @@ def test_programs_that_are_not_cuda_programs_run_with_libvgpu_preloaded(namespac
     assert (shell.returncode, shell.stdout, shell.stderr) == (3, "/opt/vgpu/libvgpu.so\n/opt/vgpu/libvgpu.so\n", "")
 
 
+def test_a_program_that_opens_the_real_driver_by_its_path_stays_in_its_quota(namespace: str) -> None:
+    """Issue 24, case 5: with only LD_LIBRARY_PATH=/opt/vgpu, a program that dlopens the driver by
+    the absolute path allocated 3000 MiB under a 1000 MiB quota; libvgpu preloaded answers its
+    dlsym with the hooks, and the allocation is refused at the call."""
+    *claims, pod = node.quota_pod("by-path", 1000, ["python3", "-c", DLOPEN_BY_PATH, "3000"])
+    node.apply(namespace, *claims, pod)
+
+    def finished() -> str | None:
+        phase = node.get("pod", "by-path", namespace)["status"].get("phase")
+        return str(phase) if phase in ("Failed", "Succeeded") else None
+
+    phase = node.wait_for("by-path to finish", finished, timeout=180)
+    log = node.kubectl("logs", "-n", namespace, "by-path")
+    assert (phase, "CUDA_ERROR_OUT_OF_MEMORY" in log) == ("Failed", True), log
+
+
+def test_the_gpu_node_takes_gpu_pods_only(namespace: str) -> None:
+    """vgpu_gpu_node_taint: the node carries <prefix>/gpu-memory:NoSchedule; a pod without units (and
+    without the toleration) stays Pending on it, and a GPU pod was given the toleration by the API
+    server (ExtendedResourceToleration for units, the stack's admission policy for claims)."""
+    taints = node.get("node", node.NODE)["spec"].get("taints") or []
+    assert {"key": node.RESOURCE, "effect": "NoSchedule"} in [{k: t[k] for k in ("key", "effect")} for t in taints], (
+        taints
+    )
+    node.apply(namespace, node.app_pod("plain", SLEEP))
+    *claims, gpu = node.quota_pod("gpu", 1000, SLEEP)
+    node.apply(namespace, *claims, gpu)
+    running(namespace, "gpu")
+    tolerations = node.get("pod", "gpu", namespace)["spec"]["tolerations"]
+    assert any(t.get("key") == node.RESOURCE and t.get("operator") == "Exists" for t in tolerations), tolerations
+
+    def untolerated() -> str | None:
+        conditions = node.get("pod", "plain", namespace)["status"].get("conditions") or []
+        message = next((c.get("message", "") for c in conditions if c["type"] == "PodScheduled"), "")
+        return message if node.RESOURCE in message else None
+
+    message = node.wait_for("plain's PodScheduled reason naming the taint", untolerated, timeout=120)
+    assert node.get("pod", "plain", namespace)["status"]["phase"] == "Pending", message
+
+
 def test_the_components_that_read_nvml_still_run() -> None:
     """The device plugin or DRA driver and cgpu-monitor get their GPUs by the same rule (the device
     list mount, a hostPath allowed in kube-system): the monitor's /metrics has both fake GPUs."""
@@ -161,6 +195,7 @@ def test_podsecurity_baseline_refuses_the_one_remaining_way_in(namespace: str) -
     rule the operator must enforce on workload namespaces (docs/operations.md)."""
     node.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")
     pod = node.app_pod("forged", SLEEP)
+    pod["spec"]["tolerations"] = TOLERATE
     pod["spec"]["volumes"] = [{"name": "forged", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}]
     pod["spec"]["containers"][0]["volumeMounts"] = [
         {"name": "forged", "mountPath": "/var/run/nvidia-container-devices/all", "readOnly": True}

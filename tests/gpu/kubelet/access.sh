@@ -1,0 +1,151 @@
+# shellcheck shell=bash
+# Who reaches a GPU (issue 28 A) and the driver opened by its path (issue 24, case 5), sourced by
+# run.sh (reference scenario) and dra.sh after their quota checks; the same pods as
+# tests/node/test_node_gpu_access.py, with its scripts (tests/node/gpu_probe.py, dlopen_by_path.py):
+#   - a pod without units that sets NVIDIA_VISIBLE_DEVICES=all sees no GPU: no /dev/nvidia*, no
+#     driver library, NVML does not load, and on a GPU `nvidia-smi -L` fails in it;
+#   - one pod, two containers: the GPU container sees its one GPU (one /dev/nvidiaN, NVML one device,
+#     on a GPU `nvidia-smi -L` one line) and runs with LD_PRELOAD=/opt/vgpu/libvgpu.so, under which a
+#     shell behaves as without it; the sidecar without units, NVIDIA_VISIBLE_DEVICES=all, sees none;
+#   - a program that dlopens the real driver by the absolute path `ldconfig -p` lists and allocates
+#     3000 MiB under a 1000 MiB quota gets CUDA_ERROR_OUT_OF_MEMORY (libvgpu preloaded hooks dlsym).
+# Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, logrun, NS, IMAGE, FAKE,
+# SCHEDULING, ROOT, LOG).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    echo "access.sh is sourced by run.sh and dra.sh" >&2
+    exit 2
+fi
+PROBE=$(cat "$ROOT/tests/node/gpu_probe.py")
+DLOPEN_BY_PATH=$(cat "$ROOT/tests/node/dlopen_by_path.py")
+
+# quota_pod <name> <MiB> <command json> [sidecar]: a pod whose container `app` has a quota of <MiB>
+# on this scenario's path (units of the device plugin, or a claim of the DRA driver), and with
+# `sidecar` a second container without units that names every GPU in its env.
+quota_pod() {
+    local name=$1 mib=$2 command=$3 claims="" resources sidecar=""
+    if [[ $SCHEDULING == dra ]]; then
+        k apply -f - >>"$LOG" 2>&1 <<TEMPLATE
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: $name, namespace: $NS}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: gpu.vgpu.io
+            capacity: {requests: {memory: ${mib}Mi}}
+TEMPLATE
+        claims="  resourceClaims: [{name: gpu, resourceClaimTemplateName: $name}]"
+        resources="{claims: [{name: gpu}]}"
+    else
+        resources="{limits: {vgpu.io/gpu-memory: $((mib / 100))}}"
+    fi
+    [[ ${4:-} != sidecar ]] || sidecar="    - {name: sidecar, image: $IMAGE, imagePullPolicy: Never, command: [sleep, \"600\"], env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]}"
+    k apply -f - >>"$LOG" 2>&1 <<POD
+apiVersion: v1
+kind: Pod
+metadata: {name: $name, namespace: $NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+$claims
+  containers:
+    - name: app
+      image: $IMAGE
+      imagePullPolicy: Never
+      command: $command
+      resources: $resources
+$sidecar
+POD
+}
+# probe <pod> <container>: what the container reaches of the GPU (JSON).
+probe() { k exec -n "$NS" "$1" -c "$2" -- python3 -c "$PROBE" 2>>"$LOG" | tail -n 1; }
+# sees_none <probe json>: no device file, no driver library, NVML does not load.
+sees_none() {
+    python3 -c 'import json, sys; d = json.loads(sys.argv[1]); sys.exit(bool(d["devices"] or d["driver_libraries"] or isinstance(d["nvml"], int)))' "$1" 2>>"$LOG"
+}
+# sees_one <probe json>: one GPU device file (and the control file), the driver, NVML one device.
+sees_one() {
+    python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+gpus = [p for p in d["devices"] if p[len("/dev/nvidia"):].isdigit()]
+sys.exit(not (len(gpus) == 1 and d["driver_libraries"] and d["nvml"] == 1 and d["ld_preload"] == "/opt/vgpu/libvgpu.so"))' "$1" 2>>"$LOG"
+}
+running_pod() { [[ $(phase "$1") == Running ]]; }
+# smi_lines <pod> <container>: what `nvidia-smi -L` says in the container (a GPU host only).
+smi_lines() { k exec -n "$NS" "$1" -c "$2" -- nvidia-smi -L 2>&1; }
+
+section "who reaches a GPU: a pod without units, a sidecar, the driver opened by its path"
+k apply -f - >>"$LOG" 2>&1 <<POD
+apiVersion: v1
+kind: Pod
+metadata: {name: no-units, namespace: $NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: app
+      image: $IMAGE
+      imagePullPolicy: Never
+      command: [sleep, "600"]
+      env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]
+POD
+quota_pod pair 3000 '[sleep, "600"]' sidecar
+by_path=$(python3 -c 'import json, sys; print(json.dumps(["python3", "-c", sys.argv[1], "3000"]))' "$DLOPEN_BY_PATH")
+quota_pod by-path 1000 "$by_path"
+
+if poll 120 running_pod no-units; then
+    seen=$(probe no-units app)
+    echo "no-units: $seen" >>"$LOG"
+    smi=""
+    [[ $FAKE == 1 ]] || smi=$(smi_lines no-units app)
+    if sees_none "$seen" && ! grep -q '^GPU ' <<<"$smi"; then
+        pass "a pod without units that sets NVIDIA_VISIBLE_DEVICES=all sees no GPU ($seen${smi:+; nvidia-smi -L: $(head -n 1 <<<"$smi")})"
+    else
+        fail "a pod without units that sets NVIDIA_VISIBLE_DEVICES=all sees no GPU (got: $seen ${smi})"
+    fi
+else
+    fail "the pod without units runs (phase $(phase no-units))"
+fi
+
+if poll 150 running_pod pair; then
+    gpu=$(probe pair app)
+    side=$(probe pair sidecar)
+    echo "pair/app: $gpu" >>"$LOG"
+    echo "pair/sidecar: $side" >>"$LOG"
+    listed=""
+    [[ $FAKE == 1 ]] || listed=$(smi_lines pair app)
+    if sees_one "$gpu" && { [[ $FAKE == 1 ]] || [[ $(grep -c '^GPU ' <<<"$listed") == 1 ]]; }; then
+        pass "the GPU container of a pod sees its one GPU, libvgpu preloaded ($gpu${listed:+; nvidia-smi -L: $listed})"
+    else
+        fail "the GPU container of a pod sees its one GPU with LD_PRELOAD=/opt/vgpu/libvgpu.so (got: $gpu $listed)"
+    fi
+    if sees_none "$side"; then
+        pass "its sidecar without units, NVIDIA_VISIBLE_DEVICES=all, sees no GPU ($side)"
+    else
+        fail "its sidecar without units sees no GPU (got: $side)"
+    fi
+    # \$LD_PRELOAD: the container's shell expands it.
+    shell_out=$(k exec -n "$NS" pair -c app -- sh -c "echo \"\$LD_PRELOAD\"; exit 3" 2>"$LOG_DIR/preload.err")
+    shell_rc=$?
+    if [[ $shell_out == /opt/vgpu/libvgpu.so && $shell_rc == 3 && ! -s $LOG_DIR/preload.err ]]; then
+        pass "a shell in the GPU container runs as before under LD_PRELOAD=$shell_out (exit status kept, nothing on stderr)"
+    else
+        fail "a shell in the GPU container runs as before under LD_PRELOAD (got '$shell_out', rc $shell_rc, stderr $(head -c 200 "$LOG_DIR/preload.err"))"
+    fi
+else
+    fail "the pod with a GPU container and a sidecar runs (phase $(phase pair))"
+fi
+
+poll 150 finished by-path
+by_path_log=$(k logs -n "$NS" by-path 2>&1)
+echo "by-path: $by_path_log" >>"$LOG"
+if [[ $(phase by-path) == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$by_path_log"; then
+    pass "a program that opens the real driver by its path gets CUDA_ERROR_OUT_OF_MEMORY past its 1000 MiB quota ($by_path_log)"
+else
+    fail "a program that opens the real driver by its path is refused past its quota (phase $(phase by-path): $by_path_log)"
+fi
+logrun k delete pod -n "$NS" no-units pair by-path --wait=false
