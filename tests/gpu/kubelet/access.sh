@@ -128,11 +128,12 @@ if poll 150 running_pod pair; then
     else
         fail "its sidecar without units sees no GPU (got: $side)"
     fi
-    # \$LD_PRELOAD: the container's shell expands it.
-    shell_out=$(k exec -n "$NS" pair -c app -- sh -c "echo \"\$LD_PRELOAD\"; exit 3" 2>"$LOG_DIR/preload.err")
+    # The container's shell expands \$LD_PRELOAD and \$?; a child's exit status must come through.
+    shell_out=$(k exec -n "$NS" pair -c app -- sh -c "echo \"\$LD_PRELOAD\"; ls -d /opt/vgpu; sh -c 'exit 3'; echo \"status \$?\"" \
+        2>"$LOG_DIR/preload.err")
     shell_rc=$?
-    if [[ $shell_out == /opt/vgpu/libvgpu.so && $shell_rc == 3 && ! -s $LOG_DIR/preload.err ]]; then
-        pass "a shell in the GPU container runs as before under LD_PRELOAD=$shell_out (exit status kept, nothing on stderr)"
+    if [[ $shell_out == $'/opt/vgpu/libvgpu.so\n/opt/vgpu\nstatus 3' && $shell_rc == 0 && ! -s $LOG_DIR/preload.err ]]; then
+        pass "a shell, ls and a child's exit status in the GPU container as without LD_PRELOAD=/opt/vgpu/libvgpu.so (nothing on stderr)"
     else
         fail "a shell in the GPU container runs as before under LD_PRELOAD (got '$shell_out', rc $shell_rc, stderr $(head -c 200 "$LOG_DIR/preload.err"))"
     fi
