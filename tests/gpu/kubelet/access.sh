@@ -8,7 +8,8 @@
 #     on a GPU `nvidia-smi -L` one line) and runs with LD_PRELOAD=/opt/vgpu/libvgpu.so, under which a
 #     shell behaves as without it; the sidecar without units, NVIDIA_VISIBLE_DEVICES=all, sees none;
 #   - a program that dlopens the real driver by the absolute path `ldconfig -p` lists and allocates
-#     3000 MiB under a 1000 MiB quota gets CUDA_ERROR_OUT_OF_MEMORY (libvgpu preloaded hooks dlsym).
+#     3000 MiB under a 1000 MiB quota gets CUDA_ERROR_OUT_OF_MEMORY (libvgpu preloaded hooks dlsym),
+#     in the component image (Debian 12) and, on an Ubuntu 24.04 GPU host, in the host's userland.
 # Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, logrun, NS, IMAGE, FAKE,
 # SCHEDULING, ROOT, LOG).
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
@@ -18,11 +19,12 @@ fi
 PROBE=$(cat "$ROOT/tests/node/gpu_probe.py")
 DLOPEN_BY_PATH=$(cat "$ROOT/tests/node/dlopen_by_path.py")
 
-# quota_pod <name> <MiB> <command json> [sidecar]: a pod whose container `app` has a quota of <MiB>
-# on this scenario's path (units of the device plugin, or a claim of the DRA driver), and with
-# `sidecar` a second container without units that names every GPU in its env.
+# quota_pod <name> <MiB> <command json> [sidecar|-] [more]: a pod whose container `app` has a quota
+# of <MiB> on this scenario's path (units of the device plugin, or a claim of the DRA driver); with
+# `sidecar` a second container without units that names every GPU in its env; `more` continues the
+# container's spec (and may go on with the pod's volumes: it comes last).
 quota_pod() {
-    local name=$1 mib=$2 command=$3 claims="" resources sidecar=""
+    local name=$1 mib=$2 command=$3 more=${5:-} claims="" resources sidecar=""
     if [[ $SCHEDULING == dra ]]; then
         k apply -f - >>"$LOG" 2>&1 <<TEMPLATE
 apiVersion: resource.k8s.io/v1
@@ -58,6 +60,7 @@ $claims
       command: $command
       resources: $resources
 $sidecar
+$more
 POD
 }
 # probe <pod> <container>: what the container reaches of the GPU (JSON).
@@ -94,8 +97,18 @@ spec:
       env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]
 POD
 quota_pod pair 3000 '[sleep, "600"]' sidecar
-by_path=$(python3 -c 'import json, sys; print(json.dumps(["python3", "-c", sys.argv[1], "3000"]))' "$DLOPEN_BY_PATH")
-quota_pod by-path 1000 "$by_path"
+by_path() { python3 -c 'import json, sys; print(json.dumps([sys.argv[1], "-c", sys.argv[2], "3000"]))' "$1" "$DLOPEN_BY_PATH"; }
+quota_pod by-path 1000 "$(by_path python3)"
+# On a GPU host, the same program in an Ubuntu 24.04 userland: the host's /usr (its C library, loader
+# and Python) mounted read-only over the image's, as the PyTorch pod of run.sh does.
+ubuntu=""
+if [[ $FAKE != 1 && -x /usr/bin/python3 ]] && grep -q 'VERSION_ID="24.04"' /etc/os-release 2>/dev/null; then
+    ubuntu="      volumeMounts:
+$(for d in /usr/bin /usr/lib /usr/lib64; do [[ -d $d ]] && echo "        - {name: host${d//\//-}, mountPath: $d, readOnly: true}"; done)
+  volumes:
+$(for d in /usr/bin /usr/lib /usr/lib64; do [[ -d $d ]] && echo "    - {name: host${d//\//-}, hostPath: {path: $d, type: Directory}}"; done)"
+    quota_pod by-path-ubuntu 1000 "$(by_path /usr/bin/python3)" - "$ubuntu"
+fi
 
 if poll 120 running_pod no-units; then
     seen=$(probe no-units app)
@@ -141,12 +154,20 @@ else
     fail "the pod with a GPU container and a sidecar runs (phase $(phase pair))"
 fi
 
-poll 150 finished by-path
-by_path_log=$(k logs -n "$NS" by-path 2>&1)
-echo "by-path: $by_path_log" >>"$LOG"
-if [[ $(phase by-path) == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$by_path_log"; then
-    pass "a program that opens the real driver by its path gets CUDA_ERROR_OUT_OF_MEMORY past its 1000 MiB quota ($by_path_log)"
-else
-    fail "a program that opens the real driver by its path is refused past its quota (phase $(phase by-path): $by_path_log)"
+# by_path_check <pod> <userland>: the pod running dlopen_by_path.py 3000 under 1000 MiB is refused.
+by_path_check() {
+    local log
+    poll 150 finished "$1"
+    log=$(k logs -n "$NS" "$1" 2>&1)
+    echo "$1: $log" >>"$LOG"
+    if [[ $(phase "$1") == Failed ]] && grep -q CUDA_ERROR_OUT_OF_MEMORY <<<"$log"; then
+        pass "a program that opens the real driver by its path ($2) gets CUDA_ERROR_OUT_OF_MEMORY past its 1000 MiB quota ($(tail -n 1 <<<"$log"))"
+    else
+        fail "a program that opens the real driver by its path ($2) is refused past its quota (phase $(phase "$1"): $log)"
+    fi
+}
+by_path_check by-path "Debian 12, the component image"
+if [[ -n $ubuntu ]]; then
+    by_path_check by-path-ubuntu "Ubuntu 24.04, the host's /usr"
 fi
-logrun k delete pod -n "$NS" no-units pair by-path --wait=false
+logrun k delete pod -n "$NS" no-units pair by-path by-path-ubuntu --wait=false --ignore-not-found
