@@ -223,6 +223,25 @@ def mps_label_changes(nodes, gpu_nodes, prefix="vgpu.io"):
     return sorted(changed)
 
 
+def without_admission_plugin(pods, plugin):
+    """Names of the kube-apiserver pods (kubeadm's static pods, as k8s_info lists them) that do not
+    run ``plugin``: it is not in their last ``--enable-admission-plugins``, or it is in a
+    ``--disable-admission-plugins``."""
+    missing = []
+    for pod in pods:
+        enabled, disabled = [], []
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for arg in (container.get("command") or []) + (container.get("args") or []):
+                flag, _sep, value = str(arg).partition("=")
+                if flag == "--enable-admission-plugins":
+                    enabled = value.split(",")
+                elif flag == "--disable-admission-plugins":
+                    disabled = value.split(",")
+        if plugin not in enabled or plugin in disabled:
+            missing.append(_meta(pod).get("name"))
+    return missing
+
+
 def sample_memory(log):
     """``{used_mib, total_mib}`` the verification pod saw: nvidia-smi's table, or libvgpu's own
     report (manage --stats) where the node has no nvidia-smi; both None when the log has neither."""
@@ -244,4 +263,5 @@ class FilterModule(object):
             "gpu_memory_holders": gpu_memory_holders,
             "mps_label_changes": mps_label_changes,
             "sample_memory": sample_memory,
+            "without_admission_plugin": without_admission_plugin,
         }

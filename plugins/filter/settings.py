@@ -288,6 +288,7 @@ CLUSTER_WIDE = {
     "vgpu_compute_shares_total": "one ConfigMap: what the shares on any GPU may add up to",
     "vgpu_mps_pinned_memory_limit": "one ConfigMap for every node's device plugin",
     "vgpu_scheduling": "kube-scheduler places every GPU pod of the cluster by one path, extender or DRA",
+    "vgpu_gpu_node_taint": "the API server gives every GPU pod the toleration: every GPU node has the taint or none",
 }
 # Per node, and why that makes sense: GPUs of different generations need different driver branches
 # (docs/platforms.md); a node's GPUs are its own; MPS suits nodes of many small pods (the node label

@@ -28,10 +28,13 @@ def quota_env(
     """The environment a container gets from the device plugin, reduced to what the check needs."""
     env = dict(base or {})
     library_path = env.get("LD_LIBRARY_PATH", "")
+    preload = env.get("LD_PRELOAD", "")
     env.update(
         {
             "VGPU_MEMORY_LIMIT": f"{quota_mib}MiB",
             "LD_LIBRARY_PATH": prefix + (":" + library_path if library_path else ""),
+            # As the container contract: libvgpu preloaded too, for programs that open the driver by path.
+            "LD_PRELOAD": prefix.rstrip("/") + "/libvgpu.so" + (":" + preload if preload else ""),
             "VGPU_REGION_DIR": region_dir,
             "CUDA_VISIBLE_DEVICES": str(gpu_index),
             "GPU_VIRTUAL_MEMORY": "1",

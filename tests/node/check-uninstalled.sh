@@ -26,6 +26,10 @@ case "${1:-}" in
         [[ -z $left ]] || problems+=("components still in kube-system: $left")
         labels=$(kubectl get node "$NODE" -o jsonpath='{.metadata.labels}{.metadata.annotations}')
         [[ $labels != *vgpu.io/* ]] || problems+=("the node still has vgpu.io labels or annotations: $labels")
+        taints=$(kubectl get node "$NODE" -o jsonpath='{.spec.taints}')
+        [[ $taints != *vgpu.io/* ]] || problems+=("the node still has the GPU nodes' taint: $taints")
+        kubectl get mutatingadmissionpolicy vgpu-gpu-node-toleration >/dev/null 2>&1 \
+            && problems+=("the GPU nodes' toleration policy is still there")
         on_node grep -q -- '--config=' /etc/kubernetes/manifests/kube-scheduler.yaml \
             && problems+=("kube-scheduler still runs with the extender's configuration")
         kubectl get --raw /readyz >/dev/null || problems+=("the cluster does not answer after the stack left")

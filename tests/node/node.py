@@ -19,6 +19,8 @@ NODE = os.environ.get("VGPU_E2E_NODE", "vgpu-e2e-node")
 SCHEDULING = os.environ.get("VGPU_E2E_SCHEDULING", "extender")
 PREFIX = "vgpu.io"
 RESOURCE = f"{PREFIX}/gpu-memory"
+# The DRA driver's name and DeviceClass (vgpu_scheduling: dra).
+DRIVER = f"gpu.{PREFIX}"
 UNIT_MIB = 100
 # The fake driver's GPUs (tests/node/fake_gpu.yml): 2 x 12288 MiB.
 GPU_COUNT = 2
@@ -97,3 +99,36 @@ def app_pod(
 def gpu_pod(name: str, units: int, command: list[str], labels: dict[str, str] | None = None) -> dict[str, Any]:
     """A pod that asks for `units` of GPU memory and runs `command` in the component image."""
     return app_pod(name, command, resources={"limits": {RESOURCE: units}}, labels=labels)
+
+
+def claim_pod(name: str, mib: int, command: list[str]) -> list[dict[str, Any]]:
+    """The DRA path's GPU pod: a ResourceClaimTemplate for `mib` MiB of one GPU and a pod whose
+    container uses it."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": {"memory": f"{mib}Mi"}}},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    pod = app_pod(name, command, resources={"claims": [{"name": "gpu"}]})
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": name}]
+    return [template, pod]
+
+
+def quota_pod(name: str, mib: int, command: list[str]) -> list[dict[str, Any]]:
+    """A pod with a GPU-memory quota of `mib` MiB on the path the node was provisioned with: units
+    of the device plugin (extender) or a claim (dra); the pod is the last object."""
+    if SCHEDULING == "dra":
+        return claim_pod(name, mib, command)
+    return [gpu_pod(name, mib // UNIT_MIB, command)]

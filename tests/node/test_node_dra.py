@@ -18,36 +18,12 @@ import pytest
 
 from tests.node import node
 
-DRIVER = f"gpu.{node.PREFIX}"
+DRIVER = node.DRIVER
 HOLD = ["/opt/vgpu/vgpu-memory-usage", "1200", "86400"]
 
 pytestmark = pytest.mark.skipif(
     node.SCHEDULING != "dra", reason="the DRA path's suite: VGPU_E2E_SCHEDULING=dra (make e2e-node-dra)"
 )
-
-
-def claim_pod(name: str, mib: int, command: list[str]) -> list[dict[str, Any]]:
-    """A ResourceClaimTemplate for `mib` MiB of one GPU and a pod whose container uses it."""
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {"deviceClassName": DRIVER, "capacity": {"requests": {"memory": f"{mib}Mi"}}},
-                        }
-                    ]
-                }
-            }
-        },
-    }
-    pod = node.app_pod(name, command, resources={"claims": [{"name": "gpu"}]})
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": name}]
-    return [template, pod]
 
 
 def test_the_node_runs_a_containerd_that_applies_cdi_devices() -> None:
@@ -75,7 +51,7 @@ def test_the_driver_publishes_each_gpu_with_its_memory() -> None:
 def test_a_claim_of_3000_mib_runs_the_reference_app_under_its_quota(namespace: str) -> None:
     """The README's reference through a claim: vgpu-memory-usage 1200 runs, and libvgpu in the pod
     reports the claim's 3000 MiB as its quota."""
-    node.apply(namespace, *claim_pod("claimed", 3000, HOLD))
+    node.apply(namespace, *node.claim_pod("claimed", 3000, HOLD))
     node.wait_for("claimed Running", lambda: node.running(node.get("pod", "claimed", namespace)), timeout=240)
 
     def holding() -> dict[str, int] | None:
@@ -94,7 +70,7 @@ def test_a_claim_of_3000_mib_runs_the_reference_app_under_its_quota(namespace: s
 
 
 def test_the_same_app_fails_under_a_1000_mib_claim(namespace: str) -> None:
-    node.apply(namespace, *claim_pod("too-small", 1000, HOLD))
+    node.apply(namespace, *node.claim_pod("too-small", 1000, HOLD))
 
     def finished() -> str | None:
         phase = node.get("pod", "too-small", namespace)["status"].get("phase")
@@ -105,7 +81,7 @@ def test_the_same_app_fails_under_a_1000_mib_claim(namespace: str) -> None:
 
 
 def test_a_claim_larger_than_any_gpu_stays_pending_with_the_schedulers_reason(namespace: str) -> None:
-    node.apply(namespace, *claim_pod("too-big", node.GPU_MIB + 1000, ["/bin/true"]))
+    node.apply(namespace, *node.claim_pod("too-big", node.GPU_MIB + 1000, ["/bin/true"]))
 
     def reason() -> str | None:
         conditions = node.get("pod", "too-big", namespace)["status"].get("conditions") or []

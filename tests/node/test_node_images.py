@@ -51,7 +51,10 @@ def test_a_lost_pause_image_is_imported_again_from_the_bundle(namespace: str) ->
     mended = image_steps_of_site()
     assert PAUSE in containerd_images()
     assert recap.changed_count(mended, node.NODE) == 1, mended[-3000:]
-    node.apply(namespace, node.app_pod("after-mend", ["sleep", "600"]))
+    pod = node.app_pod("after-mend", ["sleep", "600"])
+    # The node keeps GPU pods only (vgpu_gpu_node_taint in tests/node/group_vars/all.yml).
+    pod["spec"]["tolerations"] = [{"key": node.RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    node.apply(namespace, pod)
     node.wait_for(
         "a new pod Running on the mended node",
         lambda: all(node.running(p) for p in node.pods(namespace)) or None,

@@ -97,6 +97,7 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
         "VGPU_CONFIG_FILE": "/etc/vgpu/quota.conf",
         "VGPU_REGION_DIR": "/var/run/vgpu",
         "LD_LIBRARY_PATH": "/opt/vgpu",
+        "LD_PRELOAD": "/opt/vgpu/libvgpu.so",
         "GPU_VIRTUAL_MEMORY": "1",
         "LIMIT": "1",
         "GPU_CGROUP_ENABLE": "0",
@@ -110,6 +111,8 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
         ("/opt/vgpu", "/opt/vgpu", True),
         ("/var/run/vgpu", str(state / "containers" / aid), False),
         ("/etc/vgpu/quota.conf", str(state / "quotas" / f"{aid}.conf"), True),
+        # The NVIDIA runtime's device list: the one way an unprivileged container gets a GPU.
+        (f"/var/run/nvidia-container-devices/{UUID0}", "/dev/null", True),
     }
     quota = (state / "quotas" / f"{aid}.conf").read_text()
     lines = [line for line in quota.splitlines() if not line.startswith("#")]

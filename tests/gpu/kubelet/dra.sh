@@ -12,6 +12,8 @@
 #   - the same with a 1000 MiB claim fails with CUDA_ERROR_OUT_OF_MEMORY;
 #   - a 1000 MiB claim's pod that takes 3000 MiB from the driver itself (LD_LIBRARY_PATH unset) gets
 #     cgpu-monitor's GPUMemoryOverQuota Event and is evicted: claim containers are enforced too;
+#   - who reaches a GPU (access.sh): a pod without units, a sidecar beside a claim's container, the
+#     driver opened by its path, as in the reference scenario;
 #   - a claim for more memory than a GPU has stays Pending with kube-scheduler's reason;
 #   - deleting the pod unprepares its claim: the claim's CDI specification leaves /var/run/cdi.
 # Uses run.sh's helpers and variables (k, pass, fail, poll, phase, finished, quota_checks, oom_check,
@@ -106,6 +108,9 @@ oom_check dra-1000 150
 section "a 1000 MiB claim's pod that bypasses libvgpu"
 claim_pod dra-bypass 1000 "$BYPASS"
 bypass_check dra-bypass "its claim's 1000 MiB"
+
+# shellcheck source=tests/gpu/kubelet/access.sh
+source "$HERE/access.sh"
 
 section "a claim larger than any GPU"
 too_big=$((gpu_mib + 1000))

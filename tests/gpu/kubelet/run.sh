@@ -13,6 +13,10 @@
 #   - the same with 10 units fails with CUDA_ERROR_OUT_OF_MEMORY;
 #   - a 10-unit pod that unsets LD_LIBRARY_PATH and takes 3000 MiB from the driver itself gets
 #     cgpu-monitor's GPUMemoryOverQuota Event and is evicted (the quota held against a hostile pod);
+#   - who reaches a GPU (access.sh, issue 28 A): a pod without units that sets
+#     NVIDIA_VISIBLE_DEVICES=all sees none, nor does a sidecar without units beside a GPU container,
+#     which sees its one GPU with libvgpu preloaded; a program that opens the real driver by its
+#     path is refused past its quota (issue 24, case 5);
 #   - PyTorch with 30 units raises torch.OutOfMemoryError on a 4 GiB tensor (the host's PyTorch,
 #     mounted into the pod from the host: a test convenience, as pod images cannot be downloaded);
 #   - playbooks/verify_cluster.yml passes;
@@ -547,6 +551,9 @@ oom_check ref-10 120
 section "a 10-unit pod that bypasses libvgpu"
 gpu_pod ref-bypass 10 "$BYPASS"
 bypass_check ref-bypass "the device plugin's 1000 MiB quota"
+
+# shellcheck source=tests/gpu/kubelet/access.sh
+source "$HERE/access.sh"
 
 section "PyTorch with 30 units, a 4 GiB tensor"
 if [[ $FAKE == 1 ]]; then

@@ -22,6 +22,12 @@ log = logging.getLogger("vgpu.mps")
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mode", "gpu_compute_audit")
+# The NVIDIA runtime's device list as mounts (its accept-nvidia-visible-devices-as-volume-mounts):
+# /dev/null mounted at <root>/<GPU UUID> gives a container that GPU. roles/nvidia_container_runtime
+# makes it the only way an unprivileged container gets one (a pod can make a /dev/null mount only
+# with a hostPath volume); NVIDIA_VISIBLE_DEVICES repeats the GPU for tools and for runtimes not
+# configured so.
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 
 
 class AllocationError(ValueError):
@@ -275,6 +281,9 @@ def container_contract(
         "VGPU_CONFIG_FILE": config.CONTAINER_QUOTA_FILE,
         "VGPU_REGION_DIR": config.CONTAINER_REGION_DIR,
         "LD_LIBRARY_PATH": install_prefix,
+        # Preloaded as well: a program that dlopens the real driver by its path (as `ldconfig -p`
+        # lists it) still gets libvgpu's hooks through its dlsym (issue 24).
+        "LD_PRELOAD": f"{install_prefix.rstrip('/')}/libvgpu.so",
     }
     for name in SWITCH_ENV:
         envs[name.upper()] = str(int(switches[name]))
@@ -284,6 +293,7 @@ def container_contract(
         (install_prefix, install_prefix, True),
         (config.CONTAINER_REGION_DIR, str(region_dir), False),
         (config.CONTAINER_QUOTA_FILE, str(quota_file), True),
+        (f"{DEVICE_LIST_ROOT}/{gpu.uuid}", "/dev/null", True),
     ]
     if mps is not None:
         envs["CUDA_MPS_PIPE_DIRECTORY"] = mps.pipe_dir

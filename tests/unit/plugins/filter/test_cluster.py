@@ -12,6 +12,7 @@ from ansible_collections.vgpu.isolation.plugins.filter.cluster import (
     gpu_memory_holders,
     mps_label_changes,
     sample_memory,
+    without_admission_plugin,
 )
 
 
@@ -114,7 +115,31 @@ def test_the_plugin_exposes_the_filters():
         "gpu_memory_holders",
         "mps_label_changes",
         "sample_memory",
+        "without_admission_plugin",
     }
+
+
+def apiserver(name, *args):
+    command = ["kube-apiserver", "--advertise-address=10.0.0.10", *args, "--secure-port=6443"]
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "kube-apiserver", "command": command}]}}
+
+
+def test_kube_apiservers_without_the_toleration_plugin_are_named():
+    """vgpu_gpu_node_taint on a kubeadm cluster: GPU pods get the taint's toleration only from
+    kube-apiserver's ExtendedResourceToleration, so vgpu_stack names the API servers without it."""
+    pods = [
+        apiserver("kube-apiserver-cp-1", "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration"),
+        apiserver("kube-apiserver-cp-2", "--enable-admission-plugins=NodeRestriction"),
+        apiserver("kube-apiserver-cp-3"),
+        apiserver(
+            "kube-apiserver-cp-4",
+            "--enable-admission-plugins=ExtendedResourceToleration",
+            "--disable-admission-plugins=ExtendedResourceToleration",
+        ),
+    ]
+    missing = without_admission_plugin(pods, "ExtendedResourceToleration")
+    assert missing == ["kube-apiserver-cp-2", "kube-apiserver-cp-3", "kube-apiserver-cp-4"]
+    assert without_admission_plugin([], "ExtendedResourceToleration") == []
 
 
 def resource_slice(node_name, *mib, driver="gpu.vgpu.io"):

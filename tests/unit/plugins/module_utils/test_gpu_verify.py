@@ -87,10 +87,11 @@ def test_the_quota_env_is_the_containers_env_without_a_stale_config_file():
         3000,
         "/var/lib/vgpu/containers/a",
         1,
-        base={"LD_LIBRARY_PATH": "/usr/lib", "VGPU_CONFIG_FILE": "/x"},
+        base={"LD_LIBRARY_PATH": "/usr/lib", "VGPU_CONFIG_FILE": "/x", "LD_PRELOAD": "/usr/lib/libjemalloc.so.2"},
     )
     assert env["VGPU_MEMORY_LIMIT"] == "3000MiB"
     assert env["LD_LIBRARY_PATH"] == "/opt/vgpu:/usr/lib"
+    assert env["LD_PRELOAD"] == "/opt/vgpu/libvgpu.so:/usr/lib/libjemalloc.so.2"  # as the container contract
     assert env["VGPU_REGION_DIR"] == "/var/lib/vgpu/containers/a"
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     assert "VGPU_CONFIG_FILE" not in env

@@ -271,3 +271,21 @@ def test_dra_scheduling_leaves_kube_scheduler_as_it_comes(tmp_path):
     cluster = init[1]
     assert cluster["scheduler"] == {}
     assert cluster["kubernetesVersion"] == "v1.36.3"
+
+
+def test_the_gpu_node_taint_turns_on_extended_resource_toleration(tmp_path):
+    """vgpu_gpu_node_taint: kube-apiserver gives every pod that requests GPU memory the toleration of
+    the GPU nodes' taint (ExtendedResourceToleration), and keeps kubeadm's own NodeRestriction."""
+    _with, _without, init = run(tmp_path, UNWIRED, {"vgpu_gpu_node_taint": True})
+    assert init[1]["apiServer"]["extraArgs"] == [
+        {"name": "enable-admission-plugins", "value": "NodeRestriction,ExtendedResourceToleration"}
+    ]
+    _with, _without, init = run(tmp_path, UNWIRED, {"vgpu_gpu_node_taint": True, "vgpu_kubernetes_version": "1.30.8"})
+    assert init[1]["apiServer"]["extraArgs"] == {
+        "enable-admission-plugins": "NodeRestriction,ExtendedResourceToleration"
+    }
+
+
+def test_without_the_taint_kube_apiserver_keeps_kubeadms_flags(v1beta4):
+    _with, _without, init = v1beta4
+    assert "apiServer" not in init[1]

@@ -451,7 +451,8 @@ def test_ports_and_paths_have_one_home_that_every_template_follows(tmp_path):
         (container,) = template["spec"]["containers"]
         mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
         for volume in template["spec"]["volumes"]:
-            if "hostPath" in volume and volume["name"] in mounts:
+            # The NVIDIA runtime's device-list marker (/dev/null at its own path) is no config path.
+            if "hostPath" in volume and volume["name"] in mounts and volume["hostPath"]["path"] != "/dev/null":
                 assert mounts[volume["name"]] == volume["hostPath"]["path"], "config paths are host paths"
     extender = daemonsets["gpushare-scheduler-extender"]["spec"]["containers"][0]
     assert extender["livenessProbe"]["tcpSocket"]["port"] == config["extender"]["port"] == 32701
