@@ -44,7 +44,8 @@ def enforcer_over_quota(tmp: Path, pod: dict[str, Any], enforcement: str) -> Enf
     backend.process_mib[GPUS[0].uuid][4242] = 4000
     cgroup_of(tmp / "proc", 4242, pod, uuid.uuid4().hex * 2)  # kwok reports no container IDs
     pods = kube.KubePodApi(cluster.api_client(), "cgpu-monitor", node)
-    return Enforcer(cfg, node, backend, pods, tmp / "proc")
+    quota = {(pod["metadata"]["namespace"], pod["metadata"]["name"], "main"): 3000 * MIB}  # its quota file's
+    return Enforcer(cfg, node, backend, pods, tmp / "proc", quotas=lambda: quota)
 
 
 def events(core: Any, namespace: str, name: str) -> list[tuple[str, str]]:
@@ -59,7 +60,7 @@ def test_a_pod_over_its_quota_gets_an_event_and_is_evicted(
     enforcer = enforcer_over_quota(tmp_path, pod, "evict")
     assert enforcer.check(now=0) == []
     (violation,) = enforcer.check(now=1)
-    assert violation.container.pod == "over" and violation.used_bytes == 4000 * MIB
+    assert str(violation.who) == f"{namespace}/over/main" and violation.used_bytes == 4000 * MIB
     ((reason, message),) = events(core, namespace, "over")
     assert reason == "GPUMemoryOverQuota" and "holds 4000 MiB" in message and "quota of 3000 MiB" in message
 

@@ -350,6 +350,13 @@ class Exporter:
         self.pod_resources.stop()
 
 
+def write_quota(state_dir: str, alloc_id: str, memory_limit: str) -> None:
+    """An allocation's quota file as the device plugin or the DRA driver writes it (its memory_limit)."""
+    path = Path(state_dir) / "quotas" / f"{alloc_id}.conf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# vgpu quota for allocation {alloc_id}\nmemory_limit={memory_limit}\ngpu_virtual_memory=1\n")
+
+
 def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
     matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
     assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
@@ -651,6 +658,7 @@ class RecordingPodApi:
     def __init__(self, pods: list[dict[str, Any]] | None = None) -> None:
         self.pods = pods or []
         self.events: list[tuple[str, str, str]] = []  # (pod name, reason, message)
+        self.node_events: list[tuple[str, str, str]] = []  # (node, reason, message)
         self.evictions: list[tuple[str, str]] = []
         self.refuse_evictions = False
 
@@ -660,6 +668,9 @@ class RecordingPodApi:
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
         self.events.append((pod["metadata"]["name"], reason, message))
 
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
+        self.node_events.append((node, reason, message))
+
     def evict(self, namespace: str, name: str) -> None:
         if self.refuse_evictions:
             raise EvictionRefused(f"Cannot evict pod {name} as it would violate the pod's disruption budget.")
@@ -667,29 +678,55 @@ class RecordingPodApi:
 
 
 def gpu_pod(
-    name: str, units: int, *, node: str = "node-a", container_id: str = "", namespace: str = "team"
+    name: str,
+    units: int,
+    *,
+    node: str = "node-a",
+    container_id: str = "",
+    namespace: str = "team",
+    container: str = "main",
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A running pod whose container `main` holds `units` of vgpu.io/gpu-memory; its container
+    """A running pod whose container (`main`) holds `units` of vgpu.io/gpu-memory; its container
     status carries `container_id` (containerd) when given."""
     uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{namespace}.{name}"))
     limits = {"vgpu.io/gpu-memory": str(units)} if units else {}
     status: dict[str, Any] = {"phase": "Running", "containerStatuses": []}
     if container_id:
-        status["containerStatuses"] = [{"name": "main", "containerID": f"containerd://{container_id}"}]
+        status["containerStatuses"] = [{"name": container, "containerID": f"containerd://{container_id}"}]
     return {
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": dict(labels or {})},
+        "spec": {"nodeName": node, "containers": [{"name": container, "resources": {"limits": limits}}]},
         "status": status,
     }
 
 
-def cgroup_of(proc: Path, pid: int, pod: dict[str, Any], container_id: str) -> None:
-    """/proc/<pid>/cgroup of a process in that pod's container (cgroup v2, systemd driver)."""
+def cgroup_path(pod: dict[str, Any], container_id: str) -> str:
+    """The cgroup (v2, systemd driver) kubelet gives a container of that pod."""
     uid = pod["metadata"]["uid"].replace("-", "_")
     pod_slice = f"kubepods-burstable-pod{uid}.slice"
-    path = f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{container_id}.scope"
-    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
-    (proc / str(pid) / "cgroup").write_text(f"0::{path}\n")
+    return f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{container_id}.scope"
+
+
+def host_process(proc: Path, pid: int, cgroup: str, command: str = "python3 train.py", pid_ns: str = "") -> None:
+    """/proc/<pid>/{cgroup,cmdline} of a process in `cgroup`; with `pid_ns` its PID namespace link
+    (as readlink shows it: pid:[inode])."""
+    folder = proc / str(pid)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cgroup").write_text(f"0::{cgroup}\n")
+    (folder / "cmdline").write_bytes(command.replace(" ", "\0").encode() + b"\0")
+    if pid_ns:
+        (folder / "ns").mkdir(exist_ok=True)
+        (folder / "ns" / "pid").unlink(missing_ok=True)
+        (folder / "ns" / "pid").symlink_to(pid_ns)
+
+
+def cgroup_of(
+    proc: Path, pid: int, pod: dict[str, Any], container_id: str, *, child: str = "", command: str = "python3 train.py"
+) -> None:
+    """/proc/<pid>/cgroup of a process in that pod's container (cgroup v2, systemd driver); `child`:
+    a cgroup the process made below its container's and moved into (writable cgroupfs)."""
+    host_process(proc, pid, cgroup_path(pod, container_id) + (f"/{child}" if child else ""), command)
 
 
 class FakeDraKubelet:

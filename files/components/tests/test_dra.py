@@ -13,7 +13,6 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -86,28 +85,6 @@ def test_a_long_node_name_still_makes_a_valid_slice_name() -> None:
     name = dra.slice_name(node, "gpu.vgpu.io")
     assert len(name) <= 253 and name.startswith("n" * 200 + "-")
     assert name == dra.slice_name(node, "gpu.vgpu.io")
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("8000Mi", 8000 * 2**20),
-        ("12Gi", 12 * 2**30),
-        ("1e3", 1000),
-        ("500M", 500 * 10**6),
-        ("1.5Gi", 3 * 2**29),
-        ("100m", Fraction(1, 10)),
-        ("8388608000", 8000 * 2**20),
-    ],
-)
-def test_quantities_are_read_exactly(text: str, value: Fraction) -> None:
-    assert dra.parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "Mi", "8000MiB", "12 Gi", "1e", "abc"])
-def test_a_bad_quantity_is_named(text: str) -> None:
-    with pytest.raises(ValueError, match="is not a Kubernetes quantity"):
-        dra.parse_quantity(text)
 
 
 def test_a_published_slice_with_normalised_quantities_is_the_same(tmp_path: Path) -> None:

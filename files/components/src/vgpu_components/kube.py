@@ -58,12 +58,17 @@ class KubeNodeApi:
         return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
-        involved = k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node)
-        body = event(
-            involved, namespace="default", component=self.component, host=node, reason=reason, message=message,
-            event_type=event_type,
-        )  # fmt: skip
-        self.core.create_namespaced_event("default", body)
+        post_node_event(self.core, self.component, node, reason=reason, message=message, event_type=event_type)
+
+
+def post_node_event(core: Any, component: str, node: str, *, reason: str, message: str, event_type: str) -> None:
+    """A core/v1 Event about a node (in the default namespace, as kubelet posts its node events)."""
+    involved = k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node)
+    body = event(
+        involved, namespace="default", component=component, host=node, reason=reason, message=message,
+        event_type=event_type,
+    )  # fmt: skip
+    core.create_namespaced_event("default", body, _request_timeout=10)
 
 
 def event(
@@ -96,6 +101,8 @@ class PodApi(Protocol):
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None: ...
 
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None: ...
+
     def evict(self, namespace: str, name: str) -> None: ...
 
 
@@ -121,6 +128,9 @@ class KubePodApi:
             message=message, event_type=event_type,
         )  # fmt: skip
         self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=10)
+
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
+        post_node_event(self.core, self.component, node, reason=reason, message=message, event_type=event_type)
 
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API (PodDisruptionBudgets apply); a pod already gone is fine."""
