@@ -10,8 +10,10 @@ Every monitor.check_interval_s:
    quota on both scheduling paths. A container with no quota file has quota 0;
 3. ground_truth.Tracker; for each violation: a log line, the metrics, and
    - a container: a Warning Event `GPUMemoryOverQuota` on the pod and then per
-     monitor.enforcement: evict (the default) deletes the pod (kube.PodApi.evict), report does
-     nothing more;
+     monitor.enforcement: evict (the default) deletes the pod with its grace period, as kubelet
+     evicts a pod over its ephemeral-storage limit (kube.KubePodApi.evict: no disruption budget
+     applies, and an admission policy holds the monitor to its own node's pods); a failed delete
+     is retried at the next check; report does nothing more;
    - a host process (in no pod the API server lists on this node): a Warning Event
      `GPUMemoryOverQuota` on the node with its PID and command; it cannot be evicted.
 
@@ -103,7 +105,7 @@ class Enforcer:
             float(section["grace_seconds"]), int(section["context_allowance_mib"]) * MIB
         )
         self.latest = Snapshot()
-        self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "refused": 0, "unevictable": 0}
+        self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "unevictable": 0}
         self.check_errors = 0
         self._pods_by_uid: dict[str, dict[str, Any]] = {}
 
@@ -223,12 +225,8 @@ class Enforcer:
             self.actions["reported"] += 1
             return
         try:
-            self.pods.evict(who.namespace, who.pod)
+            self.pods.evict(who.namespace, who.pod, who.pod_uid)
             self.actions["evicted"] += 1
-        except kube.EvictionRefused as exc:
-            self.actions["refused"] += 1
-            self._event(pod, "GPUMemoryEvictionRefused", f"{exc}; trying again at the next check")
-            self.tracker.retry(who)
         except Exception as exc:
             log.error("could not evict %s/%s: %s; trying again at the next check", who.namespace, who.pod, exc)
             self.tracker.retry(who)
