@@ -194,6 +194,8 @@ def test_the_monitor_gets_what_its_enforcement_needs_and_no_more(rendered, tmp_p
     assert rules_of(rendered, "cgpu-monitor") == read | post | {("*", "", "pods", "delete")}
     monitor = by_name(rendered, "k3s-defaults", "DaemonSet")["cgpu-monitor"]["spec"]["template"]["spec"]
     assert monitor["hostPID"] is True
+    env = {e["name"]: e for e in monitor["containers"][0]["env"]}  # the system processes' namespace
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert monitor.get("automountServiceAccountToken", True) is True
     account = by_name(rendered, "k3s-defaults", "ServiceAccount")["cgpu-monitor"]
     assert account["automountServiceAccountToken"] is True
