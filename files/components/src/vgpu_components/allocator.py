@@ -50,7 +50,6 @@ class MpsContract:
     pinned memory limit, so the container's environment holds nothing it could raise."""
 
     pipe_dir: str
-    log_dir: str
     # With compute shares each container's <prefix>/gpu-cores Allocate sets its daemon's thread
     # percentage (before its memory Allocate, or right after it: shares.py pairs them); without,
     # and until then, every daemon gets thread_percentage.
@@ -95,7 +94,6 @@ def mps_contract(
     logger.info("MPS pinned device-memory limit %s", why)
     return MpsContract(
         pipe_dir=cfg["mps"]["pipe_dir"],
-        log_dir=cfg["mps"]["log_dir"],
         shares=shares,
         thread_percentage=int(section["mps_active_thread_percentage"]),
         pinned_limit=pinned,
