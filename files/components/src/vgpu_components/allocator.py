@@ -64,7 +64,8 @@ PINNED_LIMIT_CUDA = 11050
 
 
 def pinned_limit(cfg: dict[str, Any], backend: nvml.GpuBackend | None) -> tuple[bool, str]:
-    """Whether containers get CUDA_MPS_PINNED_DEVICE_MEM_LIMIT here, and why (for the log)."""
+    """Whether the allocations' MPS daemons get a pinned device-memory limit (the quota) here, and
+    why (for the log)."""
     if not cfg["device_plugin"]["mps_pinned_memory_limit"]:
         return False, "off (device_plugin.mps_pinned_memory_limit is false)"
     try:

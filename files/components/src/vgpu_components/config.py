@@ -61,9 +61,9 @@ DEFAULTS: dict[str, Any] = {
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "healthz_port": DEVICE_PLUGIN_HEALTHZ_PORT,
         "mps_enabled": False,
-        # MPS nodes without compute shares: every container's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE.
+        # MPS nodes without compute shares: every allocation's MPS daemon's default active thread percentage.
         "mps_active_thread_percentage": 100,
-        # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = the quota, where the driver has it (CUDA 11.5+).
+        # Each allocation's MPS daemon's pinned device-memory limit = the quota, where the driver has it (CUDA 11.5+).
         "mps_pinned_memory_limit": True,
         # MPS nodes: advertise <prefix>/gpu-cores, each container's share of a GPU in percent.
         "compute_shares": False,
