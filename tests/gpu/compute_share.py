@@ -3,8 +3,12 @@
   bench SECONDS [BARRIER_DIR PEERS]  bf16 8192^3 torch.matmul for SECONDS after a warm-up; with a
                                     barrier folder, the timed part starts once PEERS processes
                                     are warm (each touches ready.<pid> there). {"tflops": ...}
-  alloc MIB                         one allocation of MIB MiB on device 0, kept until the process
-                                    ends. {"allocated": true|false, "error": ..., "libvgpu": ...}
+  alloc MIB [HOLD_S]                one allocation of MIB MiB on device 0, kept until the process
+                                    ends (HOLD_S more seconds after the line is printed).
+                                    {"allocated": true|false, "error": ..., "libvgpu": ...}
+  nvml PID...                       where NVML lists each process: {"<pid>": {"compute": MiB or null,
+                                    "mps": MiB or null}} (nvmlDeviceGetComputeRunningProcesses and
+                                    nvmlDeviceGetMPSComputeRunningProcesses of every GPU)
 
 The environment (MPS pipe folder, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) comes from the shell script; this file sets none of it.
@@ -81,14 +85,45 @@ def alloc(mib: int) -> dict[str, object]:
     }
 
 
+def nvml_lists(pids: list[int]) -> dict[str, dict[str, int | None]]:
+    """Which of NVML's two process lists shows each process, with its memory in MiB (cgpu-monitor
+    reads both: vgpu_components.nvml)."""
+    import pynvml  # noqa: PLC0415 (only this job needs it)
+
+    pynvml.nvmlInit()
+    found: dict[str, dict[str, int | None]] = {str(pid): {"compute": None, "mps": None} for pid in pids}
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            for key, query in (
+                ("compute", pynvml.nvmlDeviceGetComputeRunningProcesses),
+                ("mps", pynvml.nvmlDeviceGetMPSComputeRunningProcesses),
+            ):
+                try:
+                    entries = query(handle)
+                except pynvml.NVMLError:
+                    continue
+                for entry in entries:
+                    if str(entry.pid) in found:
+                        used = entry.usedGpuMemory
+                        found[str(entry.pid)][key] = None if used is None else int(used) // 2**20
+    finally:
+        pynvml.nvmlShutdown()
+    return found
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "bench":
         folder = Path(argv[2]) if len(argv) >= 4 else None
         peers = int(argv[3]) if len(argv) >= 4 else 1
         print(json.dumps(bench(float(argv[1]), folder, peers)), flush=True)
         return 0
-    if len(argv) == 2 and argv[0] == "alloc":
+    if len(argv) in (2, 3) and argv[0] == "alloc":
         print(json.dumps(alloc(int(argv[1]))), flush=True)
+        time.sleep(float(argv[2]) if len(argv) == 3 else 0)
+        return 0
+    if len(argv) >= 2 and argv[0] == "nvml":
+        print(json.dumps(nvml_lists([int(pid) for pid in argv[1:]])), flush=True)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

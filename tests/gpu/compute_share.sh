@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Compute shares under MPS, measured (issue 16):  tests/gpu/compute_share.sh [LOG_DIR]
+# Compute shares under MPS, measured (issues 16 and 28):  tests/gpu/compute_share.sh [LOG_DIR]
 # On a GPU host with the MPS binaries (nvidia-cuda-mps-control on PATH or in /usr/local/nvidia/bin)
-# and python3 with PyTorch. Uses GPU 0 (GPU=<index> picks another) and a private MPS control
-# daemon on a temporary pipe and log folder; it changes no GPU setting (compute mode checked
-# before and after) and stops the daemon it started, also on failure or interrupt.
+# and python3 with PyTorch, nvidia-ml-py and PyYAML. Uses GPU 0 (GPU=<index> picks another) and
+# private MPS control daemons on temporary pipe and log folders; it changes no GPU setting (compute
+# mode checked before and after) and stops the daemons it started, also on failure or interrupt.
 #   1. a compute-bound kernel (bf16 8192^3 torch.matmul) alone without MPS: the baseline, TFLOP/s;
 #      two processes without MPS (time-slicing), for comparison;
 #   2. the same invocation under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE 100, 50, 25 (the
 #      container's share), as ratios to alone;
 #   3. two processes at 50 % each, concurrently (their timed parts start together);
 #   4. with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M and libvgpu absent, the driver allows a
-#      3072 MiB allocation and refuses a 5120 MiB one; without the variable 5120 MiB is allowed.
+#      3072 MiB allocation and refuses a 5120 MiB one; without the variable 5120 MiB is allowed;
+#   5. nvidia-mps itself (python3 -m vgpu_components.mps of this tree) with the request of one
+#      allocation at 25 % and a 2048 MiB quota, as the device plugin writes it: its own daemon, and
+#      a client that asks CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100, or unsets the variable, stays at
+#      0.4 of the GPU alone at most; a client asking CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M is
+#      refused 3072 MiB and given 1024; a second allocation at 50 % beside it (INFO: the two servers
+#      time-slice); a client that skips MPS beside it (INFO: what it gets, and where NVML lists it);
+#      the request removed: the daemon quits and its pipe folder goes.
 # Prints the numbers, PASS/FAIL lines and "N passed, N failed" last; exits 1 on any FAIL.
-# About 1.5 minutes (BENCH_S=3 seconds per timed run). Log: LOG_DIR/compute-share.log.
+# About 3 minutes (BENCH_S=3 seconds per timed run). Log: LOG_DIR/compute-share.log.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
 LOG_DIR=${1:-${OUT:-/tmp/vgpu-gpu-logs}}
 mkdir -p "$LOG_DIR"
 LOG=$LOG_DIR/compute-share.log
@@ -189,8 +197,109 @@ check_alloc "pinned limit: 3072 MiB under the ${LIMIT_MIB} MiB limit" true "$(al
 check_alloc "pinned limit: 5120 MiB past the ${LIMIT_MIB} MiB limit" false "$(alloc "$PIPE" 5120 "$PINNED")"
 check_alloc "no pinned limit: 5120 MiB (the control)" true "$(alloc "$PIPE" 5120)"
 
-# --- the GPU as it was ----------------------------------------------------------------------------
+# --- 5. nvidia-mps: an MPS daemon per allocation, its limits out of the client's reach --------------
 stop_mps
+STATE=$TMP/state
+ROOTPIPE=$TMP/mps
+MANAGER_PID=
+stop_manager() {
+    [[ -n $MANAGER_PID ]] || return 0
+    kill -TERM "$MANAGER_PID" 2>/dev/null
+    for _ in $(seq 200); do kill -0 "$MANAGER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$MANAGER_PID" 2>/dev/null && { say "warning: nvidia-mps did not stop within 20 s; killing it"; kill -KILL "$MANAGER_PID"; }
+    MANAGER_PID=
+}
+trap 'stop_mps; stop_manager; rm -rf "$TMP"' EXIT
+export PYTHONPATH=$ROOT/files/components/src${PYTHONPATH:+:$PYTHONPATH}
+# request <alloc-id> <percent> <pinned MiB>: what the device plugin's Allocate writes, then waits for.
+request() {
+    "$PY" - "$STATE" "$ROOTPIPE" "$GPU_UUID" "$@" <<'PYTHON' >>"$LOG" 2>&1
+import sys
+from vgpu_components import mps
+state, pipe, gpu, alloc_id, share, pinned = sys.argv[1:]
+request = mps.MpsRequest(alloc_id, gpu, int(share), int(pinned), mps.new_serial())
+mps.write_request(state, request)
+mps.wait_ready(pipe, request, timeout_s=60)
+print(f"allocation {alloc_id}: its daemon is ready ({share} %, {pinned} MiB)")
+PYTHON
+}
+if ! "$PY" -c 'import vgpu_components.mps, yaml, pynvml' >>"$LOG" 2>&1; then
+    fail "prerequisite: vgpu_components.mps of this tree imports (PyYAML, nvidia-ml-py; see $LOG)"
+else
+    env VGPU_STATE_DIR="$STATE" VGPU_MPS_PIPE_DIR="$ROOTPIPE" VGPU_MPS_LOG_DIR="$ROOTPIPE/log" \
+        VGPU_MPS_HEALTHZ_PORT=0 VGPU_LOG_FORMAT=text CUDA_VISIBLE_DEVICES= \
+        "$PY" -m vgpu_components.mps --config "$TMP/none.yaml" >>"$LOG" 2>&1 &
+    MANAGER_PID=$!
+    A=00000000000000a1
+    B=00000000000000b2
+    if request "$A" 25 2048; then
+        pass "nvidia-mps started allocation $A's own daemon at 25 % and 2048 MiB"
+        PIPE_A=$ROOTPIPE/$A
+        for asked in 100 unset; do
+            if [[ $asked == unset ]]; then got=$(bench "$PIPE_A"); else got=$(bench "$PIPE_A" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$asked); fi
+            r=$(ratio "$got" "$ALONE")
+            say "allocation at 25 %, the client asking ${asked/unset/nothing}: $got TFLOP/s, $r of alone"
+            if within "$r" 0.05 0.40; then pass "share 25 % held against a client asking ${asked/unset/nothing} ($r of alone, at most 0.40)"; else
+                fail "share 25 % against a client asking ${asked/unset/nothing}: $r of alone, expected 0.05-0.40"
+            fi
+        done
+        say "allocation $A's daemon: pinned limit 2048 MiB; the client asks CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M:"
+        check_alloc "daemon's pinned limit: 3072 MiB past 2048 MiB, the client asking 8192" false \
+            "$(alloc "$PIPE_A" 3072 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M)"
+        check_alloc "daemon's pinned limit: 1024 MiB under 2048 MiB (the control)" true "$(alloc "$PIPE_A" 1024)"
+        if request "$B" 50 4096; then
+            barrier=$(mktemp -d "$TMP/barrier.XXXX")
+            env CUDA_MPS_PIPE_DIRECTORY="$PIPE_A" timeout 120 "$PY" "$JOB" bench "$BENCH_S" "$barrier" 2 >"$barrier/a.out" 2>>"$LOG" &
+            pa=$!
+            env CUDA_MPS_PIPE_DIRECTORY="$ROOTPIPE/$B" timeout 120 "$PY" "$JOB" bench "$BENCH_S" "$barrier" 2 >"$barrier/b.out" 2>>"$LOG" &
+            pb=$!
+            wait "$pa" "$pb"
+            ta=$(tail -n 1 "$barrier/a.out" | field tflops 2>>"$LOG" || echo 0)
+            tb=$(tail -n 1 "$barrier/b.out" | field tflops 2>>"$LOG" || echo 0)
+            say "INFO two allocations at once, 25 % and 50 %, each its own server: $ta + $tb TFLOP/s ($(ratio "$ta" "$ALONE") + $(ratio "$tb" "$ALONE") of alone; the servers time-slice)"
+        else
+            fail "nvidia-mps started allocation $B's daemon (see $LOG)"
+        fi
+        # A client that skips MPS (its own CUDA context, time-sliced beside the servers): what it
+        # gets, and where NVML lists it and an MPS client (cgpu-monitor could tell them apart).
+        env CUDA_MPS_PIPE_DIRECTORY="$PIPE_A" "$PY" "$JOB" alloc 512 20 >"$TMP/in.out" 2>>"$LOG" &
+        pin=$! # env runs python in its own process: this is the PID NVML shows
+        env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" "$PY" "$JOB" alloc 512 20 >"$TMP/out.out" 2>>"$LOG" &
+        pout=$!
+        for _ in $(seq 300); do [[ -s $TMP/in.out && -s $TMP/out.out ]] && break; sleep 0.1; done
+        say "INFO NVML's lists, an MPS client $pin and a client outside MPS $pout: $("$PY" "$JOB" nvml "$pin" "$pout" 2>>"$LOG")"
+        kill "$pin" "$pout" 2>/dev/null
+        wait "$pin" "$pout" 2>/dev/null
+        read -r S1 S2 <<<"$(bench_pair "$NO_MPS")"
+        say "INFO (for comparison) two clients outside MPS: $S1 + $S2 TFLOP/s"
+        barrier=$(mktemp -d "$TMP/barrier.XXXX")
+        env CUDA_MPS_PIPE_DIRECTORY="$PIPE_A" timeout 120 "$PY" "$JOB" bench "$BENCH_S" "$barrier" 2 >"$barrier/a.out" 2>>"$LOG" &
+        pa=$!
+        env CUDA_MPS_PIPE_DIRECTORY="$NO_MPS" timeout 120 "$PY" "$JOB" bench "$BENCH_S" "$barrier" 2 >"$barrier/o.out" 2>>"$LOG" &
+        po=$!
+        wait "$pa" "$po"
+        ta=$(tail -n 1 "$barrier/a.out" | field tflops 2>>"$LOG" || echo 0)
+        to=$(tail -n 1 "$barrier/o.out" | field tflops 2>>"$LOG" || echo 0)
+        say "INFO allocation at 25 % beside a client that skips MPS: $ta + $to TFLOP/s ($(ratio "$ta" "$ALONE") + $(ratio "$to" "$ALONE") of alone)"
+        rm -f "$STATE/mps/$A.json" "$STATE/mps/$B.json"
+        for _ in $(seq 300); do [[ -e $PIPE_A ]] || break; sleep 0.1; done
+        if [[ ! -e $PIPE_A ]]; then pass "the request removed: nvidia-mps stopped allocation $A's daemon and removed its pipe folder"; else
+            fail "allocation $A's pipe folder is still there 30 s after its request went"
+        fi
+    else
+        fail "nvidia-mps started allocation $A's daemon within 60 s (see $LOG)"
+    fi
+    stop_manager
+    left=
+    for pid in $(pgrep -f nvidia-cuda-mps); do # its daemons and servers: our pipe folders in their env
+        grep -qz "^CUDA_MPS_PIPE_DIRECTORY=$ROOTPIPE/" "/proc/$pid/environ" 2>/dev/null && left="$left $pid"
+    done
+    if [[ -n $left ]]; then fail "nvidia-mps left MPS processes behind:$left"; else
+        pass "nvidia-mps stopped, no MPS daemon or server of its left"
+    fi
+fi
+
+# --- the GPU as it was ----------------------------------------------------------------------------
 MODE_AFTER=$(nvidia-smi -i "$GPU" --query-gpu=compute_mode --format=csv,noheader 2>>"$LOG")
 if [[ $MODE_AFTER == "$MODE_BEFORE" ]]; then pass "GPU settings unchanged (compute mode $MODE_AFTER), MPS daemon stopped"; else
     fail "compute mode changed: $MODE_BEFORE -> $MODE_AFTER"

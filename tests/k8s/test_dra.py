@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from vgpu_components import dra
 from vgpu_components.dra_driver import DraDriver
+from vgpu_components.quantity import parse_quantity
 
 from tests.k8s import cluster, dra_objects
 
@@ -84,7 +85,7 @@ def allocated(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def memory_mib(quantity: str) -> int:
-    return int(dra.parse_quantity(quantity) / dra.MIB)
+    return int(parse_quantity(quantity) / dra.MIB)
 
 
 def test_the_published_slice_is_what_the_api_server_keeps(resource: Any, dra_nodes: Any, tmp_path: Path) -> None:

@@ -20,9 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
+from fakes import GPUS, FakeGpus, cgroup_of
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from role_render import render  # tests/unit, on the path through tests/conftest.py
+from vgpu_components import config, kube
+from vgpu_components.enforcement import Enforcer
 
 from tests import recap
 from tests.k8s import cluster
@@ -263,6 +266,91 @@ def check_own_node_only(core: Any, sa_core: Any, own: str, other: str, stack: Pa
     assert forbidden(sa_core.patch_namespaced_pod, "x", "default", {}), "it can patch pods"
 
 
+def test_cgpu_monitor_evicts_only_pods_on_its_own_node(
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory
+) -> None:
+    """Issue 28 finding 4: RBAC let the monitor's account evict any pod of the cluster. With the
+    token its pod on one node gets, the monitor's own eviction call (kube.KubePodApi.evict) takes
+    that node's pod and is refused another node's; a token bound to no pod names no node and
+    evicts nothing."""
+    selector = gpu_nodes(2)
+    own, other = sorted(
+        n.metadata.name for n in core.list_node(label_selector=",".join(f"{k}={v}" for k, v in selector.items())).items
+    )
+    pods = {}
+    for node in (own, other):
+        body = cluster.pod_body(f"on-{node}", None, {"kubernetes.io/hostname": node})
+        body["spec"]["nodeName"] = node
+        pods[node] = core.create_namespaced_pod(namespace, body).metadata.uid
+    token = plugin_pod_client(core, own, stack, account="cgpu-monitor").api_client
+    monitor = kube.KubePodApi(token, "cgpu-monitor", own)
+    try:
+        message = denied(monitor.evict, namespace, f"on-{other}", pods[other])
+        assert "cgpu-monitor may evict only pods on the node its pod runs on" in message, message
+        unbound = kube.KubePodApi(sa_client(core, "cgpu-monitor", stack), "cgpu-monitor", own)
+        assert denied(unbound.evict, namespace, f"on-{own}", pods[own])
+        monitor.evict(namespace, f"on-{own}", pods[own])
+        cluster.wait_for(
+            "the pod on its own node evicted",
+            lambda: (
+                not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == f"on-{own}"]
+                or core.read_namespaced_pod(f"on-{own}", namespace).metadata.deletion_timestamp is not None
+            ),
+            timeout=30,
+        )
+        assert core.read_namespaced_pod(f"on-{other}", namespace).metadata.deletion_timestamp is None
+    finally:
+        core.delete_namespaced_pod(f"plugin-token-{own}", NS, grace_period_seconds=0)
+
+
+def test_the_monitor_evicts_a_pod_without_units_that_holds_gpu_memory_with_its_own_identity(
+    stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, tmp_path: Path
+) -> None:
+    """Issue 28 finding 2 end to end: the real Enforcer, with the token its pod on the node gets and
+    the role's RBAC and admission policy, holds a pod that asks for no GPU memory to a quota of 0:
+    an Event, then the pod evicted. NVML is the component tests' fake (no GPU here), /proc a
+    folder with the pod's process; kubelet's PodResources lists no GPU memory for it (no quota)."""
+    (own,) = [
+        n.metadata.name
+        for n in core.list_node(label_selector=",".join(f"{k}={v}" for k, v in gpu_nodes(1).items())).items
+    ]
+    body = cluster.pod_body("no-units", None, {"kubernetes.io/hostname": own})
+    body["spec"]["nodeName"] = own
+    core.create_namespaced_pod(namespace, body)
+    cluster.wait_for(
+        "no-units Running",
+        lambda: core.read_namespaced_pod("no-units", namespace).status.phase == "Running",
+        timeout=60,
+    )
+    pod = core.api_client.sanitize_for_serialization(core.read_namespaced_pod("no-units", namespace))
+    backend = FakeGpus(GPUS)
+    backend.process_mib[GPUS[0].uuid][4242] = 700
+    cgroup_of(tmp_path / "proc", 4242, pod, "c" * 64)
+    cfg = config.load(None, environ={})
+    cfg["monitor"]["grace_seconds"] = 1.0
+    token = plugin_pod_client(core, own, stack, account="cgpu-monitor").api_client
+    try:
+        enforcer = Enforcer(
+            cfg, own, backend, kube.KubePodApi(token, "cgpu-monitor", own), tmp_path / "proc", quotas=lambda: {}
+        )
+        assert enforcer.check(now=0) == []
+        (violation,) = enforcer.check(now=1)
+        assert violation.quota_bytes == 0 and violation.used_bytes == 700 * 2**20
+        assert enforcer.actions["evicted"] == 1, enforcer.actions
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=no-units").items
+        assert [e.reason for e in events if e.source and e.source.component == "cgpu-monitor"] == ["GPUMemoryOverQuota"]
+
+        def gone() -> bool:
+            try:
+                return core.read_namespaced_pod("no-units", namespace).metadata.deletion_timestamp is not None
+            except ApiException as exc:
+                return exc.status == 404
+
+        cluster.wait_for("no-units evicted", gone, timeout=30)
+    finally:
+        core.delete_namespaced_pod(f"plugin-token-{own}", NS, grace_period_seconds=0)
+
+
 def test_kube_scheduler_calls_the_extender_over_mutual_tls_with_the_roles_certificates(
     stack: Path, core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, extender_back_up: None
 ) -> None:
@@ -341,11 +429,13 @@ def test_each_service_account_gets_what_it_needs_and_nothing_more(stack: Path, c
     assert allowed(core, EXTENDER_SA, "create", "pods", namespace="default", subresource="binding")
     assert not allowed(core, EXTENDER_SA, "delete", "pods", namespace="default")
     # The monitor's enforcement (issue 12's ground truth): its node's pods, Events on them, and
-    # evictions (vgpu_enforcement: evict, the default); never deleting a pod or reading secrets.
+    # evictions by deleting a pod (vgpu_enforcement: evict, the default), which the role's admission
+    # policy holds to its own node (issue 28 finding 4, below); no Eviction API, no secrets.
     assert allowed(core, "cgpu-monitor", "list", "pods")
     assert allowed(core, "cgpu-monitor", "create", "events", namespace="default")
-    assert allowed(core, "cgpu-monitor", "create", "pods", namespace="default", subresource="eviction")
-    assert not allowed(core, "cgpu-monitor", "delete", "pods", namespace="default")
+    assert allowed(core, "cgpu-monitor", "delete", "pods", namespace="default")
+    assert not allowed(core, "cgpu-monitor", "create", "pods", namespace="default", subresource="eviction")
+    assert not allowed(core, "cgpu-monitor", "deletecollection", "pods", namespace="default")
     assert not allowed(core, "cgpu-monitor", "get", "secrets", namespace=NS)
     assert not allowed(core, "nvidia-mps", "get", "nodes")
 

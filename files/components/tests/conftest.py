@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
+REPO = Path(__file__).resolve().parents[3]  # tests.polling, the suites' one wait helper
+for _path in (SRC, REPO):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 
 def pytest_configure(config: pytest.Config) -> None:

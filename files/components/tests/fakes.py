@@ -7,7 +7,10 @@ import contextlib
 import http.client
 import json
 import queue
+import socket
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -25,7 +28,8 @@ from vgpu_components import config, monitor, protos
 from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.extender import Extender
 from vgpu_components.extender_http import ExtenderServer
-from vgpu_components.kube import EvictionRefused, Gone
+from vgpu_components.kube import Gone
+from vgpu_components.mps import MpsManager
 from vgpu_components.nvml import Gpu, Memory, ProcessMemory, XidEvent
 from vgpu_components.podresources import PodResourcesClient
 from vgpu_components.scheduling import ClusterModel
@@ -76,6 +80,86 @@ class FakeGpus:
 
     def close(self) -> None:
         pass
+
+
+FAKE_CONTROL = textwrap.dedent(
+    """\
+    import json, os, socket, sys
+    pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    path = os.path.join(pipe, "control")
+    if sys.argv[1:] == ["-f"]:
+        logs = os.environ["CUDA_MPS_LOG_DIRECTORY"]
+        os.makedirs(logs, exist_ok=True)
+        with open(os.path.join(logs, "control.log"), "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+        percentage, pinned = 100.0, {}
+        server = socket.socket(socket.AF_UNIX)
+        if os.path.exists(path):
+            os.unlink(path)
+        server.bind(path)
+        server.listen(8)
+        while True:
+            conn, _ = server.accept()
+            with conn, conn.makefile("rw") as stream:
+                words = stream.readline().split()
+                command, args = (words[0], words[1:]) if words else ("", [])
+                if command == "get_default_active_thread_percentage" and not args:
+                    reply = f"{percentage:.1f}"
+                elif command == "set_default_active_thread_percentage" and len(args) == 1:
+                    percentage = float(args[0])
+                    reply = f"{percentage:.1f}"
+                elif command == "set_default_device_pinned_mem_limit" and len(args) == 2:
+                    pinned[args[0]] = args[1]
+                    reply = ""
+                elif command == "get_default_device_pinned_mem_limit" and len(args) == 1:
+                    reply = pinned.get(args[0], "0M")
+                elif command == "quit":
+                    stream.write("\\n")
+                    break
+                else:
+                    reply = f"Invalid command {command}"
+                stream.write(reply + "\\n")
+        os.unlink(path)
+        sys.exit(0)
+    replies = []
+    for line in sys.stdin.read().splitlines():
+        client = socket.socket(socket.AF_UNIX)
+        try:
+            client.connect(path)
+        except OSError:
+            print("Cannot find MPS control daemon process", file=sys.stderr)
+            sys.exit(1)
+        with client, client.makefile("rw") as stream:
+            stream.write(line + "\\n")
+            stream.flush()
+            replies.append(stream.readline().strip())
+    print("\\n".join(replies))
+    sys.exit(1 if any(r.startswith("Invalid") for r in replies) else 0)
+    """
+)
+
+
+def fake_mps_control(folder: Path) -> str:
+    """A stand-in nvidia-cuda-mps-control in `folder` (no MPS binaries on the CI machine): `-f` is a
+    control daemon listening on <CUDA_MPS_PIPE_DIRECTORY>/control, a real Unix socket, that answers
+    the control protocol's text commands; without arguments it sends the lines on stdin there and
+    prints the answers (test_mps.py says what it keeps of the real tool)."""
+    script = folder / "fake_mps_control.py"
+    script.write_text(FAKE_CONTROL)
+    wrapper = folder / "nvidia-cuda-mps-control"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def mps_ask(pipe: Path, command: str) -> str:
+    """One control command to a (stand-in) MPS control daemon's socket, as its client sends it."""
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(str(pipe / "control"))
+        with client.makefile("rw") as stream:
+            stream.write(command + "\n")
+            stream.flush()
+            return stream.readline().strip()
 
 
 def two_gpus() -> list[Gpu]:
@@ -350,6 +434,13 @@ class Exporter:
         self.pod_resources.stop()
 
 
+def write_quota(state_dir: str, alloc_id: str, memory_limit: str) -> None:
+    """An allocation's quota file as the device plugin or the DRA driver writes it (its memory_limit)."""
+    path = Path(state_dir) / "quotas" / f"{alloc_id}.conf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# vgpu quota for allocation {alloc_id}\nmemory_limit={memory_limit}\ngpu_virtual_memory=1\n")
+
+
 def value(metrics: dict[str, Any], name: str, **labels: str) -> float:
     matches = [v for lab, v in metrics[name] if all(lab.get(k) == want for k, want in labels.items())]
     assert len(matches) == 1, f"{name}{labels}: {metrics.get(name)}"
@@ -366,7 +457,9 @@ def make_config(root: Path, **plugin: Any) -> dict[str, Any]:
 
 
 class PluginNode:
-    """A device plugin and its kubelet, started in a temp folder."""
+    """A device plugin and its kubelet, started in a temp folder; with MPS on (mps_enabled) also
+    nvidia-mps's manager with the stand-in control daemon (fake_mps_control), unless nvidia_mps
+    is False."""
 
     def __init__(
         self,
@@ -375,13 +468,20 @@ class PluginNode:
         *,
         mps_dir: Path | None = None,
         cuda_version: int = 13000,
+        nvidia_mps: bool = True,
         **plugin: Any,
     ) -> None:
         self.root = root
         self.cfg = make_config(root, **plugin)
-        if mps_dir is not None:  # MPS's pipe folder (the ready file's), instead of /run/nvidia/mps
-            self.cfg["mps"].update(pipe_dir=str(mps_dir), log_dir=str(mps_dir / "log"))
+        mps_dir = mps_dir or root / "mps"  # MPS's pipe folders, instead of /run/nvidia/mps
+        self.cfg["mps"].update(pipe_dir=str(mps_dir), log_dir=str(mps_dir / "log"), probe_interval_s=0.2)
         (root / "dp").mkdir(parents=True, exist_ok=True)
+        self.mps: MpsManager | None = None
+        if self.cfg["device_plugin"]["mps_enabled"] and nvidia_mps:
+            self.cfg["mps"]["control_binary"] = fake_mps_control(root)
+            self.mps = MpsManager(self.cfg)
+            self.mps.start()
+            threading.Thread(target=self.mps.run, daemon=True).start()
         self.backend = FakeGpus(gpus or two_gpus())
         self.backend.cuda_version = cuda_version
         self.api = RecordingNodeApi()
@@ -402,6 +502,8 @@ class PluginNode:
         self.plugin.stop()
         self.kubelet.stop()
         self.pod_resources.stop()
+        if self.mps is not None:
+            self.mps.stop()
 
 
 def allocate(node: PluginNode, device_ids: list[str], resource: str = "") -> Any:
@@ -651,6 +753,7 @@ class RecordingPodApi:
     def __init__(self, pods: list[dict[str, Any]] | None = None) -> None:
         self.pods = pods or []
         self.events: list[tuple[str, str, str]] = []  # (pod name, reason, message)
+        self.node_events: list[tuple[str, str, str]] = []  # (node, reason, message)
         self.evictions: list[tuple[str, str]] = []
         self.refuse_evictions = False
 
@@ -660,36 +763,65 @@ class RecordingPodApi:
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
         self.events.append((pod["metadata"]["name"], reason, message))
 
-    def evict(self, namespace: str, name: str) -> None:
-        if self.refuse_evictions:
-            raise EvictionRefused(f"Cannot evict pod {name} as it would violate the pod's disruption budget.")
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
+        self.node_events.append((node, reason, message))
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        if self.refuse_evictions:  # as kube-apiserver answers a delete the admission policy denies
+            raise ApiException(status=403, reason=f"cgpu-monitor may evict only pods on its own node: {uid}")
         self.evictions.append((namespace, name))
 
 
 def gpu_pod(
-    name: str, units: int, *, node: str = "node-a", container_id: str = "", namespace: str = "team"
+    name: str,
+    units: int,
+    *,
+    node: str = "node-a",
+    container_id: str = "",
+    namespace: str = "team",
+    container: str = "main",
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A running pod whose container `main` holds `units` of vgpu.io/gpu-memory; its container
+    """A running pod whose container (`main`) holds `units` of vgpu.io/gpu-memory; its container
     status carries `container_id` (containerd) when given."""
     uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{namespace}.{name}"))
     limits = {"vgpu.io/gpu-memory": str(units)} if units else {}
     status: dict[str, Any] = {"phase": "Running", "containerStatuses": []}
     if container_id:
-        status["containerStatuses"] = [{"name": "main", "containerID": f"containerd://{container_id}"}]
+        status["containerStatuses"] = [{"name": container, "containerID": f"containerd://{container_id}"}]
     return {
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": dict(labels or {})},
+        "spec": {"nodeName": node, "containers": [{"name": container, "resources": {"limits": limits}}]},
         "status": status,
     }
 
 
-def cgroup_of(proc: Path, pid: int, pod: dict[str, Any], container_id: str) -> None:
-    """/proc/<pid>/cgroup of a process in that pod's container (cgroup v2, systemd driver)."""
+def cgroup_path(pod: dict[str, Any], container_id: str) -> str:
+    """The cgroup (v2, systemd driver) kubelet gives a container of that pod."""
     uid = pod["metadata"]["uid"].replace("-", "_")
     pod_slice = f"kubepods-burstable-pod{uid}.slice"
-    path = f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{container_id}.scope"
-    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
-    (proc / str(pid) / "cgroup").write_text(f"0::{path}\n")
+    return f"/kubepods.slice/kubepods-burstable.slice/{pod_slice}/cri-containerd-{container_id}.scope"
+
+
+def host_process(proc: Path, pid: int, cgroup: str, command: str = "python3 train.py", pid_ns: str = "") -> None:
+    """/proc/<pid>/{cgroup,cmdline} of a process in `cgroup`; with `pid_ns` its PID namespace link
+    (as readlink shows it: pid:[inode])."""
+    folder = proc / str(pid)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cgroup").write_text(f"0::{cgroup}\n")
+    (folder / "cmdline").write_bytes(command.replace(" ", "\0").encode() + b"\0")
+    if pid_ns:
+        (folder / "ns").mkdir(exist_ok=True)
+        (folder / "ns" / "pid").unlink(missing_ok=True)
+        (folder / "ns" / "pid").symlink_to(pid_ns)
+
+
+def cgroup_of(
+    proc: Path, pid: int, pod: dict[str, Any], container_id: str, *, child: str = "", command: str = "python3 train.py"
+) -> None:
+    """/proc/<pid>/cgroup of a process in that pod's container (cgroup v2, systemd driver); `child`:
+    a cgroup the process made below its container's and moved into (writable cgroupfs)."""
+    host_process(proc, pid, cgroup_path(pod, container_id) + (f"/{child}" if child else ""), command)
 
 
 class FakeDraKubelet:

@@ -4,8 +4,9 @@
    FakeKubelet as the unit tests), streams every unit, answers GetPreferredAllocation and Allocate
    with the real GPU's UUID;
 2. monitor: exports the real NVML memory (checked against nvidia-smi when it is on PATH);
-3. MPS supervisor: starts the real nvidia-cuda-mps-control -f, probes it through its control pipe,
-   stops it with quit. The compute mode is never changed (set_exclusive_process stays off).
+3. nvidia-mps: starts the real nvidia-cuda-mps-control -f for one allocation's request, with the
+   share as its default, and stops it with quit when the request goes. The compute mode is never
+   changed.
 
 Prints one JSON line per check and exits non-zero on the first failure.
 """
@@ -128,35 +129,44 @@ def smoke_monitor(backend: nvml.NvmlBackend) -> None:
         )
 
 
-def smoke_mps(root: Path) -> None:
+def smoke_mps(backend: nvml.NvmlBackend, root: Path) -> None:
     binary = shutil.which("nvidia-cuda-mps-control")
     report("nvidia-cuda-mps-control on PATH", binary is not None, path=os.environ.get("PATH"))
     cfg = config.load(None, environ={})
+    cfg["state_dir"] = str(root / "state")
     cfg["mps"].update(
-        pipe_dir=str(root / "mps"),
-        log_dir=str(root / "mps" / "log"),
-        control_binary=binary,
-        probe_interval_s=0.5,
-        set_exclusive_process=False,
+        pipe_dir=str(root / "mps"), log_dir=str(root / "mps" / "log"), control_binary=binary, probe_interval_s=0.5
     )
-    supervisor = mps.MpsSupervisor(cfg)
-    supervisor.start()
-    thread = threading.Thread(target=supervisor.run, daemon=True)
+    manager = mps.MpsManager(cfg, backend)
+    manager.start()
+    thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
+    gpu = backend.gpus()[0]
+    request = mps.MpsRequest("00000000000000aa", gpu.uuid, 25, 2048, mps.new_serial())
+    mps.write_request(cfg["state_dir"], request)
+    try:
+        mps.wait_ready(cfg["mps"]["pipe_dir"], request, timeout_s=30)
+        ready = True
+    except mps.MpsNotReady as exc:
+        ready = False
+        report("the allocation's MPS daemon started", False, reason=str(exc), healthz=manager.healthy())
+    daemon = manager.daemons[request.alloc_id]
+    answer = daemon.control("get_default_active_thread_percentage")
+    report("the allocation's MPS daemon has its share as its default", ready and answer[0], answer=answer)
+    process = daemon.process
+    mps.remove_request(cfg["state_dir"], request.alloc_id)
     deadline = time.monotonic() + 30
-    while not supervisor.healthy()[0] and time.monotonic() < deadline:
+    while process is not None and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    ok, reason = supervisor.healthy()
-    report("MPS daemon answers on its control pipe", ok, reason=reason)
-    process = supervisor.process
-    supervisor.stopping.set()
-    thread.join(5)
-    supervisor.stop()
     report(
-        "MPS daemon stopped by quit",
+        "the MPS daemon quit with its allocation",
         process is not None and process.returncode == 0,
         returncode=process.returncode if process else None,
     )
+    manager.stopping.set()
+    thread.join(5)
+    manager.stop()
+    report("the compute mode is untouched", backend.compute_mode(gpu.uuid) == nvml.COMPUTE_MODE_DEFAULT)
 
 
 def main() -> int:
@@ -165,7 +175,7 @@ def main() -> int:
         root = Path(tmp)
         smoke_device_plugin(backend, root)
         smoke_monitor(backend)
-        smoke_mps(root)
+        smoke_mps(backend, root)
     backend.close()
     print(json.dumps({"check": "all", "ok": True}))
     return 0

@@ -1,12 +1,14 @@
 """Compute shares in the device plugin: <prefix>/gpu-cores against a real gRPC kubelet peer
 (FakeKubelet, FakePodResources), and the ledger that places memory where the compute is free.
 
-NVML is replaced by FakeGpus (no GPU on the CI machine) and the MPS daemon by its ready file;
-tests/gpu/compute_share.sh measures what MPS makes of the env on the H200.
+NVML is replaced by FakeGpus (no GPU on the CI machine); nvidia-mps's manager runs with the
+stand-in control daemon of test_mps.py; tests/gpu/compute_share.sh measures the real daemon's
+defaults on the H200.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -16,8 +18,8 @@ from typing import Any
 
 import grpc
 import pytest
-from fakes import PluginNode, RecordingNodeApi, allocate, make_config, two_gpus
-from vgpu_components import device_plugin, ids
+from fakes import PluginNode, RecordingNodeApi, allocate, make_config, mps_ask, two_gpus
+from vgpu_components import device_plugin, ids, mps
 from vgpu_components.mps import READY_FILE
 from vgpu_components.shares import Holder, ShareLedger, ShareTokens, holders
 
@@ -27,10 +29,7 @@ CORES = "vgpu.io/gpu-cores"
 
 @pytest.fixture
 def shares(short_tmp: Path) -> Iterator[PluginNode]:
-    mps = short_tmp / "mps"
-    mps.mkdir()
-    (mps / READY_FILE).touch()
-    n = PluginNode(short_tmp, mps_dir=mps, mps_enabled=True, compute_shares=True, pod_resources_poll_s=0.1)
+    n = PluginNode(short_tmp, mps_enabled=True, compute_shares=True, pod_resources_poll_s=0.1)
     yield n
     n.stop()
 
@@ -71,17 +70,52 @@ def test_shares_are_refused_while_the_mps_daemon_is_not_ready(shares: PluginNode
     assert {h for _id, h in shares.kubelet.wait_stream(CORES, 3)} == {"Healthy"}
 
 
-def test_the_share_is_the_containers_thread_percentage_and_the_quota_the_drivers_limit(shares: PluginNode) -> None:
+def daemon(node: PluginNode, memory_ids: list[str]) -> Path:
+    """The pipe folder of the MPS daemon of the container holding these memory units."""
+    return mps.pipe_folder(node.cfg["mps"]["pipe_dir"], ids.alloc_id(memory_ids))
+
+
+def test_the_share_and_the_quota_are_the_containers_own_mps_daemons_not_its_environment(shares: PluginNode) -> None:
+    """Issue 28 finding 3: in the environment a tenant could raise them (unset the pinned limit, ask
+    100 %); as the defaults of its own MPS daemon no variable changes them (mps.py, measured on the
+    H200 by tests/gpu/compute_share.sh)."""
     shares.kubelet.wait_stream(CORES, 1)
-    memory = allocate(shares, [f"{KEY0}-{n}" for n in range(30)]).container_responses[0].envs
-    assert memory["CUDA_MPS_PIPE_DIRECTORY"] == shares.cfg["mps"]["pipe_dir"]
-    assert memory["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3000M"
-    assert memory["VGPU_MEMORY_LIMIT"] == "3000MiB"
-    # kubelet keeps one of two resources' values for one variable: only the share's answer sets it.
-    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in memory
+    held = [f"{KEY0}-{n}" for n in range(30)]
+    memory = allocate(shares, held).container_responses[0]
+    envs = dict(memory.envs)
+    assert envs["CUDA_MPS_PIPE_DIRECTORY"] == shares.cfg["mps"]["pipe_dir"]
+    assert not {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"} & set(envs)
+    assert envs["VGPU_MEMORY_LIMIT"] == "3000MiB"
+    mounts = {(m.container_path, m.host_path, m.read_only) for m in memory.mounts}
+    assert (shares.cfg["mps"]["pipe_dir"], str(daemon(shares, held)), True) in mounts  # its daemon's folder only
+    assert mps_ask(daemon(shares, held), "get_default_device_pinned_mem_limit 0") == "3000M"
     share = allocate(shares, [f"cores-{n}" for n in range(150, 175)], CORES).container_responses[0]
-    assert dict(share.envs) == {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
-    assert not share.mounts
+    assert not share.envs and not share.mounts
+    assert mps_ask(daemon(shares, held), "get_default_active_thread_percentage") == "25.0"
+
+
+def test_a_share_allocated_before_its_memory_is_the_daemons_from_the_start(shares: PluginNode) -> None:
+    shares.kubelet.wait_stream(CORES, 1)
+    allocate(shares, [f"cores-{n}" for n in range(40)], CORES)
+    held = [f"{KEY1}-{n}" for n in range(10)]
+    allocate(shares, held)
+    assert mps_ask(daemon(shares, held), "get_default_active_thread_percentage") == "40.0"
+
+
+def test_a_container_is_refused_when_its_mps_daemon_does_not_start(short_tmp: Path) -> None:
+    """Its CUDA would find no daemon and run without MPS, unlimited: kubelet must not start it."""
+    n = PluginNode(short_tmp, mps_enabled=True, nvidia_mps=False)
+    assert n.plugin.mps is not None
+    n.plugin.mps = dataclasses.replace(n.plugin.mps, start_timeout_s=0.3)
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            allocate(n, [f"{KEY0}-0"])
+        assert "is nvidia-mps running on this node" in err.value.details()
+        aid = ids.alloc_id([f"{KEY0}-0"])
+        assert mps.read_request(n.cfg["state_dir"], aid) is None  # nothing left behind
+        assert not (Path(n.cfg["state_dir"]) / "quotas" / f"{aid}.conf").exists()
+    finally:
+        n.stop()
 
 
 @pytest.mark.parametrize(
@@ -131,11 +165,13 @@ def test_memory_goes_where_the_compute_is_free_and_the_annotation_says_how_much(
 
 def test_r470_gets_no_pinned_limit_and_says_why(short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="vgpu.device_plugin")
-    n = PluginNode(short_tmp, mps_dir=short_tmp, cuda_version=11040, mps_enabled=True, mps_active_thread_percentage=40)
+    n = PluginNode(short_tmp, cuda_version=11040, mps_enabled=True, mps_active_thread_percentage=40)
     try:
         envs = allocate(n, [f"{KEY0}-0"]).container_responses[0].envs
-        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in envs
-        assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"  # no shares: the node-wide percentage
+        assert not {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"} & set(envs)
+        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "get_default_device_pinned_mem_limit 0") == "0M"
+        # no shares: the node-wide percentage
+        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "get_default_active_thread_percentage") == "40.0"
         assert CORES not in [r.resource_name for r in n.kubelet.registrations]
     finally:
         n.stop()
@@ -143,9 +179,10 @@ def test_r470_gets_no_pinned_limit_and_says_why(short_tmp: Path, caplog: pytest.
 
 
 def test_the_pinned_limit_can_be_turned_off(short_tmp: Path) -> None:
-    n = PluginNode(short_tmp, mps_dir=short_tmp, mps_enabled=True, mps_pinned_memory_limit=False)
+    n = PluginNode(short_tmp, mps_enabled=True, mps_pinned_memory_limit=False)
     try:
-        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in allocate(n, [f"{KEY0}-0"]).container_responses[0].envs
+        allocate(n, [f"{KEY0}-0"])
+        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "get_default_device_pinned_mem_limit 0") == "0M"
     finally:
         n.stop()
 

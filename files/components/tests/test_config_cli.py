@@ -61,14 +61,14 @@ def test_environment_overrides_common_and_section_keys(tmp_path: Path) -> None:
         "VGPU_EXTENDER_PORT": "32767",
         "VGPU_DEVICE_PLUGIN_MPS_ENABLED": "false",
         "VGPU_DEVICE_PLUGIN_SWITCHES": "{limit: 0}",
-        "VGPU_MPS_SET_EXCLUSIVE_PROCESS": "true",
+        "VGPU_MPS_START_TIMEOUT_S": "3",
     }
     cfg = config.load(path, environ=env)
     assert cfg["unit_mib"] == 25
     assert cfg["extender"]["port"] == 32767
     assert cfg["device_plugin"]["mps_enabled"] is False
     assert cfg["device_plugin"]["switches"] == {**config.DEFAULT_SWITCHES, "limit": 0}
-    assert cfg["mps"]["set_exclusive_process"] is True
+    assert cfg["mps"]["start_timeout_s"] == 3.0
 
 
 def test_missing_file_means_defaults() -> None:

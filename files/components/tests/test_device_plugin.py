@@ -27,9 +27,10 @@ from fakes import (
     RecordingNodeApi,
     allocate,
     make_config,
+    mps_ask,
     two_gpus,
 )
-from vgpu_components import device_plugin, ids, kube, nvml
+from vgpu_components import device_plugin, ids, kube, mps, nvml
 from vgpu_components.allocator import DeviceTable
 from vgpu_components.device_plugin import AdvertiseError, DevicePlugin, check_message_size
 from vgpu_components.nvml import Gpu
@@ -158,19 +159,21 @@ def test_allocate_refuses_bad_device_sets_with_a_reason(node: PluginNode, device
     assert message in err.value.details()
 
 
-def test_mps_adds_env_and_a_read_only_pipe_mount(short_tmp: Path) -> None:
-    """A tenant gets the MPS pipe folder read-only: it cannot plant files where the daemon and the
-    other tenants look (clients only connect to its sockets; tests/gpu/mps_readonly_pipe.sh showed on
-    the H200 that an MPS client runs with the folder read-only)."""
+def test_mps_adds_the_pipe_of_the_containers_own_daemon_read_only(short_tmp: Path) -> None:
+    """A tenant gets its own MPS daemon's pipe folder, read-only, and nothing else of MPS: it cannot
+    plant files where the daemon looks, reach another allocation's daemon, or raise a limit from its
+    environment (clients only connect to the sockets; tests/gpu/mps_readonly_pipe.sh showed on the
+    H200 that an MPS client runs with the folder read-only)."""
     n = PluginNode(short_tmp, mps_enabled=True, mps_active_thread_percentage=50)
     try:
         got = allocate(n, [f"{KEY0}-0"]).container_responses[0]
-        assert got.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia/mps"
-        assert got.envs["CUDA_MPS_LOG_DIRECTORY"] == "/run/nvidia/mps/log"
-        assert got.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
-        assert ("/run/nvidia/mps", "/run/nvidia/mps", True) in {
-            (m.container_path, m.host_path, m.read_only) for m in got.mounts
-        }
+        pipe = n.cfg["mps"]["pipe_dir"]
+        assert {k: v for k, v in got.envs.items() if k.startswith("CUDA_MPS")} == {"CUDA_MPS_PIPE_DIRECTORY": pipe}
+        own = mps.pipe_folder(pipe, ids.alloc_id([f"{KEY0}-0"]))
+        assert [(m.container_path, m.host_path, m.read_only) for m in got.mounts if "mps" in m.host_path] == [
+            (pipe, str(own), True)
+        ]
+        assert mps_ask(own, "get_default_active_thread_percentage") == "50.0"
         assert got.envs["VGPU_MEMORY_LIMIT"] == "100MiB"
     finally:
         n.stop()

@@ -11,19 +11,32 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import GIB, FakeDraApi, FakeDraKubelet, FakeGpus, allocated_claim, make_config, two_gpus
-from vgpu_components import allocator, config, dra
+from fakes import (
+    GIB,
+    FakeDraApi,
+    FakeDraKubelet,
+    FakeGpus,
+    allocated_claim,
+    fake_mps_control,
+    make_config,
+    mps_ask,
+    two_gpus,
+)
+from vgpu_components import allocator, config, dra, mps
 from vgpu_components.allocator import DeviceTable, build_allocation, container_contract
 from vgpu_components.dra import PrepareError
 from vgpu_components.dra_driver import DraDriver
+from vgpu_components.mps import MpsManager
 from vgpu_components.nvml import Gpu
+
+from tests.polling import wait_for
 
 NODE = "node-a"
 GPUS = two_gpus()
@@ -86,28 +99,6 @@ def test_a_long_node_name_still_makes_a_valid_slice_name() -> None:
     name = dra.slice_name(node, "gpu.vgpu.io")
     assert len(name) <= 253 and name.startswith("n" * 200 + "-")
     assert name == dra.slice_name(node, "gpu.vgpu.io")
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("8000Mi", 8000 * 2**20),
-        ("12Gi", 12 * 2**30),
-        ("1e3", 1000),
-        ("500M", 500 * 10**6),
-        ("1.5Gi", 3 * 2**29),
-        ("100m", Fraction(1, 10)),
-        ("8388608000", 8000 * 2**20),
-    ],
-)
-def test_quantities_are_read_exactly(text: str, value: Fraction) -> None:
-    assert dra.parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["", "Mi", "8000MiB", "12 Gi", "1e", "abc"])
-def test_a_bad_quantity_is_named(text: str) -> None:
-    with pytest.raises(ValueError, match="is not a Kubernetes quantity"):
-        dra.parse_quantity(text)
 
 
 def test_a_published_slice_with_normalised_quantities_is_the_same(tmp_path: Path) -> None:
@@ -199,28 +190,33 @@ def test_the_cdi_device_is_exactly_the_device_plugin_contract(tmp_path: Path) ->
 
 
 def test_a_claim_on_an_mps_node_gets_the_mps_contract_as_the_device_plugin_gives_it(tmp_path: Path) -> None:
-    """MPS on the node (its <prefix>/mps label, or the config): the claim's container finds the
-    daemon, gets the configured thread percentage and, on a CUDA 11.5+ driver, the driver's own
-    limit at its quota, exactly as a device-plugin container of the same size does."""
+    """MPS on the node (its <prefix>/mps label, or the config): the claim's container gets the pipe
+    of its own MPS daemon, whose request carries the configured thread percentage and, on a CUDA
+    11.5+ driver, the driver's own limit at its quota, exactly as a device-plugin container of the
+    same size does; none of it is in the container's environment."""
     cfg = cfg_for(tmp_path)
     cfg["device_plugin"]["mps_enabled"] = True
     cfg["device_plugin"]["mps_active_thread_percentage"] = 40
     backend = FakeGpus(GPUS)
     driver = DraDriver(cfg, GPUS, NODE, api=FakeDraApi(), backend=backend)
     device = dra.ClaimDevice("gpu", NODE, "gpu-0", "", GPUS[0], 30, "0123456789abcdef")
-    envs = driver._allocation(device).envs
-    assert envs["CUDA_MPS_PIPE_DIRECTORY"] == cfg["mps"]["pipe_dir"]
-    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
-    assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3000M"
+    claim = driver._allocation(device)
+    assert {k: v for k, v in claim.envs.items() if k.startswith("CUDA_MPS")} == {
+        "CUDA_MPS_PIPE_DIRECTORY": cfg["mps"]["pipe_dir"]
+    }
+    assert (cfg["mps"]["pipe_dir"], f"{cfg['mps']['pipe_dir']}/0123456789abcdef", True) in claim.mounts
+    assert claim.mps_request is not None
+    assert claim.mps_request.settings() == (GPUS[0].uuid, 40, 3000)
     table = DeviceTable(GPUS, 100)
     ids = [f"{table.gpus()[0].key}-{n}" for n in range(30)]
     plugin = build_allocation(table, ids, cfg, allocator.mps_contract(cfg, backend, logging.getLogger("test")))
     assert {k: v for k, v in plugin.envs.items() if k.startswith("CUDA_MPS")} == {
-        k: v for k, v in envs.items() if k.startswith("CUDA_MPS")
+        k: v for k, v in claim.envs.items() if k.startswith("CUDA_MPS")
     }
+    assert plugin.mps_request is not None and plugin.mps_request.settings() == claim.mps_request.settings()
     cfg["device_plugin"]["mps_enabled"] = False
-    off = DraDriver(cfg, GPUS, NODE, api=FakeDraApi(), backend=backend)._allocation(device).envs
-    assert not any(k.startswith("CUDA_MPS") for k in off)
+    off = DraDriver(cfg, GPUS, NODE, api=FakeDraApi(), backend=backend)._allocation(device)
+    assert not any(k.startswith("CUDA_MPS") for k in off.envs) and off.mps_request is None
 
 
 def test_nvidia_edits_of_the_gpu_come_first_so_the_contract_wins(tmp_path: Path) -> None:
@@ -332,6 +328,53 @@ def test_prepare_writes_the_contract_as_a_cdi_device_and_unprepare_removes_it(no
     assert not (state / "dra" / f"{CLAIM_UID}.json").exists()
     # A claim never prepared here, or unprepared already, unprepares fine.
     assert node.kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
+
+
+def test_a_claim_on_an_mps_node_starts_with_its_own_mps_daemon_and_ends_with_it(short_tmp: Path) -> None:
+    """On an MPS node prepare returns only once nvidia-mps runs the allocation's daemon with the
+    claim's quota as its pinned limit; unprepare makes nvidia-mps stop it."""
+    manager_cfg = cfg_for(short_tmp)
+    manager_cfg["device_plugin"]["mps_enabled"] = True
+    manager_cfg["mps"].update(
+        pipe_dir=str(short_tmp / "mps"), log_dir=str(short_tmp / "mps" / "log"), probe_interval_s=0.2,
+        control_binary=fake_mps_control(short_tmp),
+    )  # fmt: skip
+    manager = MpsManager(manager_cfg)
+    manager.start()
+    threading.Thread(target=manager.run, daemon=True).start()
+    api = FakeDraApi()
+    kubelet = FakeDraKubelet(short_tmp / "registry").start()
+    driver = DraDriver(manager_cfg, GPUS, NODE, api=api, backend=FakeGpus(GPUS))
+    driver.start()
+    try:
+        assert kubelet.registered.wait(5)
+        claim = allocated_claim("p-gpu-1", CLAIM_UID, NODE, [("gpu", "gpu-1", "3000Mi")], reserved_for=[("p", POD_UID)])
+        api.claims[("ns", "p-gpu-1")] = claim
+        api.pods[("ns", "p")] = pod_with_claim("p", POD_UID, "p-gpu-1")
+        assert kubelet.prepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
+        share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
+        pipe = mps.pipe_folder(manager_cfg["mps"]["pipe_dir"], dra.dra_alloc_id(CLAIM_UID, "gpu", "gpu-1", share))
+        assert mps_ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M"
+        assert mps_ask(pipe, "get_default_active_thread_percentage") == "100.0"
+        assert kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
+        wait_for("its daemon stopped", lambda: not pipe.exists(), timeout=20, interval=0.05)
+    finally:
+        driver.stop()
+        kubelet.stop()
+        manager.stop()
+
+
+def test_a_claim_whose_mps_daemon_does_not_start_is_not_prepared(short_tmp: Path) -> None:
+    cfg = cfg_for(short_tmp)
+    cfg["device_plugin"]["mps_enabled"] = True
+    cfg["mps"].update(pipe_dir=str(short_tmp / "mps"), start_timeout_s=0.3)
+    api = FakeDraApi()
+    driver = DraDriver(cfg, GPUS, NODE, api=api, backend=FakeGpus(GPUS))
+    api.claims[("ns", "p-gpu-1")] = allocated_claim("p-gpu-1", CLAIM_UID, NODE, [("gpu", "gpu-1", "3000Mi")])
+    with pytest.raises(PrepareError, match="is nvidia-mps running on this node"):
+        driver.prepare("ns", CLAIM_UID, "p-gpu-1")
+    assert not list((short_tmp / "state" / "quotas").glob("*.conf"))  # nothing left behind
+    assert not list(mps.requests_dir(cfg["state_dir"]).glob("*.json"))
 
 
 def test_each_claim_gets_its_own_answer(node: DraNode) -> None:

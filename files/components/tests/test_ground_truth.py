@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import GPUS, Exporter, FakeGpus, RecordingPodApi, cgroup_of, gpu_pod, value
+from fakes import GPUS, Exporter, FakeGpus, RecordingPodApi, cgroup_of, gpu_pod, host_process, value
 from vgpu_components import cgroups, config, ground_truth, nvml
 from vgpu_components.enforcement import Enforcer
-from vgpu_components.ground_truth import Container, Owner, Tracker, Usage
+from vgpu_components.ground_truth import Container, HostProcess, Owner, Tracker, Usage
 
 MIB = 1024 * 1024
 UID = "6c3f2a53-1b2c-4d5e-8f90-0a1b2c3d4e5f"
 CID = "a" * 64
+OTHER_UID = "0f0e0d0c-0b0a-4909-8807-060504030201"
 
 
 @pytest.mark.parametrize(
@@ -41,6 +42,15 @@ CID = "a" * 64
         # (/kubepods/burstable/pod<its uid>/<its id>): relative, no "kubepods" left in it
         (f"0::/../../../besteffort/pod{UID}/{CID}\n", (UID, CID)),
         (f"0::/../../pod{UID}/{CID}\n", (UID, CID)),
+        # a child cgroup the process made below its container's (writable cgroupfs) and moved into
+        (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope/escape/deeper\n",
+         (UID, CID)),
+        (f"0::/../../../besteffort/pod{UID}/{CID}/escape\n", (UID, CID)),
+        # ... named after another pod and container: still its own, the first ones in the path
+        # (kubelet's; the container can only add parts below them)
+        (f"0::/../../pod{UID}/{CID}/pod{OTHER_UID}/{'b' * 64}\n", (UID, CID)),
+        (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope/"
+         f"kubepods-pod{OTHER_UID.replace('-', '_')}.slice/cri-containerd-{'b' * 64}.scope\n", (UID, CID)),
         # not in a pod: a host daemon, the pod's own cgroup (no container), a user session
         ("0::/system.slice/containerd.service\n", None),
         (f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice\n", None),
@@ -90,16 +100,40 @@ def test_dropping_back_under_or_ending_starts_the_grace_period_again() -> None:
     assert tracker.over_seconds(WHO, now=27) == 0.0
 
 
-def test_usage_sums_a_containers_processes_and_sets_aside_memory_of_no_quota() -> None:
-    owners = {1: Owner(WHO, 3000 * MIB), 2: Owner(WHO, 3000 * MIB), 3: Owner(Container("kube-system", "mps", "d"), 0)}
-    seen = [("GPU-0", 1, 100 * MIB), ("GPU-1", 2, 200 * MIB), ("GPU-0", 3, 50 * MIB), ("GPU-0", 9, 7 * MIB)]
-    (one,), unaccounted = ground_truth.usages(seen, owners.get)
+def test_usage_sums_each_containers_processes_and_sets_aside_only_known_system_processes() -> None:
+    server = ground_truth.SystemProcess("nvidia-mps", "the MPS server")
+    rogue = Container("team", "rogue", "main")
+    owners: dict[int, Owner | ground_truth.SystemProcess] = {
+        1: Owner(WHO, 3000 * MIB),
+        2: Owner(WHO, 3000 * MIB),
+        3: server,
+        4: Owner(rogue, 0),
+    }
+    seen = [
+        ("GPU-0", 1, 100 * MIB),
+        ("GPU-1", 2, 200 * MIB),
+        ("GPU-0", 3, 50 * MIB),
+        ("GPU-0", 4, 7 * MIB),
+        ("GPU-0", 9, 1 * MIB),  # its quota is unknown this check: not judged
+    ]
+    (one, other), system = ground_truth.usages(seen, owners.get)
     assert (one.used_bytes, one.processes, one.gpus) == (300 * MIB, 2, {"GPU-0", "GPU-1"})
-    assert unaccounted == {"GPU-0": 57 * MIB}
+    assert (other.who, other.quota_bytes, other.used_bytes) == (rogue, 0, 7 * MIB)
+    assert system == {"GPU-0": 50 * MIB}
+
+
+def test_no_quota_means_no_allowance_either() -> None:
+    """A context allowance absorbs the difference in an honest process's context; a container
+    without a quota has no process that should hold any GPU memory."""
+    tracker = Tracker(grace_s=0, allowance_bytes=512 * MIB)
+    assert tracker.limit(usage(1, quota_mib=0)) == 0
+    (violation,) = tracker.observe([usage(1, quota_mib=0)], now=0)
+    assert "holds 1 MiB of GPU memory" in violation.describe() and "no GPU-memory quota" in violation.describe()
 
 
 class Node:
-    """An enforcer on node-a: fake NVML, a /proc of cgroup files, a recording API server."""
+    """An enforcer on node-a: fake NVML, a /proc of cgroup files, a recording API server, and the
+    containers' quotas as cgpu-monitor reads them from kubelet and the quota files (`quotas`)."""
 
     def __init__(self, root: Path, **monitor: Any) -> None:
         self.cfg = config.load(None, environ={})
@@ -107,33 +141,56 @@ class Node:
         self.proc = root / "proc"
         self.backend = FakeGpus(GPUS)
         self.api = RecordingPodApi()
-        self.enforcer = Enforcer(self.cfg, "node-a", self.backend, self.api, self.proc)
+        self.quotas: dict[tuple[str, str, str], int | None] = {}
+        self.enforcer = Enforcer(self.cfg, "node-a", self.backend, self.api, self.proc, quotas=lambda: self.quotas)
 
-    def run(self, pid: int, pod: dict[str, Any], mib: int, container_id: str = CID) -> None:
+    def give(self, pod: dict[str, Any], mib: int | None, container: str = "main") -> None:
+        """The container's quota as its quota file says (None: the file cannot be read)."""
+        meta = pod["metadata"]
+        self.quotas[(meta["namespace"], meta["name"], container)] = None if mib is None else mib * MIB
+
+    def run(self, pid: int, pod: dict[str, Any], mib: int, container_id: str = CID, **where: str) -> None:
         """Process `pid` of the pod's container holds `mib` MiB on GPU 0."""
-        cgroup_of(self.proc, pid, pod, container_id)
+        cgroup_of(self.proc, pid, pod, container_id, **where)
         self.backend.process_mib[GPUS[0].uuid][pid] = mib
 
 
 def test_a_container_over_its_quota_past_the_grace_period_is_evicted_with_an_event(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    pod = gpu_pod("trainer", 30, container_id=CID)  # 3000 MiB
+    pod = gpu_pod("trainer", 30, container_id=CID)
     node.api.pods = [pod]
+    node.give(pod, 3000)
     node.run(4242, pod, 4000)
     assert node.enforcer.check(now=0) == []
     assert node.api.events == [] and node.api.evictions == []
     (violation,) = node.enforcer.check(now=10)
-    assert violation.container == Container("team", "trainer", "main", pod["metadata"]["uid"])
+    assert violation.who == Container("team", "trainer", "main", pod["metadata"]["uid"])
     ((name, reason, message),) = node.api.events
     assert (name, reason) == ("trainer", "GPUMemoryOverQuota") and "evicting the pod" in message
     assert node.api.evictions == [("team", "trainer")]
     assert node.enforcer.check(now=20) == [] and len(node.api.evictions) == 1  # once
 
 
+def test_the_quota_is_the_quota_files_not_the_units_in_the_pod_spec(tmp_path: Path) -> None:
+    """One quota per container (issue 26 item 3): the quota file the device plugin wrote at Allocate,
+    not the spec's units times today's unit_mib (a changed vgpu_memory_unit_mib leaves running
+    containers with the quota they were started with)."""
+    node = Node(tmp_path, grace_seconds=0.0)
+    node.cfg["unit_mib"] = 50
+    pod = gpu_pod("trainer", 30, container_id=CID)  # 30 units: 1500 MiB at today's unit of 50 MiB
+    node.api.pods = [pod]
+    node.give(pod, 3000)  # allocated at 100 MiB a unit
+    node.run(4242, pod, 3400)
+    assert node.enforcer.check(now=0) == [] and node.api.evictions == []
+    (seen,) = node.enforcer.latest.usages
+    assert seen.quota_bytes == 3000 * MIB
+
+
 def test_report_mode_posts_the_event_and_evicts_nothing(tmp_path: Path) -> None:
     node = Node(tmp_path, enforcement="report")
     pod = gpu_pod("trainer", 30, container_id=CID)
     node.api.pods = [pod]
+    node.give(pod, 3000)
     node.run(4242, pod, 4000)
     node.enforcer.check(now=0)
     node.enforcer.check(now=10)
@@ -141,34 +198,171 @@ def test_report_mode_posts_the_event_and_evicts_nothing(tmp_path: Path) -> None:
     assert node.api.evictions == []
 
 
-def test_an_eviction_a_disruption_budget_refuses_is_said_and_tried_again(tmp_path: Path) -> None:
+def test_an_eviction_the_api_server_refuses_is_tried_again(tmp_path: Path) -> None:
     node = Node(tmp_path)
     pod = gpu_pod("trainer", 30, container_id=CID)
     node.api.pods = [pod]
+    node.give(pod, 3000)
     node.api.refuse_evictions = True
     node.run(4242, pod, 4000)
     node.enforcer.check(now=0)
     node.enforcer.check(now=10)
-    assert [r for _n, r, _m in node.api.events] == ["GPUMemoryOverQuota", "GPUMemoryEvictionRefused"]
+    assert [r for _n, r, _m in node.api.events] == ["GPUMemoryOverQuota"] and node.api.evictions == []
     node.api.refuse_evictions = False
     node.enforcer.check(now=15)
     assert node.api.evictions == [("team", "trainer")]
 
 
-def test_honest_containers_and_processes_without_a_quota_are_left_alone(tmp_path: Path) -> None:
+MPS_LABELS = {"app.kubernetes.io/name": "nvidia-mps"}
+
+
+def container(who: Container | HostProcess) -> Container:
+    assert isinstance(who, Container), who
+    return who
+
+
+def test_honest_containers_and_the_mps_server_are_left_alone(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    honest = gpu_pod("honest", 30)  # no container status yet: its only container with units
-    mps = gpu_pod("nvidia-mps", 0, namespace="kube-system", container_id="b" * 64)
+    honest = gpu_pod("honest", 30)  # no container status yet: its only container with a quota
+    mps = gpu_pod(
+        "nvidia-mps-x7k2p", 0, namespace="kube-system", container="nvidia-mps", container_id="b" * 64, labels=MPS_LABELS
+    )
     node.api.pods = [honest, mps]
+    node.give(honest, 3000)
     node.run(1001, honest, 3400)  # 3000 MiB quota + one context
-    node.run(1002, mps, 900, container_id="b" * 64)  # the MPS server holds memory for its clients
-    node.backend.process_mib[GPUS[0].uuid][1003] = 300  # a host process, in no pod
+    # The MPS server the nvidia-mps pod's control daemon started holds the shared context.
+    node.run(1002, mps, 900, container_id="b" * 64, command="nvidia-cuda-mps-server")
     for now in (0, 10, 20, 30):
         assert node.enforcer.check(now=now) == []
     assert node.api.events == [] and node.api.evictions == []
-    assert node.enforcer.latest.unaccounted == {GPUS[0].uuid: 1200 * MIB}
+    assert node.enforcer.latest.system == {GPUS[0].uuid: 900 * MIB}
     (seen,) = node.enforcer.latest.usages
-    assert (seen.container.pod, seen.used_bytes) == ("honest", 3400 * MIB)
+    assert (container(seen.who).pod, seen.used_bytes) == ("honest", 3400 * MIB)
+
+
+def test_a_pod_without_units_holding_gpu_memory_is_evicted_after_the_grace(tmp_path: Path) -> None:
+    """Issue 28 finding 2: its quota is 0, and no context allowance applies to nothing."""
+    node = Node(tmp_path)
+    rogue = gpu_pod("rogue", 0, container_id=CID)
+    node.api.pods = [rogue]
+    node.run(4242, rogue, 200)
+    assert node.enforcer.check(now=0) == []
+    (violation,) = node.enforcer.check(now=10)
+    assert (container(violation.who).pod, violation.quota_bytes, violation.limit_bytes) == ("rogue", 0, 0)
+    ((name, reason, message),) = node.api.events
+    assert (name, reason) == ("rogue", "GPUMemoryOverQuota")
+    assert "holds 200 MiB of GPU memory" in message and "no GPU-memory quota" in message
+    assert node.api.evictions == [("team", "rogue")]
+
+
+def test_a_sidecar_without_units_in_a_gpu_pod_is_a_violation_of_its_pod(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    pod = gpu_pod("trainer", 30, container_id=CID)
+    pod["spec"]["containers"].append({"name": "sidecar"})
+    pod["status"]["containerStatuses"].append({"name": "sidecar", "containerID": f"containerd://{'c' * 64}"})
+    node.api.pods = [pod]
+    node.give(pod, 3000)
+    node.run(4242, pod, 1000)  # the GPU container, well within its quota
+    node.run(4343, pod, 600, container_id="c" * 64)
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert (container(violation.who).container, violation.used_bytes) == ("sidecar", 600 * MIB)
+    assert node.api.evictions == [("team", "trainer")]
+
+
+def test_a_process_in_a_child_cgroup_of_its_container_is_still_its_containers(tmp_path: Path) -> None:
+    """Issue 28 finding 2: with a writable cgroupfs a process can move into a cgroup it made below
+    its container's; the path's last part then names no container."""
+    node = Node(tmp_path)
+    pod = gpu_pod("trainer", 30, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 3000)
+    node.run(4242, pod, 4000, child="escape")
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "trainer" and violation.used_bytes == 4000 * MIB
+    assert node.api.evictions == [("team", "trainer")]
+
+
+def test_a_host_process_outside_kubernetes_is_reported_with_its_pid_and_command(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    host_process(node.proc, 777, "/user.slice/user-1000.slice/session-3.scope", "python3 mine.py --big")
+    node.backend.process_mib[GPUS[0].uuid][777] = 2048
+    assert node.enforcer.check(now=0) == []
+    (violation,) = node.enforcer.check(now=10)
+    assert violation.who == HostProcess(777, "python3 mine.py --big")
+    message = violation.describe()
+    assert "process 777 (python3 mine.py --big) outside Kubernetes holds 2048 MiB" in message
+    assert "cannot be evicted" in message
+    ((node_name, reason, said),) = node.api.node_events
+    assert (node_name, reason, said) == ("node-a", "GPUMemoryOverQuota", message)
+    assert node.api.evictions == [] and node.enforcer.actions["unevictable"] == 1
+
+
+def test_a_process_in_no_pod_cgroup_but_a_containers_pid_namespace_is_that_containers(tmp_path: Path) -> None:
+    """A process that left its container's cgroup altogether (a host cgroupfs) is tied through its
+    PID namespace, the one its container's other processes are in; the host's PID namespace, which
+    every hostPID pod shares, ties nothing."""
+    node = Node(tmp_path)
+    pod = gpu_pod("trainer", 30, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 3000)
+    host_process(node.proc, 1, "/init.scope", "/sbin/init", pid_ns="pid:[4026531836]")
+    cgroup_of(node.proc, 4000, pod, CID, command="sleep infinity")  # the container's init process
+    (node.proc / "4000" / "ns").mkdir()
+    (node.proc / "4000" / "ns" / "pid").symlink_to("pid:[4026532999]")
+    host_process(node.proc, 4242, "/", "python3 escape.py", pid_ns="pid:[4026532999]")
+    node.backend.process_mib[GPUS[0].uuid][4242] = 4000
+    monitor_pod = gpu_pod("cgpu-monitor-abcde", 0, namespace="kube-system", container_id="d" * 64)
+    node.api.pods.append(monitor_pod)
+    cgroup_of(node.proc, 5000, monitor_pod, "d" * 64, command="cgpu-monitor")
+    (node.proc / "5000" / "ns").mkdir()
+    (node.proc / "5000" / "ns" / "pid").symlink_to("pid:[4026531836]")  # hostPID
+    host_process(node.proc, 6000, "/", "python3 host.py", pid_ns="pid:[4026531836]")
+    node.backend.process_mib[GPUS[0].uuid][6000] = 100
+    node.enforcer.check(now=0)
+    violations = node.enforcer.check(now=10)
+    assert sorted(str(v.who) for v in violations) == ["host process 6000 (python3 host.py)", "team/trainer/main"]
+    assert node.api.evictions == [("team", "trainer")]
+
+
+def test_a_process_in_a_pod_the_api_does_not_list_here_is_reported_as_a_host_process(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    stranger = gpu_pod("static", 0, container_id=CID)  # e.g. a static pod: no API object of that UID
+    node.run(4242, stranger, 100)
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert isinstance(violation.who, HostProcess) and stranger["metadata"]["uid"] in violation.who.where
+    assert node.api.evictions == []
+
+
+def test_nothing_is_judged_while_the_quotas_cannot_be_read(tmp_path: Path) -> None:
+    """kubelet's PodResources away, or a container's quota file unreadable: no quota is known, so
+    no container is taken for one without a quota."""
+    node = Node(tmp_path, grace_seconds=0.0)
+    pod = gpu_pod("trainer", 30, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, None)
+    node.run(4242, pod, 4000)
+    assert node.enforcer.check(now=0) == []
+
+    def kubelet_away() -> dict[tuple[str, str, str], int | None]:
+        raise OSError("connection refused")
+
+    node.enforcer.quotas = kubelet_away
+    with pytest.raises(OSError):
+        node.enforcer.check(now=1)
+    assert node.api.evictions == [] and node.api.events == []
+
+
+def test_a_tenant_pod_named_like_the_mps_daemon_gets_no_pass(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    fake = gpu_pod("nvidia-mps", 0, container_id=CID, container="nvidia-mps", labels=MPS_LABELS)  # namespace team
+    node.api.pods = [fake]
+    node.run(4242, fake, 500, command="nvidia-cuda-mps-server")
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "nvidia-mps" and node.api.evictions == [("team", "nvidia-mps")]
 
 
 def test_a_claim_container_over_its_claims_quota_is_evicted_too(tmp_path: Path) -> None:
@@ -177,11 +371,11 @@ def test_a_claim_container_over_its_claims_quota_is_evicted_too(tmp_path: Path) 
     node = Node(tmp_path)
     claimer = gpu_pod("claimer", 0, container_id=CID)
     node.api.pods = [claimer]
-    node.enforcer.claim_quotas = lambda: {("team", "claimer", "main"): 3000 * MIB}
+    node.give(claimer, 3000)
     node.run(4242, claimer, 4000)
     assert node.enforcer.check(now=0) == []
     (violation,) = node.enforcer.check(now=10)
-    assert violation.container.pod == "claimer" and violation.quota_bytes == 3000 * MIB
+    assert container(violation.who).pod == "claimer" and violation.quota_bytes == 3000 * MIB
     assert node.api.evictions == [("team", "claimer")]
 
 
@@ -190,8 +384,16 @@ def test_the_monitor_exports_the_ground_truth(short_tmp: Path) -> None:
     try:
         node = Node(short_tmp)
         pod = gpu_pod("trainer", 30, container_id=CID)
-        node.api.pods = [pod]
+        mps = gpu_pod(
+            "nvidia-mps-x7k2p", 0, namespace="kube-system", container="nvidia-mps", container_id="b" * 64,
+            labels=MPS_LABELS,
+        )  # fmt: skip
+        node.api.pods = [pod, mps]
+        node.give(pod, 3000)
         node.run(4242, pod, 4000)
+        node.run(31, mps, 32, container_id="b" * 64, command="/usr/bin/nvidia-cuda-mps-server")
+        node.backend.process_mib[GPUS[1].uuid][31] = node.backend.process_mib[GPUS[0].uuid].pop(31)
+        host_process(node.proc, 9, "/system.slice/miner.service", "/opt/miner --all")
         node.backend.process_mib[GPUS[1].uuid][9] = 64
         exporter.collector.enforcer = node.enforcer
         node.enforcer.check(now=0)
@@ -201,8 +403,14 @@ def test_the_monitor_exports_the_ground_truth(short_tmp: Path) -> None:
         assert value(metrics, "vgpu_container_memory_real_bytes", **labels) == 4000 * MIB
         assert value(metrics, "vgpu_container_memory_limit_bytes", **labels) == 3512 * MIB
         assert value(metrics, "vgpu_container_over_quota_seconds", **labels) == 12
-        assert value(metrics, "vgpu_gpu_memory_unaccounted_bytes", UUID=GPUS[1].uuid) == 64 * MIB
+        host = {"pid": "9", "command": "/opt/miner --all", "UUID": GPUS[1].uuid, "gpu": "1"}
+        assert value(metrics, "vgpu_host_process_memory_bytes", **host) == 64 * MIB
+        assert value(metrics, "vgpu_host_process_over_quota_seconds", **host) == 12
+        assert value(metrics, "vgpu_gpu_memory_system_bytes", UUID=GPUS[1].uuid) == 32 * MIB
+        assert value(metrics, "vgpu_gpu_memory_system_bytes", UUID=GPUS[0].uuid) == 0
         assert value(metrics, "vgpu_quota_violations_total", action="evicted") == 1
+        assert value(metrics, "vgpu_quota_violations_total", action="unevictable") == 1
+        assert "vgpu_gpu_memory_unaccounted_bytes" not in metrics  # every byte is someone's
     finally:
         exporter.stop()
 

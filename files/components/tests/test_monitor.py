@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import GPUS, Exporter, value
+from fakes import GPUS, Exporter, value, write_quota
 from vgpu_components import ids, monitor, region
 
 MIB = 1024 * 1024
@@ -75,6 +75,7 @@ def test_gpu_memory_from_nvml(exporter: Exporter) -> None:
 def test_container_quota_used_and_peak_from_its_region(exporter: Exporter) -> None:
     held = [f"{KEY0}-{n}" for n in range(30)]
     exporter.pod_resources.holders = [("ml", "trainer-0", "main", "vgpu.io/gpu-memory", held)]
+    write_quota(exporter.cfg["state_dir"], ids.alloc_id(held), "0:3000MiB")
     write_region(
         region.region_path(exporter.cfg["state_dir"], ids.alloc_id(held)),
         limit=3000 * MIB,
@@ -98,9 +99,7 @@ def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Expor
     """A container of a DRA claim (vgpu_scheduling: dra) holds no device-plugin IDs: kubelet lists
     its claim's devices, with the CDI device the driver prepared, whose name carries the alloc-id."""
     aid = "0123456789abcdef"
-    quota = exporter.cfg["state_dir"] + f"/quotas/{aid}.conf"
-    Path(quota).parent.mkdir(parents=True, exist_ok=True)
-    Path(quota).write_text(f"# vgpu quota for allocation {aid} on GPU {GPUS[1].uuid}\nmemory_limit=0:3000MiB\n")
+    write_quota(exporter.cfg["state_dir"], aid, "0:3000MiB")
     write_region(
         region.region_path(exporter.cfg["state_dir"], aid), limit=3000 * MIB, used=1200 * MIB, ctx=0, peak=1200 * MIB
     )
@@ -109,7 +108,7 @@ def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Expor
         # another driver's claim in the same pod is not ours
         ("ml", "claimer", "app", "other.example.com", "gpu-0", ["example.com/dev=x"]),
     ]
-    assert exporter.collector.claim_quotas() == {("ml", "claimer", "app"): 3000 * MIB}  # for the enforcer
+    assert exporter.collector.quotas() == {("ml", "claimer", "app"): 3000 * MIB}  # for the enforcer
     calls = exporter.pod_resources.calls
     m = exporter.scrape()
     assert exporter.pod_resources.calls == calls + 1  # both paths from one List: answers can be megabytes
@@ -120,8 +119,48 @@ def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Expor
     assert value(m, "vgpu_gpu_memory_allocated_bytes", gpu="0") == 0
 
 
+@pytest.mark.parametrize(
+    ("memory_limit", "mib"),
+    [("0:3000MiB", 3000), ("3GiB", 3072), ("3000", 3000), ("3000MiB", 3000), ("0:2GiB,1:1000MiB", 2048),
+     ("3072000KiB", 3000), ("1TiB", 1024 * 1024)],
+)  # fmt: skip
+def test_the_quota_is_the_quota_files_in_every_form_libvgpu_reads(
+    exporter: Exporter, memory_limit: str, mib: int
+) -> None:
+    """One quota per container (issue 26 item 3), on both scheduling paths: the quota file the
+    device plugin or the DRA driver wrote, read as libvgpu reads it (files/libvgpu/docs/design.md),
+    not the device IDs times today's unit_mib (a changed vgpu_memory_unit_mib leaves running
+    containers with the quota they started with)."""
+    exporter.cfg["unit_mib"] = 50
+    held = [f"{KEY0}-{n}" for n in range(30)]
+    claim = "0123456789abcdef"
+    exporter.pod_resources.holders = [("ml", "plugin", "main", "vgpu.io/gpu-memory", held)]
+    exporter.pod_resources.claims = [("ml", "claimer", "app", "gpu.vgpu.io", "gpu-1", [f"vgpu.io/claim={claim}"])]
+    for alloc_id in (ids.alloc_id(held), claim):
+        write_quota(exporter.cfg["state_dir"], alloc_id, memory_limit)
+    m = exporter.scrape()
+    assert value(m, "vgpu_container_memory_quota_bytes", pod="plugin") == mib * MIB
+    assert value(m, "vgpu_container_memory_quota_bytes", pod="claimer") == mib * MIB
+    assert exporter.collector.quotas() == {("ml", "plugin", "main"): mib * MIB, ("ml", "claimer", "app"): mib * MIB}
+
+
+@pytest.mark.parametrize("memory_limit", ["3000MB", "0", "0:1000MiB,0:2000MiB", "-1", "3 GiB", "17:100MiB", ""])
+def test_a_quota_file_libvgpu_would_refuse_gives_no_quota_and_counts_an_error(
+    exporter: Exporter, memory_limit: str
+) -> None:
+    held = [f"{KEY0}-{n}" for n in range(30)]
+    exporter.pod_resources.holders = [("ml", "plugin", "main", "vgpu.io/gpu-memory", held)]
+    write_quota(exporter.cfg["state_dir"], ids.alloc_id(held), memory_limit)
+    m = exporter.scrape()
+    assert not m.get("vgpu_container_memory_quota_bytes")
+    assert value(m, "vgpu_monitor_errors_total", source="quota_file") == 1
+    assert exporter.collector.quotas() == {("ml", "plugin", "main"): None}  # unknown, not none
+
+
 def test_idle_allocation_exports_zeros_and_finished_containers_vanish(exporter: Exporter) -> None:
-    exporter.pod_resources.holders = [("default", "idle", "c", "vgpu.io/gpu-memory", [f"{KEY1}-0", f"{KEY1}-1"])]
+    held = [f"{KEY1}-0", f"{KEY1}-1"]
+    exporter.pod_resources.holders = [("default", "idle", "c", "vgpu.io/gpu-memory", held)]
+    write_quota(exporter.cfg["state_dir"], ids.alloc_id(held), "0:200MiB")
     m = exporter.scrape()
     who = {"pod": "idle", "container": "c", "gpu": "1"}
     assert value(m, "vgpu_container_memory_quota_bytes", **who) == 200 * MIB
@@ -140,6 +179,7 @@ def test_torn_or_foreign_regions_cost_a_sample_not_the_exporter(exporter: Export
         ("default", "foreign", "c", "vgpu.io/gpu-memory", foreign),
     ]
     state = exporter.cfg["state_dir"]
+    write_quota(state, ids.alloc_id(torn), "0:1000MiB")
     write_region(region.region_path(state, ids.alloc_id(torn)), 1000 * MIB, 10 * MIB, 0, 10 * MIB, seq=3)
     write_region(region.region_path(state, ids.alloc_id(foreign)), 1000 * MIB, 10 * MIB, 0, 10 * MIB, magic=1)
     m = exporter.scrape()

@@ -1,79 +1,52 @@
-"""The MPS supervisor with a stand-in nvidia-cuda-mps-control (no GPU or driver on the CI machine;
-files/components/tests/gpu_smoke.sh runs the real daemon on the GPU host).
+"""nvidia-mps: one MPS control daemon per allocation, with the allocation's share and memory limit
+as the daemon's defaults, started from the request the allocating side writes and stopped when the
+request goes (mps.py states the protocol).
 
-The stand-in behaves like the real tool where the supervisor depends on it: `-f` runs the
-control daemon in the foreground until told to quit; without arguments it sends the command on
-stdin to the daemon through the pipe folder and fails when no daemon is there.
+No GPU or MPS binaries on the CI machine, so nvidia-cuda-mps-control is a stand-in that behaves as
+the real tool does where nvidia-mps depends on it: `-f` runs a control daemon in the foreground
+that listens on <CUDA_MPS_PIPE_DIRECTORY>/control, a real Unix socket, and answers the control
+protocol's text commands (get/set_default_active_thread_percentage,
+get/set_default_device_pinned_mem_limit, quit); without arguments it sends the command lines on
+stdin to that socket and prints the answers, and fails when no daemon listens there.
+tests/gpu/compute_share.sh runs the real daemon on the H200.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import FakeGpus, two_gpus
+from fakes import FakeGpus, fake_mps_control, two_gpus
+from fakes import mps_ask as ask
 from vgpu_components import config, health, mps, nvml
+from vgpu_components.mps import MpsManager, MpsRequest
 
-FAKE_CONTROL = textwrap.dedent(
-    """\
-    import os, sys, time
-    pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
-    log = os.environ["CUDA_MPS_LOG_DIRECTORY"]
-    pidfile = os.path.join(pipe, "fake-daemon.pid")
-    if sys.argv[1:] == ["-f"]:
-        with open(pidfile, "w") as f:
-            f.write(str(os.getpid()))
-        with open(os.path.join(log, "control.log"), "a") as f:
-            f.write("started\\n")
-        while not os.path.exists(os.path.join(pipe, "quit")):
-            time.sleep(0.02)
-        os.remove(os.path.join(pipe, "quit"))
-        os.remove(pidfile)
-        sys.exit(0)
-    command = sys.stdin.read().strip()
-    try:
-        pid = int(open(pidfile).read())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        print("Cannot find MPS control daemon process", file=sys.stderr)
-        sys.exit(1)
-    if command == "quit":
-        open(os.path.join(pipe, "quit"), "w").close()
-    elif command == "get_default_active_thread_percentage":
-        print("100.0")
-    else:
-        sys.exit(1)
-    """
-)
+from tests.polling import wait_for
+
+GPU = two_gpus()[0].uuid
 
 
 @pytest.fixture
 def fake_binary(tmp_path: Path) -> str:
-    script = tmp_path / "fake_mps_control.py"
-    script.write_text(FAKE_CONTROL)
-    wrapper = tmp_path / "nvidia-cuda-mps-control"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
-    wrapper.chmod(0o755)
-    return str(wrapper)
+    return fake_mps_control(tmp_path)
 
 
-def make_cfg(root: Path, binary: str, exclusive: bool = False) -> dict:
+def make_cfg(root: Path, binary: str) -> dict:
     cfg = config.load(None, environ={})
+    cfg["state_dir"] = str(root / "state")
     cfg["mps"].update(
         pipe_dir=str(root / "mps"),
         log_dir=str(root / "mps" / "log"),
         control_binary=binary,
-        set_exclusive_process=exclusive,
         probe_interval_s=0.2,
         restart_backoff_s=0.2,
     )
@@ -81,109 +54,189 @@ def make_cfg(root: Path, binary: str, exclusive: bool = False) -> dict:
 
 
 class Running:
+    """nvidia-mps's manager on its own thread, as the component runs it."""
+
     def __init__(self, cfg: dict, backend: nvml.GpuBackend | None = None) -> None:
-        self.supervisor = mps.MpsSupervisor(cfg, backend)
-        self.supervisor.start()
-        self.thread = threading.Thread(target=self.supervisor.run, daemon=True)
+        self.cfg = cfg
+        self.manager = MpsManager(cfg, backend)
+        self.manager.start()
+        self.thread = threading.Thread(target=self.manager.run, daemon=True)
         self.thread.start()
 
-    def wait_healthy(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.supervisor.healthy()[0] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert self.supervisor.healthy()[0], self.supervisor.healthy()
+    def request(self, alloc_id: str, percentage: int, pinned_mib: int | None = 3000, gpu: str = GPU) -> MpsRequest:
+        """What the device plugin's Allocate does: write the request, wait for its daemon."""
+        request = MpsRequest(alloc_id, gpu, percentage, pinned_mib, mps.new_serial())
+        mps.write_request(self.cfg["state_dir"], request)
+        mps.wait_ready(self.cfg["mps"]["pipe_dir"], request, timeout_s=20)
+        return request
+
+    def pipe(self, alloc_id: str) -> Path:
+        return mps.pipe_folder(self.cfg["mps"]["pipe_dir"], alloc_id)
 
     def stop(self) -> None:
-        self.supervisor.stopping.set()
-        self.thread.join(5)
-        self.supervisor.stop()
+        self.manager.stopping.set()
+        self.thread.join(10)
+        self.manager.stop()
 
 
 @pytest.fixture
-def running(tmp_path: Path, fake_binary: str) -> Iterator[Running]:
-    r = Running(make_cfg(tmp_path, fake_binary))
+def running(short_tmp: Path, fake_binary: str) -> Iterator[Running]:
+    r = Running(make_cfg(short_tmp, fake_binary))
     yield r
     r.stop()
 
 
-def test_starts_the_daemon_with_pipe_and_log_folders_and_reports_health(running: Running, tmp_path: Path) -> None:
-    running.wait_healthy()
-    assert (tmp_path / "mps" / ".ready").exists()
-    assert (tmp_path / "mps" / "log" / "control.log").read_text().startswith("started")
-    server = health.HealthServer("127.0.0.1", 0, {"/healthz": health.check(running.supervisor.healthy)}).start()
+def test_an_allocation_gets_its_own_daemon_with_its_share_and_memory_limit_as_defaults(running: Running) -> None:
+    running.request("00000000000000aa", 25, pinned_mib=3000)
+    running.request("00000000000000bb", 50, pinned_mib=None)  # a driver without the pinned limit
+    one, two = running.pipe("00000000000000aa"), running.pipe("00000000000000bb")
+    assert (ask(one, "get_default_active_thread_percentage"), ask(one, "get_default_device_pinned_mem_limit 0")) == (
+        "25.0",
+        "3000M",
+    )
+    assert (ask(two, "get_default_active_thread_percentage"), ask(two, "get_default_device_pinned_mem_limit 0")) == (
+        "50.0",
+        "0M",
+    )
+    log = Path(running.cfg["mps"]["log_dir"]) / "00000000000000aa" / "control.log"
+    assert json.loads(log.read_text().splitlines()[-1])["devices"] == GPU  # its GPU only: device 0
+    assert (Path(running.cfg["mps"]["pipe_dir"]) / ".ready").exists()
+    assert running.manager.healthy() == (True, "ok")
+
+
+def test_a_daemon_stops_and_its_folders_go_with_its_allocation(running: Running) -> None:
+    running.request("00000000000000aa", 25)
+    process = running.manager.daemons["00000000000000aa"].process
+    assert process is not None
+    mps.remove_request(running.cfg["state_dir"], "00000000000000aa")
+    wait_for("the daemon to quit", lambda: process.poll() is not None, timeout=20, interval=0.05)
+    assert process.returncode == 0  # it was told to quit, not killed
+    wait_for("its pipe folder removed", lambda: not running.pipe("00000000000000aa").exists(), timeout=20)
+
+
+def test_a_crashed_daemon_is_started_again_with_the_same_defaults(running: Running) -> None:
+    running.request("00000000000000aa", 25)
+    process = running.manager.daemons["00000000000000aa"].process
+    assert process is not None
+    os.kill(process.pid, signal.SIGKILL)
+
+    def back() -> bool:
+        daemon = running.manager.daemons["00000000000000aa"]
+        return daemon.process is not None and daemon.process.pid != process.pid and daemon.running()
+
+    wait_for("the daemon started again", back, timeout=20, interval=0.05)
+    wait_for(
+        "its defaults set again",
+        lambda: (
+            (running.pipe("00000000000000aa") / ".ready").exists()
+            and ask(running.pipe("00000000000000aa"), "get_default_active_thread_percentage") == "25.0"
+        ),
+        timeout=20,
+        interval=0.05,
+    )
+    assert running.manager.restarts >= 1
+
+
+def test_a_request_written_again_restarts_the_daemon_only_for_new_settings(running: Running) -> None:
+    first = running.request("00000000000000aa", 100)
+    daemon = running.manager.daemons["00000000000000aa"]
+    pid = daemon.process.pid if daemon.process else 0
+    running.request("00000000000000aa", 100)  # the same units for a new container, same settings
+    assert running.manager.daemons["00000000000000aa"].process.pid == pid  # type: ignore[union-attr]
+    shared = mps.replace_share(first, 30)  # the container's share, allocated after its memory
+    mps.write_request(running.cfg["state_dir"], shared)
+    mps.wait_ready(running.cfg["mps"]["pipe_dir"], shared, timeout_s=20)
+    assert ask(running.pipe("00000000000000aa"), "get_default_active_thread_percentage") == "30.0"
+    assert running.manager.daemons["00000000000000aa"].process.pid != pid  # type: ignore[union-attr]
+
+
+def test_nvidia_mps_started_again_starts_a_daemon_for_every_allocation(short_tmp: Path, fake_binary: str) -> None:
+    """It keeps no state of its own: the requests on the host are the allocations."""
+    cfg = make_cfg(short_tmp, fake_binary)
+    first = Running(cfg)
+    first.request("00000000000000aa", 40)
+    first.stop()  # the pod's container ends: its daemons with it
+    assert not (Path(cfg["mps"]["pipe_dir"]) / ".ready").exists()
+    again = Running(cfg)
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/healthz"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            assert response.status == 200
+        wait_for(
+            "the allocation's daemon back",
+            lambda: (
+                (again.pipe("00000000000000aa") / "control").exists()
+                and ask(again.pipe("00000000000000aa"), "get_default_active_thread_percentage") == "40.0"
+            ),
+            timeout=20,
+            interval=0.05,
+        )
+    finally:
+        again.stop()
+
+
+def test_a_request_it_cannot_read_is_named_on_healthz(running: Running) -> None:
+    folder = mps.requests_dir(running.cfg["state_dir"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "00000000000000cc.json").write_text(json.dumps({"version": 1, "alloc_id": "00000000000000cc"}))
+    wait_for("the bad request reported", lambda: not running.manager.healthy()[0], timeout=20, interval=0.05)
+    assert "00000000000000cc.json: gpu None is not a GPU UUID" in running.manager.healthy()[1]
+    server = health.HealthServer("127.0.0.1", 0, {"/healthz": health.check(running.manager.healthy)}).start()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/healthz", timeout=5)
+        assert err.value.code == 503
     finally:
         server.stop()
+    (folder / "00000000000000cc.json").unlink()
+    wait_for("healthy again", lambda: running.manager.healthy()[0], timeout=20, interval=0.05)
 
 
-def test_restarts_a_crashed_daemon(running: Running, tmp_path: Path) -> None:
-    running.wait_healthy()
-    process = running.supervisor.process
-    assert process is not None
-    first = process.pid
-    os.kill(first, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while (running.supervisor.restarts == 0 or not running.supervisor.healthy()[0]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert running.supervisor.restarts == 1
-    assert running.supervisor.process is not None and running.supervisor.process.pid != first
-    running.wait_healthy()
+def test_waiting_for_a_daemon_nobody_starts_says_so(short_tmp: Path) -> None:
+    request = MpsRequest("00000000000000aa", GPU, 25, 3000, mps.new_serial())
+    with pytest.raises(mps.MpsNotReady, match=r"was not ready within 0\.2 s: is nvidia-mps running on this node"):
+        mps.wait_ready(short_tmp, request, timeout_s=0.2)
 
 
-def test_stop_sends_quit_and_the_daemon_exits(tmp_path: Path, fake_binary: str) -> None:
-    r = Running(make_cfg(tmp_path, fake_binary))
-    r.wait_healthy()
-    process = r.supervisor.process
-    r.stop()
-    assert process is not None and process.returncode == 0  # exited on quit, not killed
-    assert not (tmp_path / "mps" / ".ready").exists()
-
-
-def test_compute_mode_is_left_alone_by_default(tmp_path: Path, fake_binary: str) -> None:
+def test_gpus_must_stay_in_default_compute_mode(short_tmp: Path, fake_binary: str) -> None:
     gpus = FakeGpus(two_gpus())
-    r = Running(make_cfg(tmp_path, fake_binary), gpus)
-    r.wait_healthy()
-    assert set(gpus.modes.values()) == {nvml.COMPUTE_MODE_DEFAULT}
-    r.stop()
+    gpus.modes[two_gpus()[1].uuid] = nvml.COMPUTE_MODE_EXCLUSIVE_PROCESS
+    r = Running(make_cfg(short_tmp, fake_binary), gpus)
+    try:
+        ok, why = r.manager.healthy()
+        assert not ok and f"nvidia-smi -i {two_gpus()[1].uuid} -c DEFAULT" in why
+        assert set(gpus.modes.values()) == {0, 3}  # nothing changed
+    finally:
+        r.stop()
 
 
-def test_exclusive_process_when_asked_and_restored_on_exit(tmp_path: Path, fake_binary: str) -> None:
-    gpus = FakeGpus(two_gpus())
-    gpus.modes[two_gpus()[1].uuid] = 2  # prohibited before we start: must come back as 2
-    r = Running(make_cfg(tmp_path, fake_binary, exclusive=True), gpus)
-    r.wait_healthy()
-    assert set(gpus.modes.values()) == {nvml.COMPUTE_MODE_EXCLUSIVE_PROCESS}
-    r.stop()
-    assert gpus.modes == {two_gpus()[0].uuid: 0, two_gpus()[1].uuid: 2}
-    assert not (tmp_path / "mps" / ".compute-modes.json").exists()
+def test_exclusive_process_cannot_be_asked_for() -> None:
+    with pytest.raises(config.ConfigError, match=r"mps\.set_exclusive_process: cannot be true"):
+        config.validate(config.load(None, environ={"VGPU_MPS_SET_EXCLUSIVE_PROCESS": "true"}))
 
 
-def test_sigterm_stops_the_cli_gracefully(tmp_path: Path, fake_binary: str) -> None:
-    """The real entry point as a process: SIGTERM -> quit to the daemon -> exit 0."""
+def test_sigterm_stops_the_cli_and_its_daemons(short_tmp: Path, fake_binary: str) -> None:
+    """The real entry point as a process: SIGTERM -> quit to every daemon -> exit 0."""
+    cfg = make_cfg(short_tmp, fake_binary)
+    request = MpsRequest("00000000000000aa", GPU, 25, None, mps.new_serial())
+    mps.write_request(cfg["state_dir"], request)
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(Path(mps.__file__).resolve().parents[1]),
-        VGPU_MPS_PIPE_DIR=str(tmp_path / "mps"),
-        VGPU_MPS_LOG_DIR=str(tmp_path / "mps" / "log"),
+        VGPU_STATE_DIR=cfg["state_dir"],
+        VGPU_MPS_PIPE_DIR=cfg["mps"]["pipe_dir"],
+        VGPU_MPS_LOG_DIR=cfg["mps"]["log_dir"],
         VGPU_MPS_CONTROL_BINARY=fake_binary,
         VGPU_MPS_HEALTHZ_PORT="0",
-        VGPU_MPS_PROBE_INTERVAL_S="0.2",
         VGPU_LOG_FORMAT="json",
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vgpu_components.mps", "--config", str(tmp_path / "none.yaml")],
+        [sys.executable, "-m", "vgpu_components.mps", "--config", str(short_tmp / "none.yaml")],
         env=env,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 15
-    while not (tmp_path / "mps" / ".ready").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (tmp_path / "mps" / ".ready").exists()
-    proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=20)[1]
+    try:
+        mps.wait_ready(cfg["mps"]["pipe_dir"], request, timeout_s=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
     assert proc.returncode == 0, err.decode()
-    assert b'"msg": "sent quit to the MPS control daemon' in err
-    assert not (tmp_path / "mps" / "fake-daemon.pid").exists()
+    assert not (mps.pipe_folder(cfg["mps"]["pipe_dir"], "00000000000000aa") / "control").exists()  # it quit
+    assert mps.read_request(cfg["state_dir"], "00000000000000aa") == request  # kept for the next start

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fakes import Exporter, Gpu, value
-from vgpu_components import allocator, ids, region
+from vgpu_components import allocator, host_paths, ids, region
 from vgpu_components.host_paths import HostPaths
 
 MIB = 1024 * 1024
@@ -138,3 +138,30 @@ def test_the_monitor_exports_what_libvgpu_wrote(holding_container: tuple[Exporte
     assert value(metrics, "vgpu_container_memory_peak_bytes", **labels) == PEAK
     assert value(metrics, "vgpu_container_oom_refusals_total", **labels) == REFUSED
     assert alloc.alloc_id == ids.alloc_id(exporter.pod_resources.holders[0][4])
+
+
+@pytest.mark.parametrize("memory_limit", ["0:3000MiB", "3GiB", "2500", "1500MiB", "0:2GiB,1:1000MiB", "3072000KiB"])
+def test_the_monitor_reads_a_quota_file_as_libvgpu_does(libvgpu: Path, short_tmp: Path, memory_limit: str) -> None:
+    """One quota per container: cgpu-monitor takes it from the quota file (host_paths.quota_bytes),
+    in every form libvgpu accepts; the limit libvgpu itself enforces from that file is the same."""
+    folder = short_tmp / "region"
+    folder.mkdir()
+    quota = short_tmp / "quota.conf"
+    quota.write_text(f"# by hand\nmemory_limit = {memory_limit}  # a comment\ngpu_virtual_memory=1\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPU_", "LD_", "CUDA_"))}
+    env.update(
+        NVIDIA_VISIBLE_DEVICES=GPUS[0].uuid,
+        CUDA_VISIBLE_DEVICES="0",
+        VGPU_CONFIG_FILE=str(quota),
+        VGPU_REGION_DIR=str(folder),
+        LD_LIBRARY_PATH=str(libvgpu),
+        VGPU_REAL_LIBCUDA=str(libvgpu / "fake" / "libcuda.so.1"),
+        VGPU_REAL_LIBNVML=str(libvgpu / "fake" / "libnvidia-ml.so.1"),
+        FAKE_DRIVER=str(libvgpu / "fake" / "libcuda.so.1"),
+    )
+    client = [str(libvgpu / "vgpu-test-client"), "init", "alloc:100"]
+    done = subprocess.run(client, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.splitlines()[:2] == ["init rc=0", "alloc 100 v2 rc=0"], done.stdout + done.stderr
+    sample = region.read(folder / "vgpu.region")
+    assert sample is not None
+    assert host_paths.quota_bytes(quota.read_text()) == sample.devices[0].limit_bytes

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import config, ids, kube, nvml
+from vgpu_components.mps import MpsRequest, new_serial, pipe_folder
 from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
 
@@ -50,16 +51,18 @@ class GpuUnits:
 
 @dataclass(frozen=True)
 class MpsContract:
-    """What MPS adds to the container contract on this node (device_plugin.DevicePlugin decides)."""
+    """What MPS adds to the container contract on this node (device_plugin.DevicePlugin decides):
+    each allocation's own MPS daemon (mps.py), whose defaults carry the thread percentage and the
+    pinned memory limit, so the container's environment holds nothing it could raise."""
 
     pipe_dir: str
-    log_dir: str
-    # With compute shares each container's <prefix>/gpu-cores Allocate sets its thread percentage
-    # (kubelet keeps the first of two resources' values for one variable, in no set order, so the
-    # memory answer must not set it too); without, every container gets thread_percentage.
+    # With compute shares each container's <prefix>/gpu-cores Allocate sets its daemon's thread
+    # percentage (before its memory Allocate, or right after it: shares.py pairs them); without,
+    # and until then, every daemon gets thread_percentage.
     shares: bool = False
     thread_percentage: int = 100
-    pinned_limit: bool = False  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = the quota (CUDA 11.5+)
+    pinned_limit: bool = False  # the daemon's pinned device-memory limit = the quota (CUDA 11.5+)
+    start_timeout_s: float = 10.0  # how long an allocation waits for its daemon (mps.wait_ready)
 
 
 # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT came with CUDA 11.5; R470 drivers support CUDA 11.4.
@@ -67,7 +70,8 @@ PINNED_LIMIT_CUDA = 11050
 
 
 def pinned_limit(cfg: dict[str, Any], backend: nvml.GpuBackend | None) -> tuple[bool, str]:
-    """Whether containers get CUDA_MPS_PINNED_DEVICE_MEM_LIMIT here, and why (for the log)."""
+    """Whether the allocations' MPS daemons get a pinned device-memory limit (the quota) here, and
+    why (for the log)."""
     if not cfg["device_plugin"]["mps_pinned_memory_limit"]:
         return False, "off (device_plugin.mps_pinned_memory_limit is false)"
     try:
@@ -97,10 +101,10 @@ def mps_contract(
     logger.info("MPS pinned device-memory limit %s", why)
     return MpsContract(
         pipe_dir=cfg["mps"]["pipe_dir"],
-        log_dir=cfg["mps"]["log_dir"],
         shares=shares,
         thread_percentage=int(section["mps_active_thread_percentage"]),
         pinned_limit=pinned,
+        start_timeout_s=float(cfg["mps"]["start_timeout_s"]),
     )
 
 
@@ -131,6 +135,7 @@ class Allocation:
     quota_text: str = ""
     region_host_dir: Path = Path()
     quota_host_file: Path = Path()
+    mps_request: MpsRequest | None = None  # what its MPS daemon enforces (MPS nodes)
 
 
 class DeviceTable:
@@ -252,23 +257,36 @@ class DeviceTable:
 
 
 def build_allocation(
-    table: DeviceTable, device_ids: Sequence[str], cfg: Mapping[str, Any], mps: MpsContract | None = None
+    table: DeviceTable,
+    device_ids: Sequence[str],
+    cfg: Mapping[str, Any],
+    mps: MpsContract | None = None,
+    share: int | None = None,
 ) -> Allocation:
     """The container contract of docs/architecture.md for one container's device IDs; `mps` when
-    MPS is on for the node."""
+    MPS is on for the node, `share` the container's compute share when already allocated."""
     slot = table.resolve(device_ids)
     if not slot.healthy:
         raise AllocationError(f"GPU {slot.gpu.uuid} is unhealthy: {slot.unhealthy_reason or 'unknown reason'}")
-    return container_contract(slot.gpu, len(device_ids), table.unit_mib, ids.alloc_id(device_ids), cfg, mps=mps)
+    aid = ids.alloc_id(device_ids)
+    return container_contract(slot.gpu, len(device_ids), table.unit_mib, aid, cfg, mps=mps, share=share)
 
 
 def container_contract(
-    gpu: Gpu, units: int, unit_mib: int, aid: str, cfg: Mapping[str, Any], *, mps: MpsContract | None = None
+    gpu: Gpu,
+    units: int,
+    unit_mib: int,
+    aid: str,
+    cfg: Mapping[str, Any],
+    *,
+    mps: MpsContract | None = None,
+    share: int | None = None,
 ) -> Allocation:
     """The container contract of docs/architecture.md: `units` units of `unit_mib` MiB of `gpu`,
-    under the host paths of allocation `aid`, with `mps` when MPS is on for the node. The one
-    implementation, for the device plugin's Allocate and the DRA driver's NodePrepareResources
-    alike; its interposer switches are the device_plugin section's."""
+    under the host paths of allocation `aid`, with `mps` when MPS is on for the node (and `share`,
+    the container's compute share in percent, where it has one). The one implementation, for the
+    device plugin's Allocate and the DRA driver's NodePrepareResources alike; its interposer
+    switches are the device_plugin section's."""
     limit_mib = units * unit_mib
     plugin = cfg["device_plugin"]
     state_dir = Path(cfg["state_dir"])
@@ -295,17 +313,17 @@ def container_contract(
         (config.CONTAINER_QUOTA_FILE, str(quota_file), True),
         (f"{DEVICE_LIST_ROOT}/{gpu.uuid}", "/dev/null", True),
     ]
+    mps_request = None
     if mps is not None:
+        # The allocation's own daemon (mps.py) holds its share and its pinned limit (the quota, the
+        # driver's own limit under libvgpu's) as the defaults of every server it starts: no variable
+        # the container sets raises them. Its pipe folder alone, read-only (a client only connects
+        # to the daemon's sockets: tests/gpu/mps_readonly_pipe.sh, on the H200), at mps.pipe_dir.
         envs["CUDA_MPS_PIPE_DIRECTORY"] = mps.pipe_dir
-        envs["CUDA_MPS_LOG_DIRECTORY"] = mps.log_dir
-        if not mps.shares:
-            envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps.thread_percentage)
-        if mps.pinned_limit:
-            # The driver's own limit under libvgpu's: device 0 is the one GPU the container sees.
-            envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
-        # The clients find the daemon at CUDA_MPS_PIPE_DIRECTORY: the same path in and out. Read-only:
-        # a client only connects to the daemon's sockets (tests/gpu/mps_readonly_pipe.sh, on the H200).
-        mounts.append((mps.pipe_dir, mps.pipe_dir, True))
+        mounts.append((mps.pipe_dir, str(pipe_folder(mps.pipe_dir, aid)), True))
+        percentage = share if share is not None else mps.thread_percentage
+        pinned = limit_mib if mps.pinned_limit else None
+        mps_request = MpsRequest(aid, gpu.uuid, percentage, pinned, new_serial())
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",
@@ -321,4 +339,5 @@ def container_contract(
         quota_text="\n".join(lines) + "\n",
         region_host_dir=region_dir,
         quota_host_file=quota_file,
+        mps_request=mps_request,
     )

@@ -61,9 +61,9 @@ DEFAULTS: dict[str, Any] = {
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "healthz_port": DEVICE_PLUGIN_HEALTHZ_PORT,
         "mps_enabled": False,
-        # MPS nodes without compute shares: every container's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE.
+        # MPS nodes without compute shares: every allocation's MPS daemon's default active thread percentage.
         "mps_active_thread_percentage": 100,
-        # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT = the quota, where the driver has it (CUDA 11.5+).
+        # Each allocation's MPS daemon's pinned device-memory limit = the quota, where the driver has it (CUDA 11.5+).
         "mps_pinned_memory_limit": True,
         # MPS nodes: advertise <prefix>/gpu-cores, each container's share of a GPU in percent.
         "compute_shares": False,
@@ -81,8 +81,8 @@ DEFAULTS: dict[str, Any] = {
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "scrape_timeout_s": 10.0,
         # Ground truth (enforcement.py): each container's real GPU memory from NVML against its
-        # quota plus context_allowance_mib per process; over for grace_seconds: an Event on the
-        # pod, then evict (the Eviction API) or report.
+        # quota plus context_allowance_mib per process (no quota: 0); over for grace_seconds: an
+        # Event on the pod, then evict (the pod deleted) or report.
         "enforcement": "evict",
         "grace_seconds": 30.0,
         "context_allowance_mib": 512,
@@ -97,6 +97,9 @@ DEFAULTS: dict[str, Any] = {
         "probe_interval_s": 10.0,
         "probe_timeout_s": 5.0,
         "restart_backoff_s": 2.0,
+        # How long the device plugin's Allocate (the DRA driver's prepare) waits for the daemon of a
+        # new allocation before it refuses the container (mps.py).
+        "start_timeout_s": 10.0,
     },
     "extender": {
         "address": "127.0.0.1",
@@ -262,6 +265,15 @@ def validate(config: Mapping[str, Any]) -> None:
         port = config[section][key]
         if not 0 <= port <= 65535:
             raise ConfigError(f"{section}.{key}: expected a TCP port 0-65535, got {port}")
+    if config["mps"]["set_exclusive_process"]:
+        raise ConfigError(
+            "mps.set_exclusive_process: cannot be true: every GPU allocation has its own MPS server "
+            "(docs/architecture.md), and a GPU in EXCLUSIVE_PROCESS mode takes one process; keep the GPUs "
+            "in Default compute mode"
+        )
+    if config["mps"]["start_timeout_s"] <= 0:
+        timeout = config["mps"]["start_timeout_s"]
+        raise ConfigError(f"mps.start_timeout_s: expected a positive number of seconds, got {timeout}")
     _validate_monitor(config["monitor"])
     _validate_extender(config["extender"])
     if config["dra"]["resync_s"] <= 0:

@@ -24,8 +24,9 @@ from typing import Any
 
 import grpc
 
-from vgpu_components import __version__, config, health, ids, kube, nvml, protos
+from vgpu_components import __version__, config, health, ids, kube, mps, nvml, protos
 from vgpu_components.allocator import (
+    Allocation,
     AllocationError,
     DeviceTable,
     MpsContract,
@@ -37,7 +38,7 @@ from vgpu_components.host_paths import HostPaths
 from vgpu_components.mps import READY_FILE
 from vgpu_components.nvml import APPLICATION_XIDS, Gpu, GpuBackend
 from vgpu_components.podresources import ContainerDevices, PodResourcesClient
-from vgpu_components.shares import ShareLedger, ShareTokens, holders, share_env
+from vgpu_components.shares import ShareLedger, ShareTokens, holders
 
 log = logging.getLogger("vgpu.device_plugin")
 
@@ -159,13 +160,16 @@ class DevicePluginService(_Service):
         nothing on the host."""
         plugin = self.plugin
         device_ids: list[str] = []
+        # Its compute share, where kubelet allocated it first (shares.py pairs the two Allocates).
+        share = plugin.ledger.pending_share() if len(request.container_requests) == 1 else None
         try:
             allocations = []
             for req in request.container_requests:
                 device_ids = list(req.devices_ids)
-                allocations.append(build_allocation(plugin.table, device_ids, plugin.cfg, plugin.mps))
+                allocations.append(build_allocation(plugin.table, device_ids, plugin.cfg, plugin.mps, share))
             plugin.host_paths.prepare(allocations)
-        except (AllocationError, OSError) as exc:
+            plugin.wait_for_mps(allocations)
+        except (AllocationError, OSError, mps.MpsNotReady) as exc:
             self._refuse(context, exc, device_ids)
             raise  # abort() raises already; this keeps the flow explicit
         responses = []
@@ -211,14 +215,19 @@ class SharesService(_Service):
             self._refuse(context, exc, device_ids)
             raise
         if len(shares) == 1:
-            plugin.ledger.share_allocated(shares[0])
+            memory = plugin.ledger.share_allocated(shares[0])
+            if memory is not None:  # its memory came first: its MPS daemon takes the share now
+                try:
+                    plugin.share_to_mps(memory.alloc_id, shares[0])
+                except (OSError, ValueError, mps.MpsNotReady) as exc:
+                    self._refuse(context, exc, device_ids)
+                    raise
             log.info("allocated a compute share of %d %%", shares[0])
         else:
             plugin.ledger.forget_pending()
         plugin.poke_publisher()
-        return self.msgs.AllocateResponse(
-            container_responses=[self.msgs.ContainerAllocateResponse(envs=share_env(share)) for share in shares]
-        )
+        # The share is the MPS daemon's, not the container's environment's (mps.py).
+        return self.msgs.AllocateResponse(container_responses=[self.msgs.ContainerAllocateResponse() for _s in shares])
 
 
 @dataclass
@@ -285,6 +294,29 @@ class DevicePlugin:
             return None, None
         tokens = ShareTokens(len(self.table.gpus()), int(section["cores_per_gpu"])) if shares else None
         return contract, tokens
+
+    def wait_for_mps(self, allocations: list[Allocation]) -> None:
+        """Wait until nvidia-mps runs each allocation's MPS daemon; on MpsNotReady retire them all."""
+        if self.mps is None:
+            return
+        try:
+            for allocation in allocations:
+                if allocation.mps_request is not None:
+                    mps.wait_ready(self.mps.pipe_dir, allocation.mps_request, self.mps.start_timeout_s)
+        except mps.MpsNotReady:
+            for allocation in allocations:
+                self.host_paths.retire(allocation.alloc_id)
+            raise
+
+    def share_to_mps(self, alloc_id: str, share: int) -> None:
+        """Give an allocated container's MPS daemon its compute share, and wait until it has it."""
+        assert self.mps is not None
+        request = mps.read_request(self.cfg["state_dir"], alloc_id)
+        if request is None:
+            raise ValueError(f"allocation {alloc_id} has no MPS request to give the share of {share} % to")
+        request = mps.replace_share(request, share)
+        mps.write_request(self.cfg["state_dir"], request)
+        mps.wait_ready(self.mps.pipe_dir, request, self.mps.start_timeout_s)
 
     def _mps_ready(self) -> bool:
         """The MPS daemon answers (nvidia-mps keeps the ready file in the pipe folder meanwhile)."""

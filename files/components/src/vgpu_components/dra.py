@@ -30,7 +30,6 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import yaml
 from vgpu_components import ids
 from vgpu_components.allocator import Allocation
 from vgpu_components.nvml import Gpu
+from vgpu_components.quantity import parse_quantity
 
 API_VERSION = "resource.k8s.io/v1"
 CAPACITY = "memory"
@@ -47,25 +47,6 @@ NVIDIA_GPU_KIND = "nvidia.com/gpu"
 MIB = 1024 * 1024
 # A CDI device name (tags.cncf.io/container-device-interface, parser.ValidateDeviceName).
 _CDI_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]|)$")
-_SUFFIX = {
-    "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
 
 
 class PrepareError(ValueError):
@@ -90,21 +71,6 @@ def slice_name(node: str, driver: str) -> str:
     if len(name) <= 253:
         return name
     return f"{node[:200]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
-
-
-def parse_quantity(text: str) -> Fraction:
-    """A Kubernetes quantity ("8000Mi", "12Gi", "1e9", "500M") as an exact number."""
-    match = _QUANTITY.match(str(text).strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity")
-    number, suffix = match.groups()
-    try:
-        value = Fraction(number)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
-    if suffix[:1] in ("e", "E"):
-        return value * Fraction(10) ** int(suffix[1:])
-    return value * _SUFFIX[suffix]
 
 
 def usable_units(gpu: Gpu, cfg: Mapping[str, Any]) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 from kubernetes.client.rest import ApiException
 
-from vgpu_components import __version__, checkpoint, config, dra, health, kube, nvml, protos
+from vgpu_components import __version__, checkpoint, config, dra, health, kube, mps, nvml, protos
 from vgpu_components.allocator import Allocation, container_contract, mps_contract, node_mps
 from vgpu_components.dra import ClaimDevice, PrepareError
 from vgpu_components.host_paths import HostPaths
@@ -174,8 +174,8 @@ class DraDriver:
         self.nvidia_cdi_dirs = [d.strip() for d in section["nvidia_cdi_dirs"].split(",") if d.strip()]
         self.host_paths = HostPaths(cfg["state_dir"], float(cfg["device_plugin"]["region_gc_grace_s"]))
         self.records = ClaimRecords(cfg["state_dir"])
-        # MPS as on the device-plugin path (the node's <prefix>/mps label, else the config): the
-        # pipe, the thread percentage and the driver's pinned limit at the claim's quota.
+        # MPS as on the device-plugin path (the node's <prefix>/mps label, else the config): each
+        # allocation's own MPS daemon with the thread percentage and the pinned limit at the quota.
         self.mps = mps_contract(cfg, backend, log)
         self.lock = threading.Lock()  # one prepare or unprepare at a time: they share the host paths
         self.registered = False
@@ -245,6 +245,21 @@ class DraDriver:
         tmp.replace(path)
         return path
 
+    def _prepare_host(self, allocations: list[Allocation]) -> None:
+        """The allocations' host paths, and on an MPS node their running MPS daemons (mps.py): a
+        container must not start before its daemon, or its CUDA runs without MPS, unlimited."""
+        self.host_paths.prepare(allocations)
+        if self.mps is None:
+            return
+        try:
+            for allocation in allocations:
+                if allocation.mps_request is not None:
+                    mps.wait_ready(self.mps.pipe_dir, allocation.mps_request, self.mps.start_timeout_s)
+        except mps.MpsNotReady as exc:
+            for allocation in allocations:
+                self.host_paths.retire(allocation.alloc_id)
+            raise PrepareError(str(exc)) from None
+
     def prepare(self, namespace: str, uid: str, name: str) -> list[ClaimDevice]:
         """Prepare one claim for this node, or find it prepared already (kubelet may ask again)."""
         with self.lock:
@@ -253,7 +268,7 @@ class DraDriver:
                 devices = self._from_record(record)
                 missing = [d for d in devices if not self.host_paths.containers.joinpath(d.alloc_id).is_dir()]
                 if missing:
-                    self.host_paths.prepare([self._allocation(d) for d in missing])
+                    self._prepare_host([self._allocation(d) for d in missing])
                 self._write_cdi(uid, devices, record.get("aliases") or {})
                 return devices
             if self.api is None:
@@ -267,7 +282,7 @@ class DraDriver:
             devices = dra.claim_devices(claim, self.node, self.gpus, self.cfg)
             aliases = self._aliases(claim, devices)
             allocations = [self._allocation(d) for d in devices]
-            self.host_paths.prepare(allocations)
+            self._prepare_host(allocations)
             try:
                 self._write_cdi(uid, devices, aliases)
                 self.records.save(

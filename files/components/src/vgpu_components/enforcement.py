@@ -2,27 +2,31 @@
 
 Every monitor.check_interval_s:
 1. NVML's per-process memory on each GPU (host PIDs);
-2. each process's container, from its cgroup (cgroups.py), and that container's pod and quota,
-   from the pods on this node as the API server lists them: the container whose status carries
-   the cgroup's container ID (else the pod's only container with a quota), its quota the units
-   it asks for times unit_mib, or, for a container of a DRA claim (vgpu_scheduling dra), its
-   claim's quota (claim_quotas: cgpu-monitor's view of kubelet's PodResources and the driver's
-   quota files);
-3. ground_truth.Tracker; for each violation: a log line, the metrics, a Warning Event
-   `GPUMemoryOverQuota` on the pod, and then per monitor.enforcement:
-   - evict (the default): the Eviction API, as kubelet evicts a pod over its ephemeral-storage
-     limit. A PodDisruptionBudget may refuse it (429): an Event `GPUMemoryEvictionRefused` says
-     so and the next check tries again.
-   - report: nothing more.
+2. each process's container, from its cgroup or PID namespace (cgroups.py), and that container's
+   pod from the pods on this node as the API server lists them (the container whose status
+   carries the cgroup's container ID, else the pod's only container with a quota); its quota from
+   `quotas`: cgpu-monitor's view of kubelet's PodResources and the quota files the device plugin
+   or the DRA driver wrote (monitor.MonitorCollector.quotas), the one source of a container's
+   quota on both scheduling paths. A container with no quota file has quota 0;
+3. ground_truth.Tracker; for each violation: a log line, the metrics, and
+   - a container: a Warning Event `GPUMemoryOverQuota` on the pod and then per
+     monitor.enforcement: evict (the default) deletes the pod with its grace period, as kubelet
+     evicts a pod over its ephemeral-storage limit (kube.KubePodApi.evict: no disruption budget
+     applies, and an admission policy holds the monitor to its own node's pods); a failed delete
+     is retried at the next check; report does nothing more;
+   - a host process (in no pod the API server lists on this node): a Warning Event
+     `GPUMemoryOverQuota` on the node with its PID and command; it cannot be evicted.
 
-Processes outside pods, and pods holding no units (the MPS server among them), are exported as
-unaccounted memory per GPU, never acted on. Needs: the host's PID namespace (hostPID), and from
-the API server `get`/`list` of pods, `create` of events and of pods/eviction.
+Nothing is judged while the quotas cannot be read (kubelet away: the check fails and is retried),
+and a container whose quota file cannot be read is left out of that check: an unknown quota is
+never taken for none. Needs: the host's PID namespace (hostPID), and from the API server
+`list` of pods, `create` of events and, with evict, `delete` of pods on its own node.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,14 +35,39 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import cgroups, ground_truth, kube, nvml
-from vgpu_components.ground_truth import Container, Owner, Usage, Violation
-from vgpu_components.scheduling import container_units
+from vgpu_components.ground_truth import Container, HostProcess, Owner, SystemProcess, Usage, Violation, Who
 
 log = logging.getLogger("vgpu.monitor")
 MIB = 1024 * 1024
 MODES = ("evict", "report")
-# (namespace, pod, container) -> quota in bytes, of the containers of DRA claims on this node.
-ClaimQuotas = Callable[[], Mapping[tuple[str, str, str], int]]
+# (namespace, pod, container) -> quota in bytes of each container kubelet lists with our GPU memory
+# (None: its quota file cannot be read). Raises when kubelet cannot be asked.
+Quotas = Callable[[], Mapping[tuple[str, str, str], int | None]]
+
+
+@dataclass(frozen=True)
+class SystemComponent:
+    """Processes that hold GPU memory by design: those of `container` in the pods of the stack's
+    namespace labelled app.kubernetes.io/name=`component`, running one of `executables`."""
+
+    component: str
+    container: str
+    executables: tuple[str, ...]
+    why: str
+
+
+# The known system processes. The components' own NVML readers (cgpu-monitor, the device plugin,
+# the DRA driver, nvidia-smi) are not here: NVML makes no CUDA context, so they hold no GPU memory
+# and NVML lists no process of theirs.
+SYSTEM_PROCESSES = (
+    SystemComponent(
+        "nvidia-mps",
+        "nvidia-mps",
+        ("nvidia-cuda-mps-server", "nvidia-cuda-mps-control"),
+        "an MPS server holds the shared CUDA context its clients' kernels run in (its control daemon "
+        "none); each client's own memory is listed under the client's PID and counts against its container",
+    ),
+)
 
 
 @dataclass
@@ -46,9 +75,9 @@ class Snapshot:
     """What the last check saw, for the metrics."""
 
     usages: list[Usage] = field(default_factory=list)
-    unaccounted: dict[str, int] = field(default_factory=dict)
-    limits: dict[Container, int] = field(default_factory=dict)
-    over_seconds: dict[Container, float] = field(default_factory=dict)
+    system: dict[str, int] = field(default_factory=dict)
+    limits: dict[Who, int] = field(default_factory=dict)
+    over_seconds: dict[Who, float] = field(default_factory=dict)
 
 
 class Enforcer:
@@ -60,26 +89,25 @@ class Enforcer:
         pods: kube.PodApi | None,
         proc: Path = Path("/proc"),
         *,
-        claim_quotas: ClaimQuotas | None = None,
+        quotas: Quotas | None = None,
+        namespace: str = "kube-system",
     ) -> None:
         section = cfg["monitor"]
         self.node = node
         self.backend = backend
         self.pods = pods
         self.proc = proc
+        self.quotas = quotas
+        self.namespace = namespace  # the stack's, where the system components run
         self.mode = section["enforcement"]
         self.interval_s = float(section["check_interval_s"])
-        self.unit_bytes = int(cfg["unit_mib"]) * MIB
-        self.resource = f"{cfg['resource_prefix']}/gpu-memory"
         self.tracker = ground_truth.Tracker(
             float(section["grace_seconds"]), int(section["context_allowance_mib"]) * MIB
         )
         self.latest = Snapshot()
-        self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "refused": 0}
+        self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "unevictable": 0}
         self.check_errors = 0
         self._pods_by_uid: dict[str, dict[str, Any]] = {}
-        self.claim_quotas = claim_quotas
-        self._claims: Mapping[tuple[str, str, str], int] = {}
 
     # --- one check ------------------------------------------------------------------------------
     def check(self, now: float | None = None) -> list[Violation]:
@@ -87,73 +115,106 @@ class Enforcer:
         seen = [
             (gpu.uuid, p.pid, p.used_bytes) for gpu in self.backend.gpus() for p in self.backend.processes(gpu.uuid)
         ]
-        refs = {pid: cgroups.container_of(pid, self.proc) for _gpu, pid, _used in seen}
-        if self.pods is not None and any(refs.values()):
-            self._pods_by_uid = {p["metadata"]["uid"]: p for p in self.pods.pods_on_node(self.node)}
-            self._claims = self._read_claims()
-        current, unaccounted = ground_truth.usages(seen, self._owner(refs))
+        owner = self._owners({pid for _gpu, pid, _used in seen}) if seen else lambda _pid: None
+        current, system = ground_truth.usages(seen, owner)
         due = self.tracker.observe(current, now)
         self.latest = Snapshot(
             current,
-            unaccounted,
-            {u.container: self.tracker.limit(u) for u in current},
-            {u.container: self.tracker.over_seconds(u.container, now) for u in current},
+            system,
+            {u.who: self.tracker.limit(u) for u in current},
+            {u.who: self.tracker.over_seconds(u.who, now) for u in current},
         )
         for violation in due:
             self._act(violation)
         return due
 
-    def _owner(self, refs: Mapping[int, cgroups.ContainerRef | None]) -> Callable[[int], Owner | None]:
-        def owner(pid: int) -> Owner | None:
+    def _owners(self, pids: set[int]) -> ground_truth.OwnerOf:
+        """Whose each of these processes is, from one read of the pods and one of the quotas."""
+        refs = {pid: cgroups.container_of(pid, self.proc) for pid in pids}
+        if not all(refs.values()):  # one left its container's cgroup, or is the host's
+            by_namespace = cgroups.containers_by_pid_namespace(self.proc)
+            for pid in [p for p, ref in refs.items() if ref is None]:
+                namespace = cgroups.pid_namespace(pid, self.proc)
+                refs[pid] = by_namespace.get(namespace) if namespace else None
+        quotas: Mapping[tuple[str, str, str], int | None] = {}
+        if any(refs.values()):
+            if self.pods is not None:
+                self._pods_by_uid = {p["metadata"]["uid"]: p for p in self.pods.pods_on_node(self.node)}
+            if self.quotas is None:
+                raise RuntimeError("no source of the containers' quotas (kubelet's PodResources)")
+            quotas = self.quotas()
+
+        def owner(pid: int) -> Owner | SystemProcess | None:
             ref = refs.get(pid)
-            pod = self._pods_by_uid.get(ref.pod_uid) if ref is not None else None
-            if ref is None or pod is None:
-                return None
-            return self._container_of(pod, ref.container_id)
+            if ref is None:
+                return Owner(HostProcess(pid, self._command(pid)), 0)
+            if self.pods is None:
+                return None  # no API server: its pod and quota cannot be known
+            pod = self._pods_by_uid.get(ref.pod_uid)
+            if pod is None:  # a static pod, or one deleted since: nothing to evict
+                where = f"in pod UID {ref.pod_uid}, which the API server does not list on this node,"
+                return Owner(HostProcess(pid, self._command(pid), where), 0)
+            name = _container_name(pod, ref.container_id, quotas)
+            meta = pod["metadata"]
+            system = self._system(pod, name, pid)
+            if system is not None:
+                return system
+            quota = quotas.get((meta["namespace"], meta["name"], name), 0)
+            if quota is None:
+                return None  # its quota file cannot be read: not judged
+            return Owner(Container(meta["namespace"], meta["name"], name, meta["uid"]), quota)
 
         return owner
 
-    def _read_claims(self) -> Mapping[tuple[str, str, str], int]:
-        if self.claim_quotas is None:
-            return {}
-        try:
-            return self.claim_quotas()
-        except Exception as exc:  # kubelet away: the claims' containers go unenforced this check
-            log.warning("cannot read the DRA claims' quotas: %s", exc)
-            return {}
-
-    def _container_of(self, pod: Mapping[str, Any], container_id: str) -> Owner | None:
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    def _system(self, pod: Mapping[str, Any], container: str, pid: int) -> SystemProcess | None:
+        """The known system process this is, if any: by the pod it is in and its executable."""
         meta = pod["metadata"]
-        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        quotas = {
-            c.get("name"): self._units(c) * self.unit_bytes
-            or self._claims.get((meta["namespace"], meta["name"], str(c.get("name"))), 0)
-            for c in containers
-        }
-        statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-        name = next(
-            (s.get("name") for s in statuses if str(s.get("containerID", "")).endswith(f"://{container_id}")), None
-        )
-        if name is None:  # no status with that ID yet: the pod's only container with a quota
-            holders = [n for n, q in quotas.items() if q]
-            name = holders[0] if len(holders) == 1 else None
-        if name is None:
-            return None
-        container = Container(meta["namespace"], meta["name"], str(name), meta["uid"])
-        return Owner(container, quotas.get(name, 0))
+        labels = meta.get("labels") or {}
+        for known in SYSTEM_PROCESSES:
+            if (
+                meta["namespace"] == self.namespace
+                and labels.get("app.kubernetes.io/name") == known.component
+                and container == known.container
+                and self._executable(pid) in known.executables
+            ):
+                return SystemProcess(known.component, known.why)
+        return None
 
-    def _units(self, container: Mapping[str, Any]) -> int:
+    def _argv(self, pid: int) -> list[str]:
         try:
-            return container_units(container, self.resource)
-        except ValueError:
-            return 0
+            raw = (self.proc / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            return []
+        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+    def _executable(self, pid: int) -> str:
+        argv = self._argv(pid)
+        return argv[0].rsplit("/", 1)[-1] if argv else ""
+
+    def _command(self, pid: int) -> str:
+        """The process's command line as a shell would show it (at most 200 characters)."""
+        argv = self._argv(pid)
+        if not argv:
+            try:
+                return (self.proc / str(pid) / "comm").read_text().strip() or "?"
+            except OSError:
+                return "?"
+        text = shlex.join(argv)
+        return text if len(text) <= 200 else text[:197] + "..."
 
     # --- acting on a violation -------------------------------------------------------------------
     def _act(self, violation: Violation) -> None:
         message = violation.describe()
-        who = violation.container
+        who = violation.who
         log.warning("%s: %s", who, message, extra={"enforcement": self.mode})
+        if isinstance(who, HostProcess):
+            self.actions["unevictable"] += 1
+            if self.pods is not None:
+                try:
+                    self.pods.node_event(self.node, "GPUMemoryOverQuota", message)
+                except Exception as exc:
+                    log.warning("could not post event GPUMemoryOverQuota on node %s: %s", self.node, exc)
+            return
         pod = self._pods_by_uid.get(who.pod_uid)
         if self.pods is None or pod is None:
             self.actions["reported"] += 1
@@ -164,12 +225,8 @@ class Enforcer:
             self.actions["reported"] += 1
             return
         try:
-            self.pods.evict(who.namespace, who.pod)
+            self.pods.evict(who.namespace, who.pod, who.pod_uid)
             self.actions["evicted"] += 1
-        except kube.EvictionRefused as exc:
-            self.actions["refused"] += 1
-            self._event(pod, "GPUMemoryEvictionRefused", f"{exc}; trying again at the next check")
-            self.tracker.retry(who)
         except Exception as exc:
             log.error("could not evict %s/%s: %s; trying again at the next check", who.namespace, who.pod, exc)
             self.tracker.retry(who)
@@ -189,3 +246,26 @@ class Enforcer:
                 self.check_errors += 1
                 if self.check_errors in (1, 10) or self.check_errors % 100 == 0:
                     log.warning("ground-truth check failed (%d times): %s", self.check_errors, exc)
+
+
+def _container_name(
+    pod: Mapping[str, Any], container_id: str, quotas: Mapping[tuple[str, str, str], int | None]
+) -> str:
+    """The name of the pod's container with this runtime ID: its status's; before the status
+    carries the ID, the pod's only container with a quota; else the ID itself (a container of
+    no quota, until its status names it)."""
+    spec, status, meta = pod.get("spec") or {}, pod.get("status") or {}, pod["metadata"]
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+        *(status.get("ephemeralContainerStatuses") or []),
+    ]
+    for entry in statuses:
+        if str(entry.get("containerID", "")).endswith(f"://{container_id}"):
+            return str(entry.get("name"))
+    names = [
+        str(c.get("name"))
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        if quotas.get((meta["namespace"], meta["name"], str(c.get("name"))))
+    ]
+    return names[0] if len(names) == 1 else container_id[:12]

@@ -1,16 +1,23 @@
-"""Ground truth: each container's real GPU memory, from the driver, against its quota.
+"""Ground truth: every byte of GPU memory the driver reports, each process tied to a quota.
 
 libvgpu counts inside the container, in a region the container can write; NVML on the host
 reports what each process really holds, and nothing in a container can change that. The rule:
 
-  A container is over its quota when the memory its processes hold on the GPUs exceeds
-      quota + context allowance x (its processes on the GPUs).
-  Each process has a CUDA context that libvgpu charges against the quota at a fixed size
-  (context_reserve, 512 MiB by default) while the real one differs (527 MiB with the driver API,
-  619 MiB with PyTorch on an H200, more once libraries load their kernels): the allowance
-  (monitor.context_allowance_mib) absorbs that difference for an honest process.
-  A container over for longer than the grace period (monitor.grace_seconds) is a violation,
-  reported once until it is back under.
+  Every process holding GPU memory is one of:
+  - a process of a container with a quota (its quota file, written by the device plugin or the
+    DRA driver). The container is over its quota when the memory its processes hold on the GPUs
+    exceeds quota + context allowance x (its processes on the GPUs): each process has a CUDA
+    context that libvgpu charges against the quota at a fixed size (context_reserve, 512 MiB by
+    default) while the real one differs (527 MiB with the driver API, 619 MiB with PyTorch on an
+    H200, more once libraries load their kernels); the allowance
+    (monitor.context_allowance_mib) absorbs that difference for an honest process;
+  - a process of a container without a quota (a pod that asks for no GPU memory, a sidecar of a
+    GPU pod): its quota is 0 and no allowance applies, so any memory at all is over;
+  - a host process outside Kubernetes (or in a pod the API server does not list on this node):
+    quota 0 as well, reported with its PID and command, never evicted (it is in no pod);
+  - a known system process (enforcement.SYSTEM_PROCESSES, each with why): not judged.
+  Over for longer than the grace period (monitor.grace_seconds) is a violation, reported once
+  until it is back under.
 
 The core is pure, observations in and violations out, so it runs the same in cgpu-monitor
 (enforcement.py maps processes to pods through their cgroups and the API server) and on a GPU
@@ -46,18 +53,41 @@ class Container:
 
 
 @dataclass(frozen=True)
-class Owner:
-    """Whose a process is: its container and that container's quota in bytes."""
+class HostProcess:
+    """A process holding GPU memory that no pod on this node owns; it cannot be evicted."""
 
-    container: Container
+    pid: int
+    command: str
+    where: str = "outside Kubernetes"
+
+    def __str__(self) -> str:
+        return f"host process {self.pid} ({self.command})"
+
+
+Who = Container | HostProcess
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose a process is, and the quota in bytes it is held to (0: none)."""
+
+    who: Who
     quota_bytes: int
+
+
+@dataclass(frozen=True)
+class SystemProcess:
+    """A process that holds GPU memory by design (enforcement.SYSTEM_PROCESSES), not judged."""
+
+    name: str
+    why: str
 
 
 @dataclass
 class Usage:
-    """One container's real use of GPU memory at one moment."""
+    """One container's (or host process's) real use of GPU memory at one moment."""
 
-    container: Container
+    who: Who
     quota_bytes: int
     used_bytes: int = 0
     processes: int = 0
@@ -66,7 +96,7 @@ class Usage:
 
 @dataclass(frozen=True)
 class Violation:
-    container: Container
+    who: Who
     used_bytes: int
     limit_bytes: int
     quota_bytes: int
@@ -75,31 +105,49 @@ class Violation:
     gpus: tuple[str, ...]
 
     def describe(self) -> str:
+        held = f"holds {self.used_bytes // MIB} MiB of GPU memory"
+        gpus = ", ".join(self.gpus)
+        if isinstance(self.who, HostProcess):
+            return (
+                f"process {self.who.pid} ({self.who.command}) {self.who.where} {held} on {gpus} with no quota "
+                f"for {self.over_seconds:.0f} s; it is in no pod on this node, so it cannot be evicted: "
+                "stop it on the node"
+            )
+        where = f"({self.processes} process(es) on {gpus})"
+        if self.quota_bytes <= 0:
+            return (
+                f"container {self.who.container} {held} {where} with no GPU-memory quota (it was allocated "
+                f"no GPU memory) for {self.over_seconds:.0f} s"
+            )
         return (
-            f"container {self.container.container} holds {self.used_bytes // MIB} MiB of GPU memory "
-            f"({self.processes} process(es) on {', '.join(self.gpus)}) over its quota of "
+            f"container {self.who.container} {held} {where} over its quota of "
             f"{self.quota_bytes // MIB} MiB plus the context allowance ({self.limit_bytes // MIB} MiB in all) "
             f"for {self.over_seconds:.0f} s"
         )
 
 
-def usages(
-    processes: Iterable[tuple[str, int, int]], owner: Callable[[int], Owner | None]
-) -> tuple[list[Usage], dict[str, int]]:
-    """Sum (GPU UUID, pid, bytes) per container; also the bytes per GPU that no container with a
-    quota accounts for (the host, system daemons such as the MPS server, pods without units)."""
-    by_container: dict[Container, Usage] = {}
-    unaccounted: dict[str, int] = {}
+# Whose a process is: an Owner, a known system process, or None when its quota cannot be known
+# this check (it is then not judged).
+OwnerOf = Callable[[int], "Owner | SystemProcess | None"]
+
+
+def usages(processes: Iterable[tuple[str, int, int]], owner: OwnerOf) -> tuple[list[Usage], dict[str, int]]:
+    """Sum (GPU UUID, pid, bytes) per container (or host process); also the bytes per GPU that the
+    known system processes hold."""
+    by_who: dict[Who, Usage] = {}
+    system: dict[str, int] = {}
     for gpu, pid, used in processes:
-        who = owner(pid)
-        if who is None or who.quota_bytes <= 0:
-            unaccounted[gpu] = unaccounted.get(gpu, 0) + used
+        whose = owner(pid)
+        if whose is None:
             continue
-        usage = by_container.setdefault(who.container, Usage(who.container, who.quota_bytes))
+        if isinstance(whose, SystemProcess):
+            system[gpu] = system.get(gpu, 0) + used
+            continue
+        usage = by_who.setdefault(whose.who, Usage(whose.who, whose.quota_bytes))
         usage.used_bytes += used
         usage.processes += 1
         usage.gpus.add(gpu)
-    return list(by_container.values()), unaccounted
+    return list(by_who.values()), system
 
 
 class Tracker:
@@ -108,10 +156,13 @@ class Tracker:
     def __init__(self, grace_s: float, allowance_bytes: int) -> None:
         self.grace_s = grace_s
         self.allowance_bytes = allowance_bytes
-        self.over_since: dict[Container, float] = {}
-        self._reported: set[Container] = set()
+        self.over_since: dict[Who, float] = {}
+        self._reported: set[Who] = set()
 
     def limit(self, usage: Usage) -> int:
+        """Quota plus the allowance per process; 0 for what has no quota (no context is honest there)."""
+        if usage.quota_bytes <= 0:
+            return 0
         return usage.quota_bytes + self.allowance_bytes * usage.processes
 
     def observe(self, current: Iterable[Usage], now: float | None = None) -> list[Violation]:
@@ -120,7 +171,7 @@ class Tracker:
         due = []
         seen = set()
         for usage in current:
-            key = usage.container
+            key = usage.who
             seen.add(key)
             limit = self.limit(usage)
             if usage.used_bytes <= limit:
@@ -146,12 +197,12 @@ class Tracker:
             self._reported.discard(key)
         return due
 
-    def retry(self, container: Container) -> None:
+    def retry(self, who: Who) -> None:
         """Report this container again at the next observation (its action did not happen)."""
-        self._reported.discard(container)
+        self._reported.discard(who)
 
-    def over_seconds(self, container: Container, now: float | None = None) -> float:
-        since = self.over_since.get(container)
+    def over_seconds(self, who: Who, now: float | None = None) -> float:
+        since = self.over_since.get(who)
         return 0.0 if since is None else (time.monotonic() if now is None else now) - since
 
 
@@ -164,7 +215,7 @@ def _parent(pid: int, proc: Path) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the command name
 
 
-def owner_from_pids(mapping: dict[int, Owner], proc: Path = Path("/proc")) -> Callable[[int], Owner | None]:
+def owner_from_pids(mapping: dict[int, Owner], proc: Path = Path("/proc")) -> OwnerOf:
     """Processes given by pid, and their descendants, belong to the given containers."""
 
     def owner(pid: int) -> Owner | None:
@@ -214,15 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         while time.monotonic() - started < args.duration:
             now = time.monotonic()
             seen = [(gpu.uuid, p.pid, p.used_bytes) for gpu in backend.gpus() for p in backend.processes(gpu.uuid)]
-            current, _unaccounted = usages(seen, owner)
+            current, _system = usages(seen, owner)
             for usage in current:
                 line = {
                     "t": round(now - started, 2),
-                    "container": str(usage.container),
+                    "container": str(usage.who),
                     "used_mib": usage.used_bytes // MIB,
                     "limit_mib": tracker.limit(usage) // MIB,
                     "processes": usage.processes,
-                    "over_s": round(tracker.over_seconds(usage.container, now), 2),
+                    "over_s": round(tracker.over_seconds(usage.who, now), 2),
                 }
                 print(json.dumps(line), flush=True)
             for violation in tracker.observe(current, now):

@@ -58,12 +58,17 @@ class KubeNodeApi:
         return dict((json.loads(response.data).get("metadata") or {}).get("labels") or {})
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
-        involved = k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node)
-        body = event(
-            involved, namespace="default", component=self.component, host=node, reason=reason, message=message,
-            event_type=event_type,
-        )  # fmt: skip
-        self.core.create_namespaced_event("default", body)
+        post_node_event(self.core, self.component, node, reason=reason, message=message, event_type=event_type)
+
+
+def post_node_event(core: Any, component: str, node: str, *, reason: str, message: str, event_type: str) -> None:
+    """A core/v1 Event about a node (in the default namespace, as kubelet posts its node events)."""
+    involved = k8s.V1ObjectReference(api_version="v1", kind="Node", name=node, uid=node)
+    body = event(
+        involved, namespace="default", component=component, host=node, reason=reason, message=message,
+        event_type=event_type,
+    )  # fmt: skip
+    core.create_namespaced_event("default", body, _request_timeout=10)
 
 
 def event(
@@ -85,10 +90,6 @@ def event(
 
 
 # --- the monitor's reads, events and evictions --------------------------------------------------
-class EvictionRefused(RuntimeError):
-    """The API server would not evict the pod now (HTTP 429: a PodDisruptionBudget)."""
-
-
 class PodApi(Protocol):
     """What cgpu-monitor's enforcement asks of the API server."""
 
@@ -96,7 +97,9 @@ class PodApi(Protocol):
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None: ...
 
-    def evict(self, namespace: str, name: str) -> None: ...
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None: ...
+
+    def evict(self, namespace: str, name: str, uid: str) -> None: ...
 
 
 class KubePodApi:
@@ -122,16 +125,21 @@ class KubePodApi:
         )  # fmt: skip
         self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=10)
 
-    def evict(self, namespace: str, name: str) -> None:
-        """Evict through the Eviction API (PodDisruptionBudgets apply); a pod already gone is fine."""
-        body = k8s.V1Eviction(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace))
+    def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
+        post_node_event(self.core, self.component, node, reason=reason, message=message, event_type=event_type)
+
+    def evict(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod of this UID by deleting it with its own grace period, as kubelet evicts a pod
+        over its ephemeral-storage limit: no PodDisruptionBudget applies (a tenant's budget would
+        otherwise keep a pod over its quota running), and an admission policy holds the monitor's
+        deletes to its own node (roles/vgpu_stack). A pod already gone, or replaced by another of
+        the same name, is fine."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
         try:
-            self.core.create_namespaced_pod_eviction(name, namespace, body, _request_timeout=10)
+            self.core.delete_namespaced_pod(name, namespace, body=options, _request_timeout=10)
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status in (404, 409):  # gone, or the name is another pod's now
                 return
-            if exc.status == 429:
-                raise EvictionRefused(f"the API server refused to evict {namespace}/{name} now: {exc.body}") from None
             raise
 
 

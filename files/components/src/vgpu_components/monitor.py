@@ -2,9 +2,12 @@
 
 Per GPU (NVML): total and used memory. Per container holding <prefix>/gpu-memory units, or a
 device of the DRA driver through a claim (both from kubelet's PodResources API): quota, used,
-context and peak from the interposer's region file, found by the alloc-id rule of
-docs/architecture.md (for a claim: the alloc-id in the name of the CDI device the driver prepared,
-the quota from its quota file). Containers that have not touched the GPU yet export zeros.
+context and peak. The quota is the one in the allocation's quota file, which the device plugin or
+the DRA driver wrote for it (host_paths.read_quota_bytes reads it as libvgpu does): one quota per
+container, on both scheduling paths, for the metrics and the enforcement alike. Used, context and
+peak come from the interposer's region file, found by the alloc-id rule of docs/architecture.md
+(for a claim: the alloc-id in the name of the CDI device the driver prepared). Containers that
+have not touched the GPU yet export zeros.
 The region is the container's own account; the ground truth, each process's memory as the driver
 reports it, is checked against the quota by enforcement.py on its own thread and exported here.
 Label names follow dcgm-exporter where they overlap (gpu, UUID, modelName, Hostname, namespace,
@@ -19,6 +22,7 @@ FIFO, folder or symlink).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -33,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from vgpu_components import __version__, config, dra, health, host_paths, ids, kube, nvml, region
 from vgpu_components.enforcement import Enforcer
+from vgpu_components.ground_truth import HostProcess
 from vgpu_components.nvml import Gpu
 from vgpu_components.podresources import ContainerClaimDevice, PodResourcesClient
 
@@ -40,6 +45,7 @@ log = logging.getLogger("vgpu.monitor")
 MIB = 1024 * 1024
 GPU_LABELS = ["gpu", "UUID", "modelName", "Hostname"]
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu", "UUID", "Hostname"]
+HOST_PROCESS_LABELS = ["pid", "command", "gpu", "UUID", "Hostname"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class Holder:
     pod: str
     container: str
     gpu: Gpu | None  # None: its devices span GPUs, or the GPU is unknown here
-    quota_bytes: int
+    quota_bytes: int | None  # from its quota file; None: the file is missing or not what libvgpu reads
     alloc_id: str
 
 
@@ -76,6 +82,7 @@ class MonitorCollector(Collector):
         self.gpus: list[Gpu] = backend.gpus() if backend is not None else []
         self.by_key = {ids.gpu_key(g.uuid): g for g in self.gpus}
         self.region_errors = 0
+        self.quota_file_errors = 0
         self.pod_resources_errors = 0
         self.last_ok = True
         self.scrape_timeout_s = float(cfg["monitor"]["scrape_timeout_s"])
@@ -92,6 +99,7 @@ class MonitorCollector(Collector):
             families = [*self._gpu_metrics(), *self._container_metrics(), *self._ground_truth_metrics()]
             errors = CounterMetricFamily("vgpu_monitor_errors", "Failed reads by source", labels=["source"])
             errors.add_metric(["region"], self.region_errors)
+            errors.add_metric(["quota_file"], self.quota_file_errors)
             errors.add_metric(["pod_resources"], self.pod_resources_errors)
             families.append(errors)
             return families
@@ -147,8 +155,9 @@ class MonitorCollector(Collector):
             gpu = holder.gpu
             gpu_index, uuid = (str(gpu.index), gpu.uuid) if gpu else ("", "")
             labels = [holder.namespace, holder.pod, holder.container, gpu_index, uuid, self.node]
-            allocated[uuid] = allocated.get(uuid, 0) + holder.quota_bytes
-            families["quota"].add_metric(labels, holder.quota_bytes)
+            if holder.quota_bytes is not None:
+                allocated[uuid] = allocated.get(uuid, 0) + holder.quota_bytes
+                families["quota"].add_metric(labels, holder.quota_bytes)
             try:
                 sample = self._read_region(holder.alloc_id)
             except region.RegionBusy:
@@ -168,24 +177,33 @@ class MonitorCollector(Collector):
         yield alloc
 
     def _holders(self) -> list[Holder]:
-        """The containers with a quota on either path, from one PodResources List; [] when kubelet fails."""
+        """The containers with a quota on either path; [] when kubelet fails (said on /healthz)."""
         if self.pod_resources is None:
             return []
         try:
-            devices, claims = self.pod_resources.list_both(self.resource, self.dra_driver)
-            self.last_ok = True
+            return self.holders()
         except Exception as exc:
-            self.pod_resources_errors += 1
-            self.last_ok = False
             log.warning("PodResources List failed: %s", exc)
             return []
-        unit_bytes = int(self.cfg["unit_mib"]) * MIB
+
+    def holders(self) -> list[Holder]:
+        """The containers with a quota on either path, from one PodResources List (raises when
+        kubelet cannot be asked), each with the quota of its allocation's quota file."""
+        if self.pod_resources is None:
+            raise RuntimeError("no PodResources client")
+        try:
+            devices, claims = self.pod_resources.list_both(self.resource, self.dra_driver)
+            self.last_ok = True
+        except Exception:
+            self.pod_resources_errors += 1
+            self.last_ok = False
+            raise
         out = []
         for held in devices:
             keys = {ids.parse_device_id(d)[0] for d in held.device_ids if _ours(d)}
             gpu = self.by_key.get(min(keys)) if len(keys) == 1 else None
-            quota = len(held.device_ids) * unit_bytes
-            out.append(Holder(held.namespace, held.pod, held.container, gpu, quota, ids.alloc_id(held.device_ids)))
+            alloc_id = ids.alloc_id(held.device_ids)
+            out.append(Holder(held.namespace, held.pod, held.container, gpu, self._quota(alloc_id), alloc_id))
         return out + self._claim_holders(claims)
 
     def _claim_holders(self, claims: Iterable[ContainerClaimDevice]) -> list[Holder]:
@@ -198,20 +216,34 @@ class MonitorCollector(Collector):
             for name in claim.cdi_devices:
                 alloc_id = name.removeprefix(self.claim_prefix)
                 if name.startswith(self.claim_prefix) and ids.is_alloc_id(alloc_id):
-                    quota_mib = host_paths.read_quota_mib(self.cfg["state_dir"], alloc_id) or 0
                     gpu = by_device.get(claim.device)
-                    out.append(Holder(claim.namespace, claim.pod, claim.container, gpu, quota_mib * MIB, alloc_id))
+                    out.append(
+                        Holder(claim.namespace, claim.pod, claim.container, gpu, self._quota(alloc_id), alloc_id)
+                    )
         return out
 
-    def claim_quotas(self) -> dict[tuple[str, str, str], int]:
-        """(namespace, pod, container) -> quota in bytes of each container of a DRA claim, for the
-        enforcer (a container using two claims' devices has their sum)."""
-        quotas: dict[tuple[str, str, str], int] = {}
-        if self.pod_resources is None:
-            return quotas
-        for holder in self._claim_holders(self.pod_resources.claim_devices(self.dra_driver)):
+    def _quota(self, alloc_id: str) -> int | None:
+        """An allocation's quota in bytes from its quota file; None (counted, logged) when unreadable."""
+        try:
+            quota = host_paths.read_quota_bytes(self.cfg["state_dir"], alloc_id)
+        except host_paths.QuotaFileError as exc:
+            self.quota_file_errors += 1
+            log.warning("%s", exc)
+            return None
+        if quota is None:
+            self.quota_file_errors += 1
+            log.warning("allocation %s has no quota file, or one that sets no quota on its GPU", alloc_id)
+        return quota
+
+    def quotas(self) -> dict[tuple[str, str, str], int | None]:
+        """(namespace, pod, container) -> quota in bytes of every container kubelet lists with our
+        GPU memory (the sum of its allocations; None when one's quota file cannot be read), for
+        the enforcer. Raises when kubelet cannot be asked."""
+        quotas: dict[tuple[str, str, str], int | None] = {}
+        for holder in self.holders():
             key = (holder.namespace, holder.pod, holder.container)
-            quotas[key] = quotas.get(key, 0) + holder.quota_bytes
+            before = quotas.get(key, 0)
+            quotas[key] = None if before is None or holder.quota_bytes is None else before + holder.quota_bytes
         return quotas
 
     def _ground_truth_metrics(self) -> Iterator[Any]:
@@ -228,26 +260,46 @@ class MonitorCollector(Collector):
             "over": ("vgpu_container_over_quota_seconds", "How long the container has been over its limit (0: not)"),
         }
         families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
+        host = {
+            "real": GaugeMetricFamily(
+                "vgpu_host_process_memory_bytes",
+                "GPU memory of a process in no pod on this node (NVML): no quota, and it cannot be evicted",
+                labels=HOST_PROCESS_LABELS,
+            ),
+            "over": GaugeMetricFamily(
+                "vgpu_host_process_over_quota_seconds",
+                "How long a process in no pod on this node has held GPU memory",
+                labels=HOST_PROCESS_LABELS,
+            ),
+        }
         index = {g.uuid: str(g.index) for g in self.gpus}
         for usage in seen.usages:
-            who = usage.container
+            who = usage.who
             uuids = sorted(usage.gpus)
             gpus = ",".join(index.get(u, "") for u in uuids)
+            if isinstance(who, HostProcess):
+                labels = [str(who.pid), who.command, gpus, ",".join(uuids), self.node]
+                host["real"].add_metric(labels, usage.used_bytes)
+                host["over"].add_metric(labels, seen.over_seconds.get(who, 0.0))
+                continue
             labels = [who.namespace, who.pod, who.container, gpus, ",".join(uuids), self.node]
             families["real"].add_metric(labels, usage.used_bytes)
             families["limit"].add_metric(labels, seen.limits.get(who, 0))
             families["over"].add_metric(labels, seen.over_seconds.get(who, 0.0))
         yield from families.values()
-        unaccounted = GaugeMetricFamily(
-            "vgpu_gpu_memory_unaccounted_bytes",
-            "GPU memory of processes in no container with a quota (the host, the MPS server, pods without units)",
+        yield from host.values()
+        system = GaugeMetricFamily(
+            "vgpu_gpu_memory_system_bytes",
+            "GPU memory of the known system processes (enforcement.SYSTEM_PROCESSES: the MPS servers)",
             labels=GPU_LABELS,
         )
         for gpu in self.gpus:
-            unaccounted.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], seen.unaccounted.get(gpu.uuid, 0))
-        yield unaccounted
+            system.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], seen.system.get(gpu.uuid, 0))
+        yield system
         actions = CounterMetricFamily(
-            "vgpu_quota_violations", "Containers found over their limit past the grace period", labels=["action"]
+            "vgpu_quota_violations",
+            "Violations past the grace period, by what was done: evicted, reported, unevictable (a process in no pod)",
+            labels=["action"],
         )
         for action, count in self.enforcer.actions.items():
             actions.add_metric([action], count)
@@ -324,12 +376,12 @@ def main(argv: list[str] | None = None) -> int:
             pods = kube.KubePodApi(kube.api_client(args.kubeconfig), "cgpu-monitor", node)
         except Exception as exc:
             log.error("no Kubernetes API (%s): GPU memory outside quotas is measured but not tied to pods", exc)
-        enforcer = Enforcer(cfg, node, backend, pods)
+        enforcer = Enforcer(cfg, node, backend, pods, namespace=os.environ.get("POD_NAMESPACE", "kube-system"))
     collector = MonitorCollector(
         cfg, node, backend, PodResourcesClient(cfg["monitor"]["pod_resources_socket"]), enforcer
     )
     if enforcer is not None:
-        enforcer.claim_quotas = collector.claim_quotas  # the claims' containers, as /metrics sees them
+        enforcer.quotas = collector.quotas  # the containers' quotas, as /metrics sees them
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

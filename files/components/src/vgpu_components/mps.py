@@ -1,10 +1,40 @@
-"""nvidia-mps: supervises the MPS control daemon (`nvidia-cuda-mps-control -f`) in the foreground.
+"""nvidia-mps: one MPS control daemon per GPU allocation, its compute share and memory limit set on
+the daemon, where the container cannot change them (docs/architecture.md, "Decision: an MPS
+server per allocation").
 
-Pipe and log folders under /run/nvidia/mps (config mps.pipe_dir, mps.log_dir); health through
-the control pipe (`get_default_active_thread_percentage`); restart with back-off when the daemon
-dies; `quit` on SIGTERM. Setting the GPUs to EXCLUSIVE_PROCESS is a config option
-(mps.set_exclusive_process, off by default); when on, the original compute modes are saved in
-the pipe folder and restored on exit, also after a crash of this supervisor.
+The protocol with the device plugin and the DRA driver (this module is its one home):
+
+  request  <state_dir>/mps/<alloc-id>.json, written by the allocating side with the allocation's
+           host paths (host_paths.HostPaths) and removed with them: the GPU, the thread
+           percentage (the container's compute share, or device_plugin.mps_active_thread_percentage),
+           the pinned device-memory limit in MiB (the quota; null where the driver lacks it) and a
+           serial that changes on every write.
+  daemon   `nvidia-cuda-mps-control -f` with CUDA_MPS_PIPE_DIRECTORY=<pipe_dir>/<alloc-id>,
+           CUDA_MPS_LOG_DIRECTORY=<log_dir>/<alloc-id> and CUDA_VISIBLE_DEVICES=<the GPU's UUID>,
+           then through its control pipe `set_default_active_thread_percentage <p>` and
+           `set_default_device_pinned_mem_limit 0 <N>M`: the defaults every MPS server it starts
+           gets, whatever the client's environment asks (measured on the H200: a client asking 100 %
+           of a daemon at 25 % ran at 0.35 of the GPU alone; a client asking an 8192 MiB pinned
+           limit of a daemon at 2048 MiB was refused 3072 MiB).
+  ready    <pipe_dir>/<alloc-id>/.ready holding the request's serial once the daemon answers with
+           those defaults; the allocating side waits for it (wait_ready) before it answers kubelet,
+           so the container never starts before its daemon (a CUDA client that finds no daemon
+           runs without MPS, unlimited).
+  stop     when the request is gone (the allocation's pod gone: the device plugin collects it,
+           the DRA driver unprepares it) the daemon gets `quit` and its folders are removed. A
+           request written again (the same units given to a new container) with other settings
+           restarts the daemon; with the same settings it is only marked ready for the new serial.
+  restart  nvidia-mps keeps no state of its own: started again (a crash, an upgrade, a reboot) it
+           starts a daemon for every request it finds. Clients connected to a daemon that stops
+           lose their MPS server, as with any MPS daemon restart.
+
+The container gets only <pipe_dir>/<alloc-id>, read-only, at <pipe_dir>, and
+CUDA_MPS_PIPE_DIRECTORY (allocator.container_contract): it can reach no other allocation's daemon,
+and no variable it sets raises what its daemon allows. `<pipe_dir>/.ready` exists while nvidia-mps
+runs (the device plugin advertises compute shares only then).
+
+The GPUs stay in Default compute mode: EXCLUSIVE_PROCESS lets one process, one MPS server, hold a
+GPU, and here every allocation has its own server (mps.set_exclusive_process is refused).
 """
 
 from __future__ import annotations
@@ -12,79 +42,150 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import __version__, config, health, nvml
+from vgpu_components import __version__, config, health, ids, nvml
 
 log = logging.getLogger("vgpu.mps")
 READY_FILE = ".ready"
-MODES_FILE = ".compute-modes.json"
+REQUESTS = "mps"  # <state_dir>/mps/<alloc-id>.json
+VERSION = 1
 
 
-class MpsSupervisor:
-    def __init__(self, cfg: dict[str, Any], backend: nvml.GpuBackend | None = None) -> None:
-        section = cfg["mps"]
-        self.pipe_dir = Path(section["pipe_dir"])
-        self.log_dir = Path(section["log_dir"])
+class MpsNotReady(RuntimeError):
+    """The daemon of an allocation did not become ready in time; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class MpsRequest:
+    """What the daemon of one allocation must enforce."""
+
+    alloc_id: str
+    gpu: str  # UUID
+    thread_percentage: int
+    pinned_mib: int | None  # None: the driver has no pinned limit (CUDA 11.4), or it is off
+    serial: str = ""
+
+    def settings(self) -> tuple[str, int, int | None]:
+        return self.gpu, self.thread_percentage, self.pinned_mib
+
+    def dumps(self) -> str:
+        return json.dumps({"version": VERSION, **self.__dict__}, sort_keys=True)
+
+    @classmethod
+    def loads(cls, text: str, where: str) -> MpsRequest:
+        """A request file's content; ValueError naming the file and the bad value."""
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+            raise ValueError(f"{where}: expected a version {VERSION} MPS request, got {str(doc)[:80]}")
+        alloc_id, gpu, pct, pinned = (doc.get(k) for k in ("alloc_id", "gpu", "thread_percentage", "pinned_mib"))
+        if not isinstance(alloc_id, str) or not ids.is_alloc_id(alloc_id):
+            raise ValueError(f"{where}: alloc_id {alloc_id!r} is not an alloc-id")
+        if not isinstance(gpu, str) or not gpu.startswith("GPU-"):
+            raise ValueError(f"{where}: gpu {gpu!r} is not a GPU UUID")
+        if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= config.MAX_SHARE:
+            raise ValueError(f"{where}: thread_percentage {pct!r} is not 1-{config.MAX_SHARE}")
+        if pinned is not None and (isinstance(pinned, bool) or not isinstance(pinned, int) or pinned <= 0):
+            raise ValueError(f"{where}: pinned_mib {pinned!r} is not a positive number of MiB or null")
+        return cls(alloc_id, gpu, pct, pinned, str(doc.get("serial", "")))
+
+
+def new_serial() -> str:
+    return secrets.token_hex(8)
+
+
+def requests_dir(state_dir: str | os.PathLike[str]) -> Path:
+    return Path(state_dir) / REQUESTS
+
+
+def write_request(state_dir: str | os.PathLike[str], request: MpsRequest) -> None:
+    """Write (or replace) an allocation's request, whole or not at all."""
+    folder = requests_dir(state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    path = folder / f"{request.alloc_id}.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(request.dumps(), encoding="utf-8")
+    tmp.chmod(0o644)
+    tmp.replace(path)
+
+
+def read_request(state_dir: str | os.PathLike[str], alloc_id: str) -> MpsRequest | None:
+    path = requests_dir(state_dir) / f"{alloc_id}.json"
+    try:
+        return MpsRequest.loads(path.read_text(encoding="utf-8"), str(path))
+    except FileNotFoundError:
+        return None
+
+
+def remove_request(state_dir: str | os.PathLike[str], alloc_id: str) -> None:
+    (requests_dir(state_dir) / f"{alloc_id}.json").unlink(missing_ok=True)
+
+
+def pipe_folder(pipe_dir: str | os.PathLike[str], alloc_id: str) -> Path:
+    """The pipe folder of one allocation's daemon (mounted read-only into its container)."""
+    return Path(pipe_dir) / alloc_id
+
+
+def wait_ready(pipe_dir: str | os.PathLike[str], request: MpsRequest, timeout_s: float) -> None:
+    """Block until nvidia-mps says the allocation's daemon enforces this request (its ready file
+    holds the request's serial); MpsNotReady after timeout_s."""
+    ready = pipe_folder(pipe_dir, request.alloc_id) / READY_FILE
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if ready.read_text(encoding="utf-8").strip() == request.serial:
+                return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise MpsNotReady(
+                f"the MPS daemon of allocation {request.alloc_id} (GPU {request.gpu}, "
+                f"{request.thread_percentage} % of its SMs) was not ready within {timeout_s:g} s: is nvidia-mps "
+                f"running on this node (its pipe folder {pipe_dir}/.ready)? Its log: the nvidia-mps pod's"
+            )
+        time.sleep(0.05)
+
+
+class Daemon:
+    """One allocation's MPS control daemon, run in the foreground and driven through its pipe."""
+
+    def __init__(self, request: MpsRequest, pipe_dir: Path, log_dir: Path, section: dict[str, Any]) -> None:
+        self.request = request
+        self.pipe = pipe_folder(pipe_dir, request.alloc_id)
+        self.log_dir = log_dir / request.alloc_id
         self.binary = str(section["control_binary"])
-        self.exclusive = bool(section["set_exclusive_process"])
-        self.probe_interval = float(section["probe_interval_s"])
         self.probe_timeout = float(section["probe_timeout_s"])
-        self.backoff = float(section["restart_backoff_s"])
-        self.backend = backend
+        self.start_timeout = float(section["start_timeout_s"])
         self.process: subprocess.Popen[bytes] | None = None
-        self.restarts = 0
-        self.healthy_state = (False, "starting")
-        self.stopping = threading.Event()
+        self.failures = 0
+        self.retry_at = 0.0
+        self.next_probe = 0.0
 
     @property
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["CUDA_MPS_PIPE_DIRECTORY"] = str(self.pipe_dir)
-        env["CUDA_MPS_LOG_DIRECTORY"] = str(self.log_dir)
+        env.update(
+            CUDA_MPS_PIPE_DIRECTORY=str(self.pipe),
+            CUDA_MPS_LOG_DIRECTORY=str(self.log_dir),
+            CUDA_VISIBLE_DEVICES=self.request.gpu,  # the daemon, its servers and device 0: this GPU only
+        )
         return env
 
-    # --- compute mode ------------------------------------------------------------------------------
-    def _set_exclusive(self) -> None:
-        if not self.exclusive or self.backend is None:
-            return
-        saved = self.pipe_dir / MODES_FILE
-        # After a crash the saved file holds the modes from before we changed them: keep those.
-        modes: dict[str, int] = json.loads(saved.read_text()) if saved.exists() else {}
-        for gpu in self.backend.gpus():
-            modes.setdefault(gpu.uuid, self.backend.compute_mode(gpu.uuid))
-        saved.write_text(json.dumps(modes))
-        for uuid in modes:
-            self.backend.set_compute_mode(uuid, nvml.COMPUTE_MODE_EXCLUSIVE_PROCESS)
-            log.info("GPU %s set to EXCLUSIVE_PROCESS", uuid)
-
-    def _restore_modes(self) -> None:
-        saved = self.pipe_dir / MODES_FILE
-        if self.backend is None or not saved.exists():
-            return
-        for uuid, mode in json.loads(saved.read_text()).items():
-            try:
-                self.backend.set_compute_mode(uuid, int(mode))
-                log.info("GPU %s compute mode restored to %d", uuid, mode)
-            except Exception as exc:
-                log.error("could not restore compute mode of %s: %s", uuid, exc)
-                return  # keep the file so the next start can try again
-        saved.unlink()
-
-    # --- the daemon ----------------------------------------------------------------------------------
-    def _spawn(self) -> None:
-        self.process = subprocess.Popen([self.binary, "-f"], env=self.env, stdin=subprocess.DEVNULL)
-        log.info("started %s -f", self.binary, extra={"pid": self.process.pid, "restarts": self.restarts})
-
     def control(self, command: str) -> tuple[bool, str]:
-        """Send one command through the control pipe; (ok, output)."""
+        """One command through the control pipe; (ok, output)."""
         try:
             result = subprocess.run(
                 [self.binary],
@@ -100,78 +201,231 @@ class MpsSupervisor:
         return result.returncode == 0, output
 
     def probe(self) -> tuple[bool, str]:
+        """Whether the daemon answers with the request's thread percentage."""
         ok, output = self.control("get_default_active_thread_percentage")
-        if ok:
-            try:
-                float(output.split()[-1])
-            except (ValueError, IndexError):
-                ok = False
-        return ok, output
+        try:
+            found = float(output.split()[-1]) if ok else None
+        except (ValueError, IndexError):
+            found = None
+        if found is None:
+            return False, f"control pipe probe failed: {output or 'no answer'}"
+        if round(found) != self.request.thread_percentage:
+            return False, f"default active thread percentage is {found:g}, not {self.request.thread_percentage}"
+        return True, "ok"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def start(self) -> None:
-        self.pipe_dir.mkdir(parents=True, exist_ok=True)
+        """Start the daemon, set its defaults and mark it ready; RuntimeError saying why it could not."""
+        self.pipe.mkdir(parents=True, exist_ok=True)
+        self.pipe.chmod(0o755)
+        for leftover in self.pipe.iterdir():  # a dead daemon's sockets; the folder stays (it is mounted)
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.pipe_dir.chmod(0o755)
-        self._set_exclusive()
-        self._spawn()
+        self.process = subprocess.Popen([self.binary, "-f"], env=self.env, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.start_timeout
+        ok, output = self.control("get_default_active_thread_percentage")
+        while not ok and self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ok, output = self.control("get_default_active_thread_percentage")
+        if not ok:
+            self.stop(remove=False)
+            raise RuntimeError(f"the control daemon did not answer within {self.start_timeout:g} s: {output}")
+        commands = [f"set_default_active_thread_percentage {self.request.thread_percentage}"]
+        if self.request.pinned_mib is not None:
+            commands.append(f"set_default_device_pinned_mem_limit 0 {self.request.pinned_mib}M")
+        for command in commands:
+            ok, output = self.control(command)
+            if not ok:
+                self.stop(remove=False)
+                raise RuntimeError(f"{command}: {output or 'failed'}")
+        ok, why = self.probe()
+        if not ok:
+            self.stop(remove=False)
+            raise RuntimeError(why)
+        self.mark_ready(self.request.serial)
+        log.info(
+            "MPS daemon of allocation %s ready: %d %% of GPU %s%s",
+            self.request.alloc_id,
+            self.request.thread_percentage,
+            self.request.gpu,
+            f", pinned memory {self.request.pinned_mib} MiB" if self.request.pinned_mib is not None else "",
+            extra={"pid": self.process.pid, "alloc_id": self.request.alloc_id},
+        )
 
-    def run(self) -> None:
-        """Watch the daemon until stop(): probe it, restart it when it exits."""
-        next_probe = time.monotonic()
-        while not self.stopping.is_set():
-            assert self.process is not None
-            code = self.process.poll()
-            if code is not None:
-                self._mark(False, f"daemon exited with status {code}")
-                log.error("MPS control daemon exited with status %s; restarting in %.1f s", code, self.backoff)
-                if self.stopping.wait(self.backoff):
-                    break
-                self.restarts += 1
-                self._spawn()
-                next_probe = time.monotonic() + 0.2
-                continue
-            if time.monotonic() >= next_probe:
-                ok, output = self.probe()
-                self._mark(ok, "ok" if ok else f"control pipe probe failed: {output}")
-                next_probe = time.monotonic() + (self.probe_interval if ok else min(1.0, self.probe_interval))
-            self.stopping.wait(0.1)
+    def mark_ready(self, serial: str) -> None:
+        ready = self.pipe / READY_FILE
+        tmp = self.pipe / f".{READY_FILE}.tmp"
+        tmp.write_text(serial, encoding="utf-8")
+        tmp.chmod(0o644)
+        tmp.replace(ready)
 
-    def _mark(self, ok: bool, reason: str) -> None:
-        if ok != self.healthy_state[0]:
-            (log.info if ok else log.warning)("MPS %s", "healthy" if ok else f"unhealthy: {reason}")
-        self.healthy_state = (ok, reason)
-        ready = self.pipe_dir / READY_FILE
-        if ok:
-            ready.touch()
-        else:
-            ready.unlink(missing_ok=True)
-
-    def healthy(self) -> tuple[bool, str]:
-        return self.healthy_state
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self.stopping.set()
-        (self.pipe_dir / READY_FILE).unlink(missing_ok=True)
+    def stop(self, remove: bool = True, timeout: float = 10.0) -> None:
+        """quit, then terminate; with `remove` also its pipe and log folders (the allocation is gone)."""
+        (self.pipe / READY_FILE).unlink(missing_ok=True)
         process = self.process
         if process is not None and process.poll() is None:
-            ok, output = self.control("quit")
-            log.info("sent quit to the MPS control daemon: %s", output or ("ok" if ok else "failed"))
+            self.control("quit")
             try:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
-                log.warning("MPS control daemon ignored quit; terminating it")
+                log.warning("MPS daemon of allocation %s ignored quit; terminating it", self.request.alloc_id)
                 process.terminate()
                 try:
                     process.wait(5)
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-        self._restore_modes()
+        if remove:
+            shutil.rmtree(self.pipe, ignore_errors=True)
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+class MpsManager:
+    """Keeps one running daemon per request: starts, restarts (with back-off) and stops them."""
+
+    def __init__(self, cfg: dict[str, Any], backend: nvml.GpuBackend | None = None) -> None:
+        self.section = cfg["mps"]
+        self.state_dir = cfg["state_dir"]
+        self.pipe_dir = Path(self.section["pipe_dir"])
+        self.log_dir = Path(self.section["log_dir"])
+        self.tick = min(0.2, float(self.section["probe_interval_s"]))
+        self.probe_interval = float(self.section["probe_interval_s"])
+        self.backoff = float(self.section["restart_backoff_s"])
+        self.backend = backend
+        self.daemons: dict[str, Daemon] = {}
+        self.restarts = 0
+        self.problems: dict[str, str] = {}  # alloc-id, GPU or "node" -> what is wrong
+        self.unreadable: dict[str, str] = {}  # request file -> why it cannot be used
+        self.stopping = threading.Event()
+
+    def start(self) -> None:
+        self.pipe_dir.mkdir(parents=True, exist_ok=True)
+        self.pipe_dir.chmod(0o755)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._check_compute_modes()
+        (self.pipe_dir / READY_FILE).touch()
+
+    def _check_compute_modes(self) -> None:
+        """Every GPU must be in Default compute mode: several MPS servers share a GPU only there."""
+        if self.backend is None:
+            return
+        for gpu in self.backend.gpus():
+            try:
+                mode = self.backend.compute_mode(gpu.uuid)
+            except Exception as exc:
+                log.warning("cannot read the compute mode of %s: %s", gpu.uuid, exc)
+                continue
+            if mode != nvml.COMPUTE_MODE_DEFAULT:
+                self.problems[f"gpu {gpu.uuid}"] = (
+                    f"GPU {gpu.uuid} is in compute mode {mode}, not Default (0): a server per allocation needs "
+                    f"Default (nvidia-smi -i {gpu.uuid} -c DEFAULT)"
+                )
+                log.error("%s", self.problems[f"gpu {gpu.uuid}"])
+
+    def requests(self) -> dict[str, MpsRequest]:
+        """The requests on the host; those it cannot read go to unreadable (and /healthz)."""
+        folder = requests_dir(self.state_dir)
+        found: dict[str, MpsRequest] = {}
+        self.unreadable = {}
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                request = MpsRequest.loads(path.read_text(encoding="utf-8"), str(path))
+            except (OSError, ValueError) as exc:
+                self.unreadable[path.name] = str(exc)
+                continue
+            if request.alloc_id != path.stem:
+                self.unreadable[path.name] = f"{path}: names allocation {request.alloc_id}"
+                continue
+            found[request.alloc_id] = request
+        return found
+
+    def reconcile(self, now: float | None = None) -> None:
+        """One pass: stop the daemons of requests that are gone, start or restart the others."""
+        now = time.monotonic() if now is None else now
+        wanted = self.requests()
+        for alloc_id in [a for a in self.daemons if a not in wanted]:
+            log.info("allocation %s is gone: stopping its MPS daemon", alloc_id)
+            self.daemons.pop(alloc_id).stop()
+            self.problems.pop(alloc_id, None)
+        for alloc_id, request in wanted.items():
+            daemon = self.daemons.get(alloc_id)
+            if daemon is not None and daemon.request.settings() != request.settings():
+                log.info("allocation %s has new MPS settings: restarting its daemon", alloc_id)
+                daemon.stop(remove=False)
+                daemon = None
+            if daemon is None:
+                daemon = self.daemons[alloc_id] = Daemon(request, self.pipe_dir, self.log_dir, self.section)
+                self._start(daemon, now)
+            elif not daemon.running():
+                if now >= daemon.retry_at:
+                    if daemon.process is not None:
+                        self.restarts += 1
+                        log.error("MPS daemon of allocation %s exited; restarting it", alloc_id)
+                    self._start(daemon, now)
+            elif daemon.request.serial != request.serial:
+                daemon.request = request
+                daemon.mark_ready(request.serial)
+            elif now >= daemon.next_probe:
+                ok, why = daemon.probe()
+                daemon.next_probe = now + self.probe_interval
+                if not ok:
+                    log.error("MPS daemon of allocation %s: %s; restarting it", alloc_id, why)
+                    daemon.stop(remove=False)
+                    self.restarts += 1
+                    self._start(daemon, now)
+
+    def _start(self, daemon: Daemon, now: float) -> None:
+        try:
+            daemon.start()
+        except (OSError, RuntimeError) as exc:
+            daemon.failures += 1
+            daemon.retry_at = now + self.backoff * min(2 ** (daemon.failures - 1), 30)
+            self.problems[daemon.request.alloc_id] = f"allocation {daemon.request.alloc_id}: {exc}"
+            log.error("MPS daemon of allocation %s did not start: %s", daemon.request.alloc_id, exc)
+            return
+        daemon.failures = 0
+        daemon.next_probe = now + self.probe_interval
+        self.problems.pop(daemon.request.alloc_id, None)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.reconcile()
+            except OSError as exc:
+                self.problems["node"] = f"cannot read the MPS requests: {exc}"
+                log.error("%s", self.problems["node"])
+            else:
+                self.problems.pop("node", None)
+            self.stopping.wait(self.tick)
+
+    def healthy(self) -> tuple[bool, str]:
+        problems = {**self.problems, **self.unreadable}
+        if not problems:
+            return True, "ok"
+        return False, "; ".join(sorted(problems.values()))
+
+    def stop(self) -> None:
+        """Quit every daemon; their requests stay, for the next start."""
+        self.stopping.set()
+        (self.pipe_dir / READY_FILE).unlink(missing_ok=True)
+        for daemon in self.daemons.values():
+            daemon.stop(remove=False)
+        self.daemons.clear()
+
+
+def replace_share(request: MpsRequest, thread_percentage: int) -> MpsRequest:
+    """The request with another thread percentage and a new serial."""
+    return replace(request, thread_percentage=thread_percentage, serial=new_serial())
 
 
 DESCRIPTION = (
-    "Supervises nvidia-cuda-mps-control in the foreground: pipe and log folders, health "
-    "through the control pipe, restart on crash, compute mode restored on exit (config: the mps section)."
+    "Runs one MPS control daemon per GPU allocation, with the allocation's compute share and memory "
+    "limit as the daemon's defaults (config: state_dir and the mps section)."
 )
 
 
@@ -185,17 +439,19 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s not found on PATH (%s)", binary, os.environ.get("PATH", ""))
         return 2
     backend: nvml.GpuBackend | None = None
-    if cfg["mps"]["set_exclusive_process"]:
+    try:
         backend = nvml.NvmlBackend()
-    supervisor = MpsSupervisor(cfg, backend)
-    signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: supervisor.stopping.set())
-    server = health.HealthServer("", cfg["mps"]["healthz_port"], {"/healthz": health.check(supervisor.healthy)})
+    except Exception as exc:
+        log.warning("NVML unavailable (%s): the GPUs' compute modes are not checked", exc)
+    manager = MpsManager(cfg, backend)
+    signal.signal(signal.SIGTERM, lambda *_: manager.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: manager.stopping.set())
+    server = health.HealthServer("", cfg["mps"]["healthz_port"], {"/healthz": health.check(manager.healthy)})
     server.start()
-    supervisor.start()
-    supervisor.run()
+    manager.start()
+    manager.run()
     log.info("stopping")
-    supervisor.stop()
+    manager.stop()
     server.stop()
     if backend is not None:
         backend.close()

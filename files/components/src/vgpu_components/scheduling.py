@@ -13,7 +13,6 @@ shares on one GPU add up to `cores` at most (100, or more where oversubscription
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -22,6 +21,7 @@ from typing import Any
 
 from vgpu_components import config
 from vgpu_components.placement import Ranking
+from vgpu_components.quantity import whole_number
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -120,20 +120,7 @@ class PendingPod:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-_QUANTITY = re.compile(r"(0|[1-9][0-9]{0,11})(k|M|G|Ki|Mi|Gi)?", re.ASCII)
-_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 MAX_UNITS = 10**12
-
-
-def parse_quantity(value: Any, what: str) -> int:
-    """An extended-resource quantity: a whole, non-negative number of units in ASCII digits, as
-    the API server serialises it ("30", "1k", "1Ki"); anything else is refused."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_UNITS:
-        return value
-    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
-    if match is None or int(match.group(1)) * _SUFFIX[match.group(2)] > MAX_UNITS:
-        raise ValueError(f"{what}: expected a whole number of units (0 to {MAX_UNITS}), got {value!r:.40}")
-    return int(match.group(1)) * _SUFFIX[match.group(2)]
 
 
 def container_units(container: Mapping[str, Any], resource: str) -> int:
@@ -146,7 +133,7 @@ def container_units(container: Mapping[str, Any], resource: str) -> int:
         if not isinstance(values, Mapping):
             raise ValueError(f"container {container.get('name')!r}: resources.{part} must be an object")
         if resource in values:
-            return parse_quantity(values[resource], f"container {container.get('name')!r} {resource}")
+            return whole_number(values[resource], f"container {container.get('name')!r} {resource}", MAX_UNITS)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Compute shares: `<prefix>/gpu-cores`, a container's share of one GPU's SMs in percent, which MPS
-enforces as the container's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (docs/architecture.md, "Decision:
-the compute share").
+enforces as the default active thread percentage of the container's own MPS daemon (mps.py;
+docs/architecture.md, "Decision: the compute share").
 
 Tokens: `cores-<n>`, cores_per_gpu of them per GPU and tied to none: a share's GPU is the GPU of
 the container's memory units. An Allocate of n tokens gives the container the percentage n.
@@ -60,11 +60,6 @@ class ShareTokens:
         return len(device_ids)
 
 
-def share_env(share: int) -> dict[str, str]:
-    """The env a share gives its container."""
-    return {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(share)}
-
-
 @dataclass(frozen=True)
 class Holder:
     """One container as PodResources lists it: its memory allocation and its share tokens."""
@@ -108,13 +103,21 @@ class ShareLedger:
             else:
                 self._memory = (alloc_id, gpu_key)  # an earlier one still waiting had no share
 
-    def share_allocated(self, share: int) -> None:
+    def share_allocated(self, share: int) -> Holder | None:
+        """A share's Allocate; the container it pairs with when its memory came first."""
         with self.lock:
             if self._memory is not None:
-                self._add(Holder(*self._memory, share))
+                holder = Holder(*self._memory, share)
+                self._add(holder)
                 self._memory = None
-            else:
-                self._share = share
+                return holder
+            self._share = share
+            return None
+
+    def pending_share(self) -> int | None:
+        """The share a memory Allocate now would pair with (kubelet allocated it first)."""
+        with self.lock:
+            return self._share
 
     def forget_pending(self) -> None:
         """After a refused or ambiguous Allocate: nothing waits for a partner any more."""

@@ -153,8 +153,9 @@ def test_device_plugin_may_read_and_patch_nodes_and_post_events_in_default(rende
 
 def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
     """RBAC grants patch on every node; the policy narrows it (tests/k8s/test_stack.py checks it for real)."""
-    (policy,) = objects(rendered, "kubeadm-custom", "ValidatingAdmissionPolicy")
-    (binding,) = objects(rendered, "kubeadm-custom", "ValidatingAdmissionPolicyBinding")
+    policies = by_name(rendered, "kubeadm-custom", "ValidatingAdmissionPolicy")
+    policy = policies["vgpu-nvidia-shared-device-plugin-own-node"]
+    binding = by_name(rendered, "kubeadm-custom", "ValidatingAdmissionPolicyBinding")[policy["metadata"]["name"]]
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     (condition,) = policy["spec"]["matchConditions"]
     assert "system:serviceaccount:kube-system:nvidia-shared-device-plugin" in condition["expression"]
@@ -185,18 +186,43 @@ def test_mps_has_no_api_access_and_no_token(rendered):
 def test_the_monitor_gets_what_its_enforcement_needs_and_no_more(rendered, tmp_path):
     """Found by review of helper 2's ground truth against the role: without the host's PIDs, a token and
     these rules the monitor measured real GPU memory but could tie it to no pod, so nothing was
-    reported or evicted on a real cluster (files/components/src/vgpu_components/enforcement.py)."""
+    reported or evicted on a real cluster (files/components/src/vgpu_components/enforcement.py).
+    Issue 28 finding 4: it evicts by deleting the pod, which an admission policy holds to its own
+    node (below); no Eviction API right, which no policy could hold to a node."""
     read = {("*", "", "pods", verb) for verb in ("get", "list")}
     post = {("*", "", "events", "create")}
-    assert rules_of(rendered, "cgpu-monitor") == read | post | {("*", "", "pods/eviction", "create")}
+    assert rules_of(rendered, "cgpu-monitor") == read | post | {("*", "", "pods", "delete")}
     monitor = by_name(rendered, "k3s-defaults", "DaemonSet")["cgpu-monitor"]["spec"]["template"]["spec"]
     assert monitor["hostPID"] is True
+    env = {e["name"]: e for e in monitor["containers"][0]["env"]}  # the system processes' namespace
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert monitor.get("automountServiceAccountToken", True) is True
     account = by_name(rendered, "k3s-defaults", "ServiceAccount")["cgpu-monitor"]
     assert account["automountServiceAccountToken"] is True
-    # Reporting only: no eviction right.
+    # Reporting only: no right to delete a pod.
     report = {"report": render(tmp_path, {"vgpu_kubernetes_flavour": "k3s", "vgpu_enforcement": "report"})}
     assert rules_of(report, "cgpu-monitor", "report") == read | post
+
+
+def test_an_admission_policy_holds_the_monitors_evictions_to_its_own_node(rendered):
+    """Issue 28 finding 4: RBAC grants delete of any pod; the policy narrows it to the pods of the node
+    the monitor's pod runs on, by the node name in its pod-bound token (tests/k8s/test_stack.py
+    checks it against the real API server)."""
+    policies = by_name(rendered, "kubeadm-custom", "ValidatingAdmissionPolicy")
+    bindings = by_name(rendered, "kubeadm-custom", "ValidatingAdmissionPolicyBinding")
+    policy = policies["vgpu-cgpu-monitor-own-node"]
+    assert bindings["vgpu-cgpu-monitor-own-node"]["spec"] == {
+        "policyName": "vgpu-cgpu-monitor-own-node",
+        "validationActions": ["Deny"],
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["pods"], ["DELETE"])
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == "request.userInfo.username == 'system:serviceaccount:kube-system:cgpu-monitor'"
+    (own_node,) = (v["expression"] for v in policy["spec"]["validations"])
+    node_name = "request.userInfo.extra['authentication.kubernetes.io/node-name']"
+    assert f"{node_name} == [oldObject.spec.?nodeName.orValue('')]" in own_node
 
 
 # Issue 12 finding 8: who runs as root and why is stated in the template next to the setting.
@@ -230,12 +256,18 @@ def test_nothing_is_privileged_by_default_and_only_mps_keeps_capabilities(render
             assert context["readOnlyRootFilesystem"] is True
 
 
-def test_mps_is_privileged_only_to_set_exclusive_process(tmp_path):
-    rendered = render(tmp_path, {"vgpu_mps_set_exclusive_process": True})
-    (mps,) = [
-        d for d in rendered["components.yaml"] if d["metadata"]["name"] == "nvidia-mps" and d["kind"] == "DaemonSet"
-    ]
-    assert mps["spec"]["template"]["spec"]["containers"][0]["securityContext"] == {"privileged": True}
+def test_mps_reads_the_allocations_requests_and_is_never_privileged(rendered):
+    """nvidia-mps starts a daemon per allocation from the requests the device plugin and the DRA
+    driver write under state_dir/mps (mps.py), read-only; it no longer changes compute modes (a
+    server per allocation needs Default), so it is never privileged."""
+    mps = by_name(rendered, "kubeadm-custom", "DaemonSet")["nvidia-mps"]["spec"]["template"]["spec"]
+    (container,) = mps["containers"]
+    assert "privileged" not in container["securityContext"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in mps["volumes"]}
+    assert mounts["requests"] == {"name": "requests", "mountPath": "/var/lib/vgpu/mps", "readOnly": True}
+    assert volumes["requests"]["hostPath"] == {"path": "/var/lib/vgpu/mps", "type": "DirectoryOrCreate"}
+    assert mounts["mps"]["mountPath"] == "/run/nvidia/mps" and not mounts["mps"].get("readOnly")
 
 
 ARCHITECTURE_KEYS = {
