@@ -555,6 +555,10 @@ bypass_check ref-bypass "the device plugin's 1000 MiB quota"
 # shellcheck source=tests/gpu/kubelet/access.sh
 source "$HERE/access.sh"
 
+# shellcheck source=tests/gpu/kubelet/outside_quota.sh
+source "$HERE/outside_quota.sh"
+outside_quota_checks
+
 section "PyTorch with 30 units, a 4 GiB tensor"
 if [[ $FAKE == 1 ]]; then
     skip "PyTorch (no PyTorch and no GPU in the emulation)"
