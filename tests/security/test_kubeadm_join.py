@@ -45,6 +45,8 @@ PLAY = """
   vars:
     ansible_facts: {{nodename: edge-1}}
     ansible_python_interpreter: {python}
+    # The kubeadm role's own variables are set below; the settings check refuses them on K3s.
+    vgpu_kubernetes_flavour: kubeadm
   tasks:
     - name: Join as the kubeadm role does
       ansible.builtin.include_role:
