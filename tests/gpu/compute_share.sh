@@ -20,6 +20,7 @@
 #      the request removed: the daemon quits and its pipe folder goes.
 # Prints the numbers, PASS/FAIL lines and "N passed, N failed" last; exits 1 on any FAIL.
 # About 3 minutes (BENCH_S=3 seconds per timed run). Log: LOG_DIR/compute-share.log.
+# SECTIONS=5 runs the baseline and section 5 only (about a minute: a short device budget).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -32,6 +33,8 @@ PY=${PYTHON:-python3}
 GPU=${GPU:-0}
 BENCH_S=${BENCH_S:-3}
 LIMIT_MIB=4096
+SECTIONS=${SECTIONS:-all}
+[[ $SECTIONS =~ ^(all|5)$ ]] || { echo "SECTIONS=$SECTIONS: expected all or 5" >&2; exit 2; }
 JOB=$HERE/compute_share.py
 passed=0
 failed=0
@@ -130,6 +133,7 @@ fi
 read -r TS1 TS2 <<<"$(bench_pair "$NO_MPS")"
 say "two processes without MPS (time-slicing): $TS1 + $TS2 TFLOP/s ($(ratio "$TS1" "$ALONE") + $(ratio "$TS2" "$ALONE") of alone)"
 
+if [[ $SECTIONS == all ]]; then
 # --- 2. under MPS, one process at 100, 50, 25 % --------------------------------------------------
 CUDA_MPS_PIPE_DIRECTORY=$PIPE CUDA_MPS_LOG_DIRECTORY=$PIPE/log nvidia-cuda-mps-control -d >>"$LOG" 2>&1 \
     || { fail "the MPS control daemon did not start (see $LOG)"; finish; }
@@ -196,6 +200,7 @@ PINNED=CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${LIMIT_MIB}M
 check_alloc "pinned limit: 3072 MiB under the ${LIMIT_MIB} MiB limit" true "$(alloc "$PIPE" 3072 "$PINNED")"
 check_alloc "pinned limit: 5120 MiB past the ${LIMIT_MIB} MiB limit" false "$(alloc "$PIPE" 5120 "$PINNED")"
 check_alloc "no pinned limit: 5120 MiB (the control)" true "$(alloc "$PIPE" 5120)"
+fi
 
 # --- 5. nvidia-mps: an MPS daemon per allocation, its limits out of the client's reach --------------
 stop_mps
