@@ -45,8 +45,6 @@ PLAY = """
   vars:
     ansible_facts: {{nodename: edge-1}}
     ansible_python_interpreter: {python}
-    # The kubeadm role's own variables are set below; the settings check refuses them on K3s.
-    vgpu_kubernetes_flavour: kubeadm
   tasks:
     - name: Join as the kubeadm role does
       ansible.builtin.include_role:
@@ -85,7 +83,14 @@ def joined(tmp_path_factory):
             str(tmp / "play.yml"),
             # A worker: a control plane would also write the scheduler configuration under /etc.
             "-e",
-            json.dumps({"kubeadm_join_config_path": str(config), "kubeadm_is_control_plane": False}),
+            # The kubeadm role's variables, so the settings check wants the kubeadm flavour.
+            json.dumps(
+                {
+                    "kubeadm_join_config_path": str(config),
+                    "kubeadm_is_control_plane": False,
+                    "vgpu_kubernetes_flavour": "kubeadm",
+                }
+            ),
             path_prefix=str(tools),
         )
     finally:
