@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from vgpu_components import logs
+from vgpu_components import logs, switches
 
 DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 SECTIONS = ("device_plugin", "monitor", "mps", "extender", "dra")
@@ -40,13 +40,7 @@ EXTENDER_PORT = 32766
 MAX_SHARE = 100  # a container's compute share (<prefix>/gpu-cores) is a percentage of one GPU
 MAX_CORES_PER_GPU = 1000  # shares of one GPU may add up to ten times the GPU at most
 
-DEFAULT_SWITCHES: dict[str, int] = {
-    "gpu_virtual_memory": 1,
-    "limit": 1,
-    "gpu_cgroup_enable": 0,
-    "cgroup_map_mode": 0,
-    "gpu_compute_audit": 0,
-}
+DEFAULT_SWITCHES: dict[str, int] = dict(switches.DEFAULTS)  # libvgpu's switches.def, the one list
 
 DEFAULTS: dict[str, Any] = {
     "resource_prefix": "vgpu.io",
