@@ -1,10 +1,10 @@
 """One list of interposer switches (issue 26 item 2): files/libvgpu/src/switches.def.
 
-libvgpu's config.c is built from that file. Every other home of a switch name or default is checked
-against it here: the components' table (vgpu_components.switches, which config.py and the
-container contract use), vgpu_stack's defaults, argument spec and ConfigMap template, and the
-switches the vgpu_verify module turns on. A copy of switches.def with a switch renamed or added
-shows that the check catches each home.
+libvgpu's config.c and manage's names for the region's flags are built from that file. Every other
+home of a switch name or default is checked against it here: the components' table
+(vgpu_components.switches, which config.py and the container contract use), vgpu_stack's defaults,
+argument spec and ConfigMap template, and the switches the vgpu_verify module turns on. A copy of
+switches.def with a switch renamed or added shows that the check catches each home.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ NOT_SWITCHES = {
 }
 
 
-def quota_keys(text: str) -> list[str]:
+def quota_switches(text: str) -> list[tuple[str, str]]:
     lines = [line for line in text.splitlines() if not line.startswith(("#", "memory_limit="))]
-    return [line.split("=")[0] for line in lines]
+    return [(key, value) for key, _, value in (line.partition("=") for line in lines)]
 
 
 def contract() -> allocator.Allocation:
@@ -72,11 +72,14 @@ def drift(listed: Sequence[switches.Switch]) -> list[str]:
     keys = [s.key for s in listed]
     defaults = {s.key: s.default for s in listed}
     envs = {s.env for s in listed}
+    given = contract()  # from config.DEFAULTS: each switch at its default
     homes = {
         "vgpu_components.switches.SWITCHES": list(switches.SWITCHES) == list(listed),
         "config.DEFAULTS device_plugin.switches": DEFAULTS["device_plugin"]["switches"] == defaults,
-        "the container contract's environment": set(contract().envs) - NOT_SWITCHES == envs,
-        "the container contract's quota file": quota_keys(contract().quota_text) == keys,
+        "the container contract's environment": {k: v for k, v in given.envs.items() if k not in NOT_SWITCHES}
+        == {s.env: str(s.default) for s in listed},
+        "the container contract's quota file": quota_switches(given.quota_text)
+        == [(s.key, str(s.default)) for s in listed],
         "vgpu_stack defaults vgpu_stack_switches": role_default() == defaults,
         "vgpu_stack argument spec default": spec_option()["default"] == defaults,
         "vgpu_stack argument spec description": f"({', '.join(keys)})" in spec_option()["description"],
@@ -138,3 +141,15 @@ def test_a_renamed_switch_the_verify_module_turns_on_is_caught():
 def test_a_switch_line_the_parser_cannot_read_is_an_error_naming_it(line):
     with pytest.raises(ValueError, match=re.escape(line)):
         switches.parse(line + "\n")
+
+
+def test_a_default_changed_in_switches_def_is_caught_in_every_home_of_a_default():
+    text = SWITCHES_DEF.read_text().replace("cgroup_enable,      0,", "cgroup_enable,      1,")
+    assert set(drift(switches.parse(text))) >= {
+        "vgpu_components.switches.SWITCHES",
+        "config.DEFAULTS device_plugin.switches",
+        "the container contract's environment",
+        "the container contract's quota file",
+        "vgpu_stack defaults vgpu_stack_switches",
+        "vgpu_stack argument spec default",
+    }
