@@ -56,9 +56,9 @@ NOT_SWITCHES = {
 }
 
 
-def quota_switches(text: str) -> list[tuple[str, str]]:
+def quota_switches(text: str) -> list[list[str]]:
     lines = [line for line in text.splitlines() if not line.startswith(("#", "memory_limit="))]
-    return [(key, value) for key, _, value in (line.partition("=") for line in lines)]
+    return [line.split("=", 1) for line in lines]
 
 
 def contract() -> allocator.Allocation:
@@ -79,7 +79,7 @@ def drift(listed: Sequence[switches.Switch]) -> list[str]:
         "the container contract's environment": {k: v for k, v in given.envs.items() if k not in NOT_SWITCHES}
         == {s.env: str(s.default) for s in listed},
         "the container contract's quota file": quota_switches(given.quota_text)
-        == [(s.key, str(s.default)) for s in listed],
+        == [[s.key, str(s.default)] for s in listed],
         "vgpu_stack defaults vgpu_stack_switches": role_default() == defaults,
         "vgpu_stack argument spec default": spec_option()["default"] == defaults,
         "vgpu_stack argument spec description": f"({', '.join(keys)})" in spec_option()["description"],
