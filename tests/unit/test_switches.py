@@ -82,7 +82,7 @@ def drift(listed: Sequence[switches.Switch]) -> list[str]:
         == [[s.key, str(s.default)] for s in listed],
         "vgpu_stack defaults vgpu_stack_switches": role_default() == defaults,
         "vgpu_stack argument spec default": spec_option()["default"] == defaults,
-        "vgpu_stack argument spec description": f"({', '.join(keys)})" in spec_option()["description"],
+        "vgpu_stack argument spec description": f"({', '.join(keys)})" in " ".join(spec_option()["description"]),
         "vgpu-config.yaml.j2": template_keys() == keys,
         "gpu_verify.ENFORCING_SWITCHES": set(gpu_verify.ENFORCING_SWITCHES) <= envs,
     }
