@@ -32,8 +32,9 @@ from fakes import (
 )
 from vgpu_components import device_plugin, ids, kube, mps, nvml
 from vgpu_components.allocator import DeviceTable
-from vgpu_components.device_plugin import AdvertiseError, DevicePlugin, check_message_size
+from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.nvml import Gpu
+from vgpu_components.plugin_services import AdvertiseError, check_message_size
 
 UUID0 = two_gpus()[0].uuid
 UUID1 = two_gpus()[1].uuid
