@@ -21,8 +21,13 @@ def run(body: component.Body, *argv: str, environ: dict[str, str] | None = None)
 def test_a_bad_config_value_is_named_on_stderr_with_exit_status_2(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "config.yaml"
     bad.write_text("unit_mib: -3\n")
-    ran = []
-    assert run(ran.append, "--config", str(bad)) == component.EXIT_BAD_CONFIG == 2
+    ran: list[component.Started] = []
+
+    def body(started: component.Started) -> int:
+        ran.append(started)
+        return 0
+
+    assert run(body, "--config", str(bad)) == component.EXIT_BAD_CONFIG == 2
     assert not ran, "the body ran with a bad configuration"
     err = capsys.readouterr().err
     assert err.startswith("demo-agent: bad configuration: unit_mib:") and "-3" in err
@@ -56,7 +61,7 @@ def test_the_body_gets_the_arguments_and_the_config_and_its_exit_status_is_mains
 
 def test_sigterm_sent_to_another_thread_stops_the_body_and_the_handlers_are_put_back(tmp_path: Path) -> None:
     """A signal the kernel hands to another thread (gRPC makes several) must still stop the
-    component: Python runs handlers in the main thread only (config.wait_for_stop's reason)."""
+    component: Python runs handlers in the main thread only (Started.wait's reason)."""
     before = signal.getsignal(signal.SIGTERM)
     waiting = threading.Event()
 

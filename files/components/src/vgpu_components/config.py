@@ -6,22 +6,16 @@ missing file or section is fine; a value of the wrong type is an error that name
 
 from __future__ import annotations
 
-import argparse
 import copy
 import ipaddress
 import logging
 import os
-import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vgpu_components import logs
-
-DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 SECTIONS = ("device_plugin", "monitor", "mps", "extender", "dra")
 
 # The paths and ports of docs/architecture.md, each defined once; the defaults below and the
@@ -312,50 +306,3 @@ def _loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG_PATH,
-        help=f"YAML config file shared by the components (default {DEFAULT_CONFIG_PATH}); "
-        "any key can be overridden by VGPU_<KEY> or VGPU_<SECTION>_<KEY>",
-    )
-
-
-def start(
-    prog: str, description: str, version: str, argv: list[str] | None, kubeconfig_help: str | None = None
-) -> tuple[argparse.Namespace, dict[str, Any]] | None:
-    """The start of every component: its command line, the config file and the logs.
-
-    Returns (arguments, config), or None after telling stderr what is wrong with the config."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    add_common_arguments(parser)
-    if kubeconfig_help:
-        parser.add_argument("--kubeconfig", help=kubeconfig_help)
-    parser.add_argument("--version", action="version", version=version)
-    args = parser.parse_args(argv)
-    try:
-        cfg = load(args.config)
-    except ConfigError as exc:
-        print(f"{prog}: bad configuration: {exc}", file=sys.stderr)
-        return None
-    logs.setup(prog, cfg["log_format"], cfg["log_level"])
-    return args, cfg
-
-
-def node_name(environ: Mapping[str, str] | None = None) -> str:
-    """This node's name from NODE_NAME (downward API); falls back to the host name."""
-    environ = os.environ if environ is None else environ
-    return environ.get("NODE_NAME") or os.uname().nodename
-
-
-def wait_for_stop(stop: threading.Event, tick_s: float = 0.5) -> None:
-    """Block the main thread until `stop` is set by a SIGTERM/SIGINT handler.
-
-    Python runs signal handlers in the main thread only, and a signal the kernel hands to another
-    thread (gRPC makes several) does not wake a main thread blocked in a plain Event.wait(): the
-    process then ignored SIGTERM until kubelet killed it. Waking every `tick_s` lets the handler
-    run within that time."""
-    while not stop.wait(tick_s):
-        pass

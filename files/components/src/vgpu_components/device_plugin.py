@@ -16,13 +16,12 @@ the share ledger, folder cleanup) and plugin_publisher.py (the node annotation).
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import __version__, config, health, kube, mps, nvml
+from vgpu_components import component, health, kube, mps, nvml
 from vgpu_components.allocator import Allocation, DeviceTable, MpsContract, mps_contract, node_mps
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.mps import READY_FILE
@@ -191,29 +190,22 @@ class DevicePlugin:
         self.registrar.remove_sockets()
 
 
-DESCRIPTION = (
+COMPONENT = component.Component(
+    "nvidia-shared-device-plugin",
     "Kubernetes device plugin that advertises GPU memory as <resource_prefix>/gpu-memory "
     "units, and on MPS nodes with compute shares <resource_prefix>/gpu-cores (config keys: "
     "resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir and the device_plugin "
-    "section). The node name comes from NODE_NAME."
+    "section). The node name comes from NODE_NAME.",
+    kubeconfig_help="kubeconfig for node annotation and events (default: in-cluster)",
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = config.start(
-        "nvidia-shared-device-plugin",
-        DESCRIPTION,
-        __version__,
-        argv,
-        kubeconfig_help="kubeconfig for node annotation and events (default: in-cluster)",
-    )
-    if started is None:
-        return 2
-    args, cfg = started
-    node = config.node_name()
+def run(started: component.Started) -> int:
+    cfg = started.cfg
+    node = component.node_name()
     node_api: kube.NodeApi | None = None
     try:
-        node_api = kube.KubeNodeApi(kube.api_client(args.kubeconfig), "nvidia-shared-device-plugin")
+        node_api = kube.KubeNodeApi(kube.api_client(started.args.kubeconfig), COMPONENT.prog)
     except Exception as exc:
         log.warning("no Kubernetes API (%s): the node annotation and events are off", exc)
     node_mps(cfg, node_api, node)
@@ -223,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         log.error("NVML is not usable (driver missing, or the pod lacks the nvidia runtime?): %s", exc)
         kube.try_event(node_api, node, "GPUMemoryNotAdvertised", f"NVML is not usable: {exc}")
-        return 1
+        return component.EXIT_FAILED
     if not gpus:
         log.error("NVML found no GPU on this node; nothing to advertise")
         kube.try_event(node_api, node, "GPUMemoryNotAdvertised", "NVML found no GPU")
-        return 1
+        return component.EXIT_FAILED
     log.info("found %d GPU(s)", len(gpus), extra={"gpus": [g.uuid for g in gpus]})
     try:
         plugin = DevicePlugin(
@@ -241,20 +233,21 @@ def main(argv: list[str] | None = None) -> int:
     except (AdvertiseError, ValueError) as exc:
         log.error("%s", exc)
         kube.try_event(node_api, node, "GPUMemoryNotAdvertised", str(exc))
-        return 2
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+        return component.EXIT_BAD_CONFIG
     server = health.HealthServer(
         "", cfg["device_plugin"]["healthz_port"], {"/healthz": health.check(plugin.healthy)}
     ).start()
     plugin.start()
-    config.wait_for_stop(stop)
+    started.wait()
     log.info("stopping")
     plugin.stop()
     server.stop()
     backend.close()
-    return 0
+    return component.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.main(COMPONENT, run, argv)
 
 
 if __name__ == "__main__":
