@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from vgpu_components import component, config
 
+SRC = Path(component.__file__).resolve().parents[1]
 DEMO = component.Component("demo-agent", "a component for the tests", kubeconfig_help="kubeconfig (tests)")
 
 
@@ -94,3 +97,34 @@ def test_kubeconfig_is_offered_only_to_components_that_use_the_api(capsys) -> No
 def test_node_name_comes_from_node_name_then_the_host_name() -> None:
     assert component.node_name({"NODE_NAME": "gpu-1"}) == "gpu-1"
     assert component.node_name({}) == os.uname().nodename
+
+
+@pytest.mark.parametrize(
+    ("module", "prog"),
+    [
+        ("device_plugin", "nvidia-shared-device-plugin"),
+        ("monitor", "cgpu-monitor"),
+        ("mps", "nvidia-mps"),
+        ("extender", "gpushare-scheduler-extender"),
+        ("dra_driver", "vgpu-dra-driver"),
+    ],
+)
+def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, module: str, prog: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-m", f"vgpu_components.{module}", "--help"], env=env, capture_output=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().startswith(f"usage: {prog}")
+    assert "--config" in out.stdout.decode()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("unit_mib: -3\n")
+    out = subprocess.run(
+        [sys.executable, "-m", f"vgpu_components.{module}", "--config", str(bad)],
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "unit_mib" in out.stderr.decode()

@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import component, config, health, ids, nvml
+from vgpu_components import component, contract, health, ids, nvml
 
 log = logging.getLogger("vgpu.mps")
 READY_FILE = ".ready"
@@ -94,8 +94,8 @@ class MpsRequest:
             raise ValueError(f"{where}: alloc_id {alloc_id!r} is not an alloc-id")
         if not isinstance(gpu, str) or not gpu.startswith("GPU-"):
             raise ValueError(f"{where}: gpu {gpu!r} is not a GPU UUID")
-        if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= config.MAX_SHARE:
-            raise ValueError(f"{where}: thread_percentage {pct!r} is not 1-{config.MAX_SHARE}")
+        if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= contract.MAX_SHARE:
+            raise ValueError(f"{where}: thread_percentage {pct!r} is not 1-{contract.MAX_SHARE}")
         if pinned is not None and (isinstance(pinned, bool) or not isinstance(pinned, int) or pinned <= 0):
             raise ValueError(f"{where}: pinned_mib {pinned!r} is not a positive number of MiB or null")
         return cls(alloc_id, gpu, pct, pinned, str(doc.get("serial", "")))
