@@ -45,8 +45,6 @@ PLAY = """
   vars:
     ansible_facts: {{nodename: edge-1}}
     ansible_python_interpreter: {python}
-    # The kubeadm role's own variables are set below; the settings check refuses them on K3s.
-    vgpu_kubernetes_flavour: kubeadm
   tasks:
     - name: Join as the kubeadm role does
       ansible.builtin.include_role:
@@ -85,7 +83,15 @@ def joined(tmp_path_factory):
             str(tmp / "play.yml"),
             # A worker: a control plane would also write the scheduler configuration under /etc.
             "-e",
-            json.dumps({"kubeadm_join_config_path": str(config), "kubeadm_is_control_plane": False}),
+            # The flavour as an extra variable: the defaults file above (vars_files) outranks play vars,
+            # and the settings check refuses the kubeadm role's variables on its K3s default.
+            json.dumps(
+                {
+                    "vgpu_kubernetes_flavour": "kubeadm",
+                    "kubeadm_join_config_path": str(config),
+                    "kubeadm_is_control_plane": False,
+                }
+            ),
             path_prefix=str(tools),
         )
     finally:
