@@ -123,6 +123,22 @@ alloc() {
         timeout 60 "$PY" "$JOB" alloc "$mib" 2>>"$LOG" | tail -n 1
 }
 
+check_alloc() { # name, want (true|false), JSON line
+    local name=$1 want=$2 json=$3 got vgpu
+    say "  $name: ${json:-no result}"
+    got=$(printf '%s' "$json" | field allocated 2>>"$LOG")
+    vgpu=$(printf '%s' "$json" | field libvgpu 2>>"$LOG")
+    if [[ $vgpu != False ]]; then
+        fail "$name: libvgpu was loaded or the client crashed (libvgpu=$vgpu; see $LOG)"
+    elif [[ $got == True && $want == true ]]; then
+        pass "$name: allowed"
+    elif [[ $got == False && $want == false ]]; then
+        pass "$name: refused by the driver"
+    else
+        fail "$name: allocated=$got, expected $want"
+    fi
+}
+
 # --- 1. alone, without MPS ---------------------------------------------------------------------
 ALONE=$(bench "$NO_MPS")
 say "alone, no MPS: $ALONE TFLOP/s"
@@ -180,21 +196,6 @@ else
 fi
 
 # --- 4. the driver's own memory limit (libvgpu absent) ----------------------------------------------
-check_alloc() { # name, want (true|false), JSON line
-    local name=$1 want=$2 json=$3 got vgpu
-    say "  $name: ${json:-no result}"
-    got=$(printf '%s' "$json" | field allocated 2>>"$LOG")
-    vgpu=$(printf '%s' "$json" | field libvgpu 2>>"$LOG")
-    if [[ $vgpu != False ]]; then
-        fail "$name: libvgpu was loaded or the client crashed (libvgpu=$vgpu; see $LOG)"
-    elif [[ $got == True && $want == true ]]; then
-        pass "$name: allowed"
-    elif [[ $got == False && $want == false ]]; then
-        pass "$name: refused by the driver"
-    else
-        fail "$name: allocated=$got, expected $want"
-    fi
-}
 say "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${LIMIT_MIB}M, libvgpu absent:"
 PINNED=CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${LIMIT_MIB}M
 check_alloc "pinned limit: 3072 MiB under the ${LIMIT_MIB} MiB limit" true "$(alloc "$PIPE" 3072 "$PINNED")"

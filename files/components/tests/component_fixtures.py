@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import RecordingApiServer, Scheduler, extender_cluster
+from fakes import PluginNode, RecordingApiServer, Scheduler, extender_cluster
 from kubernetes import client as k8s
 
 
@@ -18,6 +18,14 @@ def short_tmp() -> Iterator[Path]:
     """A short folder path: unix socket paths are limited to 107 bytes."""
     with tempfile.TemporaryDirectory(prefix="vgpu") as tmp:
         yield Path(tmp)
+
+
+@pytest.fixture(name="node")
+def plugin_node(short_tmp: Path) -> Iterator[PluginNode]:
+    """A device plugin and its kubelet (fakes.PluginNode); Xid recovery and PodResources polls short."""
+    n = PluginNode(short_tmp, xid_recovery_s=0.6, pod_resources_poll_s=0.1)
+    yield n
+    n.stop()
 
 
 @pytest.fixture

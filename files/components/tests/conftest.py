@@ -26,3 +26,4 @@ def pytest_configure(config: pytest.Config) -> None:
 # Fixtures shared with tests/security (component_fixtures.py; the peers in fakes.py need no pytest).
 _fixtures = importlib.import_module("component_fixtures")
 short_tmp, cluster, apiserver = _fixtures.short_tmp, _fixtures.cluster, _fixtures.apiserver
+node = _fixtures.plugin_node  # the device plugin's tests

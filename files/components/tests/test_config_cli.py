@@ -1,12 +1,10 @@
-"""The shared config file with VGPU_* overrides, and the five entry points' command lines."""
+"""The shared config file with VGPU_* overrides (config.py, config_values.py), and the dashboard's
+metrics (the entry points' command lines: test_component.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -96,37 +94,6 @@ def test_bad_values_name_the_key(tmp_path: Path, text: str, env: dict[str, str],
     with pytest.raises(config.ConfigError) as err:
         config.load(path, environ=env)
     assert message in str(err.value)
-
-
-@pytest.mark.parametrize(
-    ("module", "prog"),
-    [
-        ("device_plugin", "nvidia-shared-device-plugin"),
-        ("monitor", "cgpu-monitor"),
-        ("mps", "nvidia-mps"),
-        ("extender", "gpushare-scheduler-extender"),
-        ("dra_driver", "vgpu-dra-driver"),
-    ],
-)
-def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, module: str, prog: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    out = subprocess.run(
-        [sys.executable, "-m", f"vgpu_components.{module}", "--help"], env=env, capture_output=True, check=False
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.decode().startswith(f"usage: {prog}")
-    assert "--config" in out.stdout.decode()
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("unit_mib: -3\n")
-    out = subprocess.run(
-        [sys.executable, "-m", f"vgpu_components.{module}", "--config", str(bad)],
-        env=env,
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-    assert out.returncode == 2
-    assert "unit_mib" in out.stderr.decode()
 
 
 def test_dashboard_queries_only_metrics_the_monitor_exports() -> None:

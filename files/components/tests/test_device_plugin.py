@@ -1,4 +1,6 @@
-"""The device plugin against a real gRPC kubelet peer (FakeKubelet) over unix sockets.
+"""The device plugin (device_plugin.py) against a real gRPC kubelet peer (FakeKubelet) over unix
+sockets: the container contract of an Allocate, MPS per allocation, and main(). Its parts have their
+own tests: test_plugin_services, test_plugin_registration, test_plugin_health, test_plugin_publisher.
 
 NVML is replaced by FakeGpus (no GPU on the CI machine) and the API server by RecordingNodeApi;
 everything kubelet-facing is real gRPC with the v1beta1 and PodResources v1 wire formats.
@@ -7,21 +9,14 @@ everything kubelet-facing is real gRPC with the v1beta1 and PodResources v1 wire
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import shutil
 import stat
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pynvml
 import pytest
 from fakes import (
     GIB,
     FakeGpus,
-    FakeKubelet,
     PluginNode,
     RecordingNodeApi,
     allocate,
@@ -31,60 +26,12 @@ from fakes import (
 )
 from vgpu_components import device_plugin, ids, kube, mps, nvml
 from vgpu_components.allocator import DeviceTable
-from vgpu_components.device_plugin import AdvertiseError, DevicePlugin, check_message_size
 from vgpu_components.nvml import Gpu
-
-from tests.polling import wait_for
 
 UUID0 = two_gpus()[0].uuid
 UUID1 = two_gpus()[1].uuid
 KEY0 = hashlib.sha256(UUID0.encode()).hexdigest()[:6]
 KEY1 = hashlib.sha256(UUID1.encode()).hexdigest()[:6]
-
-
-@pytest.fixture
-def node(short_tmp: Path) -> Iterator[PluginNode]:
-    n = PluginNode(short_tmp, xid_recovery_s=0.6, pod_resources_poll_s=0.1)
-    yield n
-    n.stop()
-
-
-def test_registers_and_advertises_every_unit_with_short_stable_ids(node: PluginNode) -> None:
-    reg = node.kubelet.registrations[0]
-    assert (reg.version, reg.resource_name) == ("v1beta1", "vgpu.io/gpu-memory")
-    assert (Path(node.cfg["device_plugin"]["kubelet_dir"]) / reg.endpoint).is_socket()
-    assert reg.options.get_preferred_allocation_available
-    assert node.kubelet.options.get_preferred_allocation_available
-    devices = node.kubelet.wait_update(1)
-    # 12 GiB / 100 MiB = 122 units per GPU
-    assert len(devices) == 244
-    assert {h for _id, h in devices} == {"Healthy"}
-    assert {d for d, _health in devices} == {f"{KEY0}-{n}" for n in range(122)} | {f"{KEY1}-{n}" for n in range(122)}
-    # The same GPUs give the same IDs after a restart: the key depends only on the UUID.
-    again = DeviceTable(list(reversed(two_gpus())), 100)
-    assert sorted(d for d, _health in again.devices()) == sorted(d for d, _health in devices)
-
-
-def test_preferred_allocation_packs_one_container_on_the_fullest_gpu_that_fits(node: PluginNode) -> None:
-    msgs = node.kubelet.msgs
-    available = [f"{KEY0}-{n}" for n in range(50)] + [f"{KEY1}-{n}" for n in range(122)]
-
-    def prefer(size: int, must: list[str] | None = None) -> list[str]:
-        req = msgs.PreferredAllocationRequest(
-            container_requests=[
-                msgs.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=available, must_include_deviceIDs=must or [], allocation_size=size
-                )
-            ]
-        )
-        return list(node.kubelet.stub.GetPreferredAllocation(req, timeout=5).container_responses[0].deviceIDs)
-
-    small = prefer(30)
-    assert len(small) == 30 and all(d.startswith(KEY0 + "-") for d in small)  # GPU0 has less free and fits
-    big = prefer(80)
-    assert len(big) == 80 and all(d.startswith(KEY1 + "-") for d in big)  # only GPU1 fits 80
-    reused = prefer(20, must=[f"{KEY1}-5"])
-    assert f"{KEY1}-5" in reused and all(d.startswith(KEY1 + "-") for d in reused)
 
 
 def test_allocate_returns_the_container_contract_and_writes_quota_and_region(node: PluginNode) -> None:
@@ -143,23 +90,6 @@ def test_allocate_wipes_a_stale_region_of_the_same_units(node: PluginNode) -> No
     assert region.is_dir() and (region / "vgpu.region").stat().st_size == 0
 
 
-@pytest.mark.parametrize(
-    ("device_ids", "message"),
-    [
-        ([f"{KEY0}-1", f"{KEY1}-2"], "must come from one GPU"),
-        (["ffffff-1"], "not on this node"),
-        ([f"{KEY0}-999"], "has only 122 units"),
-        (["GPU-1234"], "not of the form"),
-        ([f"{KEY0}-1", f"{KEY0}-1"], "duplicate"),
-    ],
-)
-def test_allocate_refuses_bad_device_sets_with_a_reason(node: PluginNode, device_ids: list[str], message: str) -> None:
-    with pytest.raises(grpc.RpcError) as err:
-        allocate(node, device_ids)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert message in err.value.details()
-
-
 def test_mps_adds_the_pipe_of_the_containers_own_daemon_read_only(short_tmp: Path) -> None:
     """A tenant gets its own MPS daemon's pipe folder, read-only, and nothing else of MPS: it cannot
     plant files where the daemon looks, reach another allocation's daemon, or raise a limit from its
@@ -178,83 +108,6 @@ def test_mps_adds_the_pipe_of_the_containers_own_daemon_read_only(short_tmp: Pat
         assert got.envs["VGPU_MEMORY_LIMIT"] == "100MiB"
     finally:
         n.stop()
-
-
-def test_reregisters_after_a_kubelet_restart_without_a_failed_attempt(
-    node: PluginNode, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The plugin's kubelet watch (every 100 ms) sees the new kubelet.sock and registers with it at
-    once: one registration, serving all its units, and no failed attempt (the one path that waits,
-    1 s, before trying again)."""
-    caplog.set_level("INFO", logger="vgpu.device_plugin")
-    node.kubelet.wait_update(1)
-    assert node.plugin.registrations == 1
-    node.kubelet.stop()
-    # kubelet's device manager empties the folder when it starts, then serves a new kubelet.sock
-    folder = Path(node.cfg["device_plugin"]["kubelet_dir"])
-    for entry in folder.iterdir():
-        entry.unlink()
-    restarted = FakeKubelet(folder).start()
-    try:
-        assert restarted.registered.wait(5)
-        assert len(restarted.wait_update(1)) == 244
-        assert [r.resource_name for r in restarted.registrations] == ["vgpu.io/gpu-memory"]
-        assert node.plugin.registrations == 2
-        failed = [r.getMessage() for r in caplog.records if "registration with kubelet failed" in r.getMessage()]
-        assert failed == []
-    finally:
-        restarted.stop()
-
-
-def test_xid_marks_gpu_unhealthy_and_it_recovers(node: PluginNode) -> None:
-    node.kubelet.wait_update(1)
-    node.backend.inject_xid(UUID0, 13)  # application error: not the GPU's fault
-    node.backend.inject_xid(UUID0, 79)  # fallen off the bus: handled after the 13
-    sick = dict(node.kubelet.wait_update(2))
-    assert {sick[f"{KEY0}-{n}"] for n in range(122)} == {"Unhealthy"}
-    assert {sick[f"{KEY1}-{n}"] for n in range(122)} == {"Healthy"}
-    # The 13 changed nothing: the one unhealthy event, and the update before it, are the 79's.
-    unhealthy = [msg for _node, reason, msg in node.api.events if reason == "GPUUnhealthy"]
-    assert unhealthy == [f"GPU {UUID0}: Xid 79"]
-    well = dict(node.kubelet.wait_update(3, timeout=5))
-    assert set(well.values()) == {"Healthy"}
-
-
-def test_node_annotation_follows_pod_resources(node: PluginNode) -> None:
-    held = [f"{KEY1}-{n}" for n in range(30)]
-    node.pod_resources.holders = [("default", "p1", "main", "vgpu.io/gpu-memory", held)]
-
-    def latest() -> dict[str, Any]:
-        return json.loads(node.api.annotations[-1][1]["vgpu.io/gpus"]) if node.api.annotations else {}
-
-    def used() -> list[int]:
-        return [g["used_units"] for g in latest().get("gpus", [])]
-
-    wait_for("the annotation to show 30 units used on GPU 1", lambda: used() == [0, 30], 5, 0.05, seen=latest)
-    doc = latest()
-    assert node.api.annotations[-1][0] == "node-a"
-    assert doc["unit_mib"] == 100
-    assert doc["gpus"][0] == {
-        "uuid": UUID0,
-        "index": 0,
-        "key": KEY0,
-        "total_mib": 12 * GIB,
-        "units": 122,
-        "used_units": 0,
-        "healthy": True,
-    }
-    assert doc["gpus"][1]["used_units"] == 30
-    node.pod_resources.holders = []
-    wait_for("the annotation to show GPU 1 free again", lambda: used() == [0, 0], 5, 0.05, seen=latest)
-
-
-def test_too_small_unit_is_refused_loudly_and_default_unit_fits_an_8x141g_node() -> None:
-    big = [Gpu(uuid=f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd", index=i, total_mib=141 * GIB) for i in range(8)]
-    size = check_message_size(DeviceTable(big, 100), 2 * 1024 * 1024)
-    assert size < 2 * 1024 * 1024
-    with pytest.raises(AdvertiseError) as err:
-        check_message_size(DeviceTable(big, 1), 2 * 1024 * 1024)
-    assert "set unit_mib to at least" in str(err.value)
 
 
 def test_main_posts_an_event_when_it_refuses_to_advertise(monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:
@@ -277,35 +130,6 @@ def test_key_collision_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ids, "gpu_key", lambda uuid: "abcdef")
     with pytest.raises(ValueError, match="collision"):
         DeviceTable(two_gpus(), 100)
-
-
-def test_stop_removes_the_socket(short_tmp: Path) -> None:
-    n = PluginNode(short_tmp)
-    sock = Path(n.cfg["device_plugin"]["kubelet_dir"]) / "vgpu.io-gpu-memory.sock"
-    assert sock.is_socket()
-    n.stop()
-    assert not sock.exists()
-    shutil.rmtree(short_tmp / "state", ignore_errors=True)
-    assert os.path.isdir(short_tmp)
-
-
-def test_waits_for_a_kubelet_that_starts_later(short_tmp: Path) -> None:
-    cfg = make_config(short_tmp)
-    (short_tmp / "dp").mkdir()
-    plugin = DevicePlugin(cfg, two_gpus(), "node-a")
-    plugin.start()
-    try:
-        # start() looked for kubelet once and found none; its watch keeps looking.
-        assert plugin.healthy() == (False, "not registered with kubelet")
-        kubelet = FakeKubelet(short_tmp / "dp").start()
-        try:
-            assert kubelet.registered.wait(3)
-            assert len(kubelet.wait_update(1)) == 244
-            assert plugin.healthy()[0]
-        finally:
-            kubelet.stop()
-    finally:
-        plugin.stop()
 
 
 def test_main_explains_a_missing_driver(monkeypatch: pytest.MonkeyPatch, short_tmp: Path) -> None:

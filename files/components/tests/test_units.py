@@ -46,7 +46,7 @@ def test_the_device_plugin_the_extender_and_the_dra_slice_count_the_same_whole_u
     ]
     cfg = make_config(short_tmp)
     cfg["unit_mib"], cfg["reserved_mib"] = unit, reserved
-    annotation = DevicePlugin(cfg, gpus, "node-a").annotation({})
+    annotation = DevicePlugin(cfg, gpus, "node-a").publisher.annotation({})
 
     model = ClusterModel("vgpu.io")
     model.set_node({"metadata": {"name": "node-a", "annotations": {"vgpu.io/gpus": annotation}}})
@@ -68,9 +68,8 @@ def test_a_request_of_every_unit_of_a_gpu_fits_and_one_more_does_not(short_tmp: 
     cfg = make_config(short_tmp)
     cfg["unit_mib"] = unit
     cluster = ClusterModel("vgpu.io")
-    cluster.set_node(
-        {"metadata": {"name": "n", "annotations": {"vgpu.io/gpus": DevicePlugin(cfg, [gpu], "n").annotation({})}}}
-    )
+    annotation = DevicePlugin(cfg, [gpu], "n").publisher.annotation({})
+    cluster.set_node({"metadata": {"name": "n", "annotations": {"vgpu.io/gpus": annotation}}})
     ranking = cluster.nodes["n"].ranking
     units = expected_units(total, 0, unit)
     assert units * unit <= total < (units + 1) * unit, "the remainder is less than a unit"

@@ -26,7 +26,7 @@ outside_quota_checks() {
     k apply -f - >>"$LOG" 2>&1 <<POD
 apiVersion: v1
 kind: Pod
-metadata: {name: no-units, namespace: $NS}
+metadata: {name: privileged-no-units, namespace: $NS}
 spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
@@ -41,22 +41,22 @@ spec:
   volumes: [{name: vgpu, hostPath: {path: /opt/vgpu, type: Directory}}]
 POD
     local message
-    if poll 150 has_over_quota_event no-units; then
-        message=$(over_quota_message no-units)
+    if poll 150 has_over_quota_event privileged-no-units; then
+        message=$(over_quota_message privileged-no-units)
         if grep -q "no GPU-memory quota" <<<"$message"; then
-            pass "cgpu-monitor reports no-units, GPU memory without a quota: $message"
+            pass "cgpu-monitor reports privileged-no-units, GPU memory without a quota: $message"
         else
-            fail "cgpu-monitor's Event on no-units says it has no GPU-memory quota (got: $message)"
+            fail "cgpu-monitor's Event on privileged-no-units says it has no GPU-memory quota (got: $message)"
         fi
-        if poll 90 sh -c "kubectl get pod -n $NS no-units 2>&1 | grep -q NotFound"; then
-            pass "no-units is evicted: gone after the monitor's Event"
+        if poll 90 sh -c "kubectl get pod -n $NS privileged-no-units 2>&1 | grep -q NotFound"; then
+            pass "privileged-no-units is evicted: gone after the monitor's Event"
         else
-            fail "no-units is evicted after the monitor's Event (phase $(phase no-units))"
+            fail "privileged-no-units is evicted after the monitor's Event (phase $(phase privileged-no-units))"
         fi
     else
-        fail "cgpu-monitor reports no-units (a pod without units holding GPU memory) with a GPUMemoryOverQuota Event (phase $(phase no-units); $(k logs -n "$NS" no-units 2>&1 | head -n 1))"
+        fail "cgpu-monitor reports privileged-no-units (a pod without units holding GPU memory) with a GPUMemoryOverQuota Event (phase $(phase privileged-no-units); $(k logs -n "$NS" privileged-no-units 2>&1 | head -n 1))"
         monitor_metrics | grep -E '^vgpu_(container_memory_(real|limit)|host_process|gpu_memory_system|quota_violations)' >>"$LOG" 2>&1
-        k delete pod -n "$NS" no-units --wait=false >>"$LOG" 2>&1
+        k delete pod -n "$NS" privileged-no-units --wait=false >>"$LOG" 2>&1
     fi
 
     env -u LD_LIBRARY_PATH -u LD_PRELOAD /opt/vgpu/vgpu-memory-usage 500 300 >>"$LOG" 2>&1 &

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import config, ids, kube, nvml, switches
+from vgpu_components import contract, ids, kube, nvml, switches
 from vgpu_components.mps import MpsRequest, new_serial, pipe_folder
 from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
@@ -295,8 +295,8 @@ def container_contract(
         "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
         "CUDA_VISIBLE_DEVICES": "0",
         "VGPU_MEMORY_LIMIT": f"{limit_mib}MiB",
-        "VGPU_CONFIG_FILE": config.CONTAINER_QUOTA_FILE,
-        "VGPU_REGION_DIR": config.CONTAINER_REGION_DIR,
+        "VGPU_CONFIG_FILE": contract.CONTAINER_QUOTA_FILE,
+        "VGPU_REGION_DIR": contract.CONTAINER_REGION_DIR,
         "LD_LIBRARY_PATH": install_prefix,
         # Preloaded as well: a program that dlopens the real driver by its path (as `ldconfig -p`
         # lists it) still gets libvgpu's hooks through its dlsym (issue 24).
@@ -308,8 +308,8 @@ def container_contract(
     quota_file = state_dir / "quotas" / f"{aid}.conf"
     mounts = [
         (install_prefix, install_prefix, True),
-        (config.CONTAINER_REGION_DIR, str(region_dir), False),
-        (config.CONTAINER_QUOTA_FILE, str(quota_file), True),
+        (contract.CONTAINER_REGION_DIR, str(region_dir), False),
+        (contract.CONTAINER_QUOTA_FILE, str(quota_file), True),
         (f"{DEVICE_LIST_ROOT}/{gpu.uuid}", "/dev/null", True),
     ]
     mps_request = None

@@ -1,44 +1,40 @@
-"""The shared config file (/etc/vgpu/config.yaml) with VGPU_<SECTION>_<KEY> environment overrides.
+"""The settings schema of the components: every key of the shared config file
+(/etc/vgpu/config.yaml), its default (and so its type), and the checks types cannot express.
 
-One YAML file serves all four components (docs/architecture.md). Every key has a default, so a
-missing file or section is fine; a value of the wrong type is an error that names the key.
+One YAML file serves all the components (docs/architecture.md). Every key has a default, so a
+missing file or section is fine; load() reads the file and the VGPU_<SECTION>_<KEY> environment
+overrides (config_values.py), and a value that cannot be used is an error that names the key.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import ipaddress
 import logging
 import os
-import sys
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vgpu_components import logs, switches
+from vgpu_components import switches
+from vgpu_components.config_values import ConfigError, apply_environment, merge
+from vgpu_components.contract import (
+    DEVICE_PLUGIN_DIR,
+    DEVICE_PLUGIN_HEALTHZ_PORT,
+    DRA_HEALTHZ_PORT,
+    EXTENDER_PORT,
+    KUBELET_DIR,
+    MAX_CORES_PER_GPU,
+    MONITOR_PORT,
+    MPS_HEALTHZ_PORT,
+    MPS_PIPE_DIR,
+    POD_RESOURCES_SOCKET,
+)
 
-DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 SECTIONS = ("device_plugin", "monitor", "mps", "extender", "dra")
 
-# The paths and ports of docs/architecture.md, each defined once; the defaults below and the
-# container contract (allocator.py) use these names. roles/vgpu_stack renders the same values.
-KUBELET_DIR = "/var/lib/kubelet"
-DEVICE_PLUGIN_DIR = f"{KUBELET_DIR}/device-plugins"
-POD_RESOURCES_SOCKET = f"{KUBELET_DIR}/pod-resources/kubelet.sock"
-MPS_PIPE_DIR = "/run/nvidia/mps"
-CONTAINER_REGION_DIR = "/var/run/vgpu"  # where a container sees its region folder
-CONTAINER_QUOTA_FILE = "/etc/vgpu/quota.conf"  # where a container sees its quota file
-MONITOR_PORT = 9395
-DEVICE_PLUGIN_HEALTHZ_PORT = 9396
-MPS_HEALTHZ_PORT = 9397
-DRA_HEALTHZ_PORT = 9398
-EXTENDER_PORT = 32766
-MAX_SHARE = 100  # a container's compute share (<prefix>/gpu-cores) is a percentage of one GPU
-MAX_CORES_PER_GPU = 1000  # shares of one GPU may add up to ten times the GPU at most
 
 DEFAULT_SWITCHES: dict[str, int] = dict(switches.DEFAULTS)  # libvgpu's switches.def, the one list
 
@@ -121,86 +117,6 @@ DEFAULTS: dict[str, Any] = {
 log = logging.getLogger(__name__)
 
 
-class ConfigError(ValueError):
-    """A config value that cannot be used; the message names the key and what is expected."""
-
-
-def _as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ConfigError(f"{name}: expected true or false, got {value!r}")
-
-
-def _as_number(name: str, value: Any, kind: type) -> Any:
-    what = "an integer" if kind is int else "a number"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, str))
-        or (kind is int and isinstance(value, float))
-    ):
-        raise ConfigError(f"{name}: expected {what}, got {value!r}")
-    try:
-        return kind(value)
-    except ValueError:
-        raise ConfigError(f"{name}: expected {what}, got {value!r}") from None
-
-
-def _as_str(name: str, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ConfigError(f"{name}: expected a string, got {value!r}")
-    return str(value)
-
-
-def _as_mapping(name: str, value: Any, default: Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(value, str):
-        value = yaml.safe_load(value)
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{name}: expected a mapping, got {value!r}")
-    merged = dict(default)
-    for key, item in value.items():
-        if key not in default:
-            raise ConfigError(f"{name}: unknown key {key!r}; expected one of {sorted(default)}")
-        merged[key] = _coerce(f"{name}.{key}", item, default[key])
-    return merged
-
-
-def _coerce(name: str, value: Any, default: Any) -> Any:
-    """Return value converted to the type of default, or raise ConfigError naming the key."""
-    if isinstance(default, bool):
-        return _as_bool(name, value)
-    if isinstance(default, (int, float)):
-        return _as_number(name, value, type(default))
-    if isinstance(default, str):
-        return _as_str(name, value)
-    if isinstance(default, dict):
-        return _as_mapping(name, value, default)
-    return value
-
-
-def _merge(target: dict[str, Any], source: Mapping[str, Any], defaults: Mapping[str, Any], where: str) -> None:
-    for key, value in source.items():
-        if key not in defaults:
-            # Forward compatibility: a newer ConfigMap may carry keys this version does not know.
-            log.warning("ignoring unknown config key %s%s", where, key)
-            continue
-        default = defaults[key]
-        if key in SECTIONS:
-            if value is None:
-                continue
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-            _merge(target[key], value, default, f"{key}.")
-        else:
-            target[key] = _coerce(f"{where}{key}", value, default)
-
-
-def env_name(section: str | None, key: str) -> str:
-    """The environment variable that overrides a key: VGPU_<KEY> or VGPU_<SECTION>_<KEY>."""
-    return f"VGPU_{section.upper()}_{key.upper()}" if section else f"VGPU_{key.upper()}"
-
-
 def load(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read the config file (missing file: defaults), then apply environment overrides."""
     environ = os.environ if environ is None else environ
@@ -213,19 +129,10 @@ def load(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None 
         if data is not None:
             if not isinstance(data, Mapping):
                 raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-            _merge(config, data, DEFAULTS, "")
+            merge(config, data, DEFAULTS, SECTIONS)
     elif path is not None:
         log.info("config file %s not found; using defaults and environment", path)
-    for key, default in DEFAULTS.items():
-        if key in SECTIONS:
-            for sub, sub_default in default.items():
-                name = env_name(key, sub)
-                if name in environ:
-                    config[key][sub] = _coerce(name, environ[name], sub_default)
-        else:
-            name = env_name(None, key)
-            if name in environ:
-                config[key] = _coerce(name, environ[name], default)
+    apply_environment(config, DEFAULTS, SECTIONS, environ)
     validate(config)
     return config
 
@@ -306,50 +213,3 @@ def _loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG_PATH,
-        help=f"YAML config file shared by the components (default {DEFAULT_CONFIG_PATH}); "
-        "any key can be overridden by VGPU_<KEY> or VGPU_<SECTION>_<KEY>",
-    )
-
-
-def start(
-    prog: str, description: str, version: str, argv: list[str] | None, kubeconfig_help: str | None = None
-) -> tuple[argparse.Namespace, dict[str, Any]] | None:
-    """The start of every component: its command line, the config file and the logs.
-
-    Returns (arguments, config), or None after telling stderr what is wrong with the config."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    add_common_arguments(parser)
-    if kubeconfig_help:
-        parser.add_argument("--kubeconfig", help=kubeconfig_help)
-    parser.add_argument("--version", action="version", version=version)
-    args = parser.parse_args(argv)
-    try:
-        cfg = load(args.config)
-    except ConfigError as exc:
-        print(f"{prog}: bad configuration: {exc}", file=sys.stderr)
-        return None
-    logs.setup(prog, cfg["log_format"], cfg["log_level"])
-    return args, cfg
-
-
-def node_name(environ: Mapping[str, str] | None = None) -> str:
-    """This node's name from NODE_NAME (downward API); falls back to the host name."""
-    environ = os.environ if environ is None else environ
-    return environ.get("NODE_NAME") or os.uname().nodename
-
-
-def wait_for_stop(stop: threading.Event, tick_s: float = 0.5) -> None:
-    """Block the main thread until `stop` is set by a SIGTERM/SIGINT handler.
-
-    Python runs signal handlers in the main thread only, and a signal the kernel hands to another
-    thread (gRPC makes several) does not wake a main thread blocked in a plain Event.wait(): the
-    process then ignored SIGTERM until kubelet killed it. Waking every `tick_s` lets the handler
-    run within that time."""
-    while not stop.wait(tick_s):
-        pass

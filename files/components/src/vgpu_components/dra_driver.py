@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 from concurrent import futures
@@ -25,7 +24,7 @@ from typing import Any
 import grpc
 from kubernetes.client.rest import ApiException
 
-from vgpu_components import __version__, checkpoint, config, dra, health, kube, mps, nvml, protos
+from vgpu_components import checkpoint, component, dra, health, kube, mps, nvml, protos
 from vgpu_components.allocator import Allocation, container_contract, mps_contract, node_mps
 from vgpu_components.dra import ClaimDevice, PrepareError
 from vgpu_components.host_paths import HostPaths
@@ -450,55 +449,49 @@ class DraDriver:
             path.unlink(missing_ok=True)
 
 
-DESCRIPTION = (
+COMPONENT = component.Component(
+    "vgpu-dra-driver",
     "Kubernetes DRA driver that publishes each GPU's memory as a consumable capacity of driver "
     "gpu.<resource_prefix> and prepares claims with the device plugin's container contract "
     "(config keys: resource_prefix, unit_mib, reserved_mib, install_prefix, state_dir, the dra section "
-    "and the contract settings of the device_plugin section). The node name comes from NODE_NAME."
+    "and the contract settings of the device_plugin section). The node name comes from NODE_NAME.",
+    kubeconfig_help="kubeconfig for claims, pods and the ResourceSlice (default: in-cluster)",
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = config.start(
-        "vgpu-dra-driver",
-        DESCRIPTION,
-        __version__,
-        argv,
-        kubeconfig_help="kubeconfig for claims, pods and the ResourceSlice (default: in-cluster)",
-    )
-    if started is None:
-        return 2
-    args, cfg = started
-    node = config.node_name()
+def run(started: component.Started) -> int:
+    cfg = started.cfg
+    node = component.node_name()
     try:
-        client = kube.api_client(args.kubeconfig)
+        client = kube.api_client(started.args.kubeconfig)
         api = kube.KubeDraApi(client)
     except Exception as exc:
         log.error("no Kubernetes API (%s): the driver cannot read claims or publish its ResourceSlice", exc)
-        return 1
-    node_mps(cfg, kube.KubeNodeApi(client, "vgpu-dra-driver"), node)
+        return component.EXIT_FAILED
+    node_mps(cfg, kube.KubeNodeApi(client, COMPONENT.prog), node)
     try:
         backend = nvml.NvmlBackend()
         gpus = backend.gpus()
     except Exception as exc:
         log.error("NVML is not usable (driver missing, or the pod lacks the nvidia runtime?): %s", exc)
-        return 1
+        return component.EXIT_FAILED
     if not gpus:
         log.error("NVML found no GPU on this node; nothing to publish")
-        return 1
+        return component.EXIT_FAILED
     log.info("found %d GPU(s)", len(gpus), extra={"gpus": [g.uuid for g in gpus]})
     driver = DraDriver(cfg, gpus, node, api=api, backend=backend)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     server = health.HealthServer("", cfg["dra"]["healthz_port"], {"/healthz": health.check(driver.healthy)}).start()
     driver.start()
-    config.wait_for_stop(stop)
+    started.wait()
     log.info("stopping")
     driver.stop()
     server.stop()
     backend.close()
-    return 0
+    return component.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.main(COMPONENT, run, argv)
 
 
 if __name__ == "__main__":

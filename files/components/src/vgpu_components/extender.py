@@ -24,7 +24,7 @@ from typing import Any
 
 import prometheus_client
 
-from vgpu_components import __version__, config, kube
+from vgpu_components import component, config, kube
 from vgpu_components.extender_http import BadRequest, ExtenderServer
 from vgpu_components.scheduling import ClusterModel, Request, pod_request
 from vgpu_components.tls import TlsFiles
@@ -284,29 +284,21 @@ class Extender:
             self.model.set_pod(obj)
 
 
-DESCRIPTION = (
+COMPONENT = component.Component(
+    "gpushare-scheduler-extender",
     "kube-scheduler extender (filter or filter-tightest, prioritize, bind) that admits a pod on a node only "
     "where one GPU has its <resource_prefix>/gpu-memory free (config keys: resource_prefix and the "
-    "extender section)."
+    "extender section).",
+    kubeconfig_help="kubeconfig file (default: in-cluster config, then ~/.kube/config)",
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = config.start(
-        "gpushare-scheduler-extender",
-        DESCRIPTION,
-        __version__,
-        argv,
-        kubeconfig_help="kubeconfig file (default: in-cluster config, then ~/.kube/config)",
-    )
-    if started is None:
-        return 2
-    args, cfg = started
-    section = cfg["extender"]
-    model = ClusterModel(cfg["resource_prefix"], float(section["reservation_ttl_s"]))
+def run(started: component.Started) -> int:
+    section = started.cfg["extender"]
+    model = ClusterModel(started.cfg["resource_prefix"], float(section["reservation_ttl_s"]))
     api: kube.ClusterApi | None = None
     try:
-        api = kube.KubeClusterApi(kube.api_client(args.kubeconfig))
+        api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig))
     except Exception as exc:
         log.error("no Kubernetes API (%s): filter answers from an empty model and bind fails", exc)
     extender = Extender(model, api)
@@ -316,18 +308,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = ExtenderServer(section["address"], section["port"], extender, tls=tls)
     except ValueError as exc:
-        print(f"gpushare-scheduler-extender: bad configuration: {exc}", file=sys.stderr)
-        return 2
-    stop = threading.Event()
+        raise config.ConfigError(str(exc)) from exc
     if api is not None:
-        start_background(extender, stop)
+        start_background(extender, started.stop)
     scheme = "https (client certificates required)" if tls else "http"
     log.info("listening on %s:%d, %s", section["address"], server.server_address[1], scheme)
-    server.serve_forever(handle_signals=True)
-    stop.set()
+    serving = threading.Thread(target=server.serve_forever, name="extender-http", daemon=True)
+    serving.start()
+    started.wait()
+    server.shutdown()
+    serving.join(10)
     server.server_close()
     log.info("stopped")
-    return 0
+    return component.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.main(COMPONENT, run, argv)
 
 
 def start_background(extender: Extender, stop: threading.Event) -> None:

@@ -33,7 +33,6 @@ import contextlib
 import json
 import logging
 import re
-import signal
 import socket
 import ssl
 import threading
@@ -224,10 +223,10 @@ class ExtenderServer:
         self._budget: _Budget | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def serve_forever(self, handle_signals: bool = False) -> None:
-        """Serve until shutdown(), or with `handle_signals` (main thread only) SIGTERM or SIGINT."""
+    def serve_forever(self) -> None:
+        """Serve until shutdown() (the component's main() calls it on SIGTERM or SIGINT)."""
         try:
-            asyncio.run(self._main(handle_signals))
+            asyncio.run(self._main())
         finally:
             self._finished.set()
 
@@ -241,12 +240,9 @@ class ExtenderServer:
     def server_close(self) -> None:
         self.socket.close()
 
-    async def _main(self, handle_signals: bool) -> None:
+    async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        if handle_signals:  # through the loop's wakeup fd: also when another thread got the signal
-            for number in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(number, self._stop.set)
         self._budget = _Budget(MAX_BODY)
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="extender-worker")
         self._handshakes = ThreadPoolExecutor(HANDSHAKE_WORKERS, thread_name_prefix="extender-tls")

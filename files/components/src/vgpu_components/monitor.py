@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -35,7 +34,7 @@ import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vgpu_components import __version__, config, dra, health, host_paths, ids, kube, nvml, region
+from vgpu_components import component, dra, health, host_paths, ids, kube, nvml, region
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import HostProcess
 from vgpu_components.nvml import Gpu
@@ -330,10 +329,12 @@ def _ours(device: str) -> bool:
     return True
 
 
-DESCRIPTION = (
+COMPONENT = component.Component(
+    "cgpu-monitor",
     "Prometheus exporter of per-GPU and per-container GPU memory, and enforcer of the quotas from the "
     "driver's per-process accounting (config keys: resource_prefix, unit_mib, state_dir and the monitor "
-    "section). The node name comes from NODE_NAME."
+    "section). The node name comes from NODE_NAME.",
+    kubeconfig_help="kubeconfig for the ground-truth enforcement (default: in-cluster config)",
 )
 
 
@@ -352,18 +353,9 @@ def serve(collector: MonitorCollector, port: int, address: str = "") -> health.H
     ).start()
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = config.start(
-        "cgpu-monitor",
-        DESCRIPTION,
-        __version__,
-        argv,
-        kubeconfig_help="kubeconfig for the ground-truth enforcement (default: in-cluster config)",
-    )
-    if started is None:
-        return 2
-    args, cfg = started
-    node = config.node_name()
+def run(started: component.Started) -> int:
+    cfg = started.cfg
+    node = component.node_name()
     backend: nvml.GpuBackend | None = None
     try:
         backend = nvml.NvmlBackend()
@@ -373,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     if backend is not None:
         pods: kube.PodApi | None = None
         try:
-            pods = kube.KubePodApi(kube.api_client(args.kubeconfig), "cgpu-monitor", node)
+            pods = kube.KubePodApi(kube.api_client(started.args.kubeconfig), COMPONENT.prog, node)
         except Exception as exc:
             log.error("no Kubernetes API (%s): GPU memory outside quotas is measured but not tied to pods", exc)
         enforcer = Enforcer(cfg, node, backend, pods, namespace=os.environ.get("POD_NAMESPACE", "kube-system"))
@@ -382,18 +374,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     if enforcer is not None:
         enforcer.quotas = collector.quotas  # the containers' quotas, as /metrics sees them
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    if enforcer is not None:
-        threading.Thread(target=enforcer.run, args=(stop,), name="ground-truth", daemon=True).start()
+        threading.Thread(target=enforcer.run, args=(started.stop,), name="ground-truth", daemon=True).start()
     server = serve(collector, cfg["monitor"]["port"])
     log.info("serving /metrics on port %d", server.server_address[1], extra={"gpus": len(collector.gpus)})
-    config.wait_for_stop(stop)
+    started.wait()
     server.stop()
     if backend is not None:
         backend.close()
-    return 0
+    return component.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.main(COMPONENT, run, argv)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -53,7 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import __version__, config, health, ids, nvml
+from vgpu_components import component, contract, health, ids, nvml
 
 log = logging.getLogger("vgpu.mps")
 READY_FILE = ".ready"
@@ -95,8 +94,8 @@ class MpsRequest:
             raise ValueError(f"{where}: alloc_id {alloc_id!r} is not an alloc-id")
         if not isinstance(gpu, str) or not gpu.startswith("GPU-"):
             raise ValueError(f"{where}: gpu {gpu!r} is not a GPU UUID")
-        if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= config.MAX_SHARE:
-            raise ValueError(f"{where}: thread_percentage {pct!r} is not 1-{config.MAX_SHARE}")
+        if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= contract.MAX_SHARE:
+            raise ValueError(f"{where}: thread_percentage {pct!r} is not 1-{contract.MAX_SHARE}")
         if pinned is not None and (isinstance(pinned, bool) or not isinstance(pinned, int) or pinned <= 0):
             raise ValueError(f"{where}: pinned_mib {pinned!r} is not a positive number of MiB or null")
         return cls(alloc_id, gpu, pct, pinned, str(doc.get("serial", "")))
@@ -288,7 +287,9 @@ class Daemon:
 class MpsManager:
     """Keeps one running daemon per request: starts, restarts (with back-off) and stops them."""
 
-    def __init__(self, cfg: dict[str, Any], backend: nvml.GpuBackend | None = None) -> None:
+    def __init__(
+        self, cfg: dict[str, Any], backend: nvml.GpuBackend | None = None, stopping: threading.Event | None = None
+    ) -> None:
         self.section = cfg["mps"]
         self.state_dir = cfg["state_dir"]
         self.pipe_dir = Path(self.section["pipe_dir"])
@@ -301,7 +302,7 @@ class MpsManager:
         self.restarts = 0
         self.problems: dict[str, str] = {}  # alloc-id, GPU or "node" -> what is wrong
         self.unreadable: dict[str, str] = {}  # request file -> why it cannot be used
-        self.stopping = threading.Event()
+        self.stopping = stopping or threading.Event()  # run() returns once it is set
 
     def start(self) -> None:
         self.pipe_dir.mkdir(parents=True, exist_ok=True)
@@ -423,39 +424,39 @@ def replace_share(request: MpsRequest, thread_percentage: int) -> MpsRequest:
     return replace(request, thread_percentage=thread_percentage, serial=new_serial())
 
 
-DESCRIPTION = (
+COMPONENT = component.Component(
+    "nvidia-mps",
     "Runs one MPS control daemon per GPU allocation, with the allocation's compute share and memory "
-    "limit as the daemon's defaults (config: state_dir and the mps section)."
+    "limit as the daemon's defaults (config: state_dir and the mps section).",
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    started = config.start("nvidia-mps", DESCRIPTION, __version__, argv)
-    if started is None:
-        return 2
-    _args, cfg = started
+def run(started: component.Started) -> int:
+    cfg = started.cfg
     binary = cfg["mps"]["control_binary"]
     if shutil.which(binary) is None:
         log.error("%s not found on PATH (%s)", binary, os.environ.get("PATH", ""))
-        return 2
+        return component.EXIT_BAD_CONFIG
     backend: nvml.GpuBackend | None = None
     try:
         backend = nvml.NvmlBackend()
     except Exception as exc:
         log.warning("NVML unavailable (%s): the GPUs' compute modes are not checked", exc)
-    manager = MpsManager(cfg, backend)
-    signal.signal(signal.SIGTERM, lambda *_: manager.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: manager.stopping.set())
+    manager = MpsManager(cfg, backend, stopping=started.stop)
     server = health.HealthServer("", cfg["mps"]["healthz_port"], {"/healthz": health.check(manager.healthy)})
     server.start()
     manager.start()
-    manager.run()
+    manager.run()  # until a stop signal: it wakes every tick, so the handler runs in time
     log.info("stopping")
     manager.stop()
     server.stop()
     if backend is not None:
         backend.close()
-    return 0
+    return component.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    return component.main(COMPONENT, run, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_components import config
+from vgpu_components import contract
 from vgpu_components.placement import Ranking
 from vgpu_components.quantity import whole_number
 
@@ -179,10 +179,10 @@ def pod_request(pod: Mapping[str, Any], prefix: str) -> Request:
                     f"container {container.get('name')!r}: ask for {memory} and {cores} together "
                     "(a compute share is of the GPU the container's memory is on)"
                 )
-            if mine > config.MAX_SHARE:
+            if mine > contract.MAX_SHARE:
                 raise ValueError(
-                    f"container {container.get('name')!r}: {cores} is a percentage of one GPU (1-{config.MAX_SHARE}), "
-                    f"got {mine}"
+                    f"container {container.get('name')!r}: {cores} is a percentage of one GPU "
+                    f"(1-{contract.MAX_SHARE}), got {mine}"
                 )
     return Request(units, share)
 

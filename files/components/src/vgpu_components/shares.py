@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from vgpu_components import config, ids
+from vgpu_components import contract, ids
 from vgpu_components.allocator import HEALTHY, UNHEALTHY, AllocationError
 
 
@@ -53,9 +53,10 @@ class ShareTokens:
                 raise AllocationError(str(exc)) from None
             if n >= self.count:
                 raise AllocationError(f"device ID {dev!r}: this node has only {self.count} compute share units")
-        if len(device_ids) > config.MAX_SHARE:
+        if len(device_ids) > contract.MAX_SHARE:
             raise AllocationError(
-                f"a container's compute share is a percentage of one GPU (1-{config.MAX_SHARE}), got {len(device_ids)}"
+                f"a container's compute share is a percentage of one GPU (1-{contract.MAX_SHARE}), "
+                f"got {len(device_ids)}"
             )
         return len(device_ids)
 
