@@ -18,3 +18,6 @@ if "ansible_collections.vgpu.isolation" not in sys.modules and ROOT.parent.paren
     sys.path.insert(0, str(_TREE))
 # Helpers the unit tests of several folders share (role_render.py).
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
+# tests.polling, the suites' one wait helper (files/components/tests/conftest.py does the same).
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 EXPECTATIONS = ("auto", "run", "refuse")
+# The interposer switches the check turns on, by their environment names in libvgpu's switches.def
+# (tests/unit/test_switches.py checks them against it; a module runs on the node without that file).
+ENFORCING_SWITCHES = {"GPU_VIRTUAL_MEMORY": "1", "LIMIT": "1"}
 
 
 def expected_outcome(expect: str, quota_mib: int, use_mib: int) -> str:
@@ -37,8 +40,7 @@ def quota_env(
             "LD_PRELOAD": prefix.rstrip("/") + "/libvgpu.so" + (":" + preload if preload else ""),
             "VGPU_REGION_DIR": region_dir,
             "CUDA_VISIBLE_DEVICES": str(gpu_index),
-            "GPU_VIRTUAL_MEMORY": "1",
-            "LIMIT": "1",
+            **ENFORCING_SWITCHES,
         }
     )
     env.pop("VGPU_CONFIG_FILE", None)  # the env is the configuration here, not a stale quota file

@@ -23,6 +23,8 @@ import pytest
 from fakes import GPUS, Exporter
 from vgpu_components import ids, region
 
+from tests.polling import wait_for
+
 KEY0 = ids.gpu_key(GPUS[0].uuid)
 HONEST = [f"{KEY0}-{n}" for n in range(10)]
 HOSTILE = [f"{KEY0}-{n}" for n in range(10, 20)]
@@ -54,12 +56,9 @@ def get(exporter: Exporter, path: str, timeout: float = 5.0) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def settled_thread_count(target: int) -> int:
-    """The thread count once finished request threads have exited (they end just after replying)."""
-    deadline = time.monotonic() + 3
-    while threading.active_count() > target and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return threading.active_count()
+def threads_settle(at_most: int, what: str) -> None:
+    """Finished request threads exit just after replying: wait for the count to come down."""
+    wait_for(what, lambda: threading.active_count() <= at_most, 3, 0.05, seen=threading.active_count)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "socket", "folder", "symlink to /dev/zero", "symlink to a file"])
@@ -87,7 +86,7 @@ def test_a_non_regular_region_costs_that_container_its_sample_and_nothing_else(e
         assert 'pod="honest"' in text  # the other container is still reported
     assert time.monotonic() - started < 5, "scrapes were slowed down by the hostile region"
     assert 'vgpu_monitor_errors_total{source="region"} 5.0' in text
-    assert settled_thread_count(threads) <= threads
+    threads_settle(threads, f"the scrape threads to end (at most {threads} threads)")
     assert get(exporter, "/healthz")[0] == 200
 
 
@@ -118,7 +117,7 @@ def test_a_scrape_that_cannot_complete_turns_healthz_unhealthy_without_leaking_t
             assert time.monotonic() - started < 3
         status, text = get(exporter, "/healthz")
         assert status == 503 and "a scrape has been running for" in text
-        assert settled_thread_count(threads) <= threads, "each stuck scrape left a thread behind"
+        threads_settle(threads, f"each stuck scrape's thread to end (at most {threads} threads)")
     finally:
         release.set()
         first.join(10)

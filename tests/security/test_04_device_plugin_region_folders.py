@@ -29,6 +29,8 @@ from vgpu_components import ids, protos
 from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.plugin_services import DevicePluginService
 
+from tests.polling import wait_for
+
 KEY0 = ids.gpu_key(two_gpus()[0].uuid)
 KEY1 = ids.gpu_key(two_gpus()[1].uuid)
 PLUGIN_UID = 65534  # nobody: a plugin without CAP_DAC_OVERRIDE
@@ -164,13 +166,6 @@ def node(short_tmp: Path) -> Iterator[PluginNode]:
     n.stop()
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_folders_no_longer_allocated_are_collected_so_their_number_stays_bounded(node: PluginNode) -> None:
     state = Path(node.cfg["state_dir"])
     kept = units(KEY0, 0, 30)
@@ -188,7 +183,13 @@ def test_folders_no_longer_allocated_are_collected_so_their_number_stays_bounded
             os.listdir(state / "quotas")
         ) == [f"{ids.alloc_id(kept)}.conf"]
 
-    wait_until("the folders of ended containers to be collected", only_the_running_one)
+    wait_for(
+        "the folders of ended containers to be collected",
+        only_the_running_one,
+        10,
+        0.05,
+        seen=lambda: sorted(os.listdir(state / "containers")),
+    )
 
 
 def test_nothing_is_collected_while_pod_resources_cannot_say_what_is_allocated(node: PluginNode) -> None:

@@ -26,6 +26,8 @@ import pytest
 from fakes import Scheduler, extender_cluster, pod_obj
 from vgpu_components import extender_http
 
+from tests.polling import wait_for
+
 FILTER_ARGS = {"Pod": pod_obj("p", 1000), "Nodes": None, "NodeNames": ["gpu-a", "cpu-b"]}
 
 
@@ -127,13 +129,6 @@ def test_deeply_nested_json_gets_400(cluster: Scheduler) -> None:
     assert status == 400, result
 
 
-def thread_count_settles(at_most: int) -> int:
-    deadline = time.monotonic() + 3
-    while threading.active_count() > at_most and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return threading.active_count()
-
-
 def test_half_open_and_idle_connections_hold_no_threads_and_half_open_ones_are_closed(limited: Scheduler) -> None:
     before = threading.active_count()
     half_open, idle = [], []
@@ -144,7 +139,13 @@ def test_half_open_and_idle_connections_hold_no_threads_and_half_open_ones_are_c
             half_open.append(sock)
             idle.append(socket.create_connection(("127.0.0.1", limited.port), timeout=5))
         time.sleep(0.3)
-        assert thread_count_settles(before + 4) <= before + 4, "open connections hold threads"
+        wait_for(
+            f"open connections to hold no threads (at most {before + 4})",
+            lambda: threading.active_count() <= before + 4,
+            3,
+            0.05,
+            seen=threading.active_count,
+        )
         started = time.monotonic()
         status, result = limited.post("/filter", FILTER_ARGS)
         assert status == 200 and result["NodeNames"] == ["gpu-a"]

@@ -29,6 +29,8 @@ from typing import Any
 import pytest
 from fakes import RecordingApiServer, Scheduler, make_pki, node_obj, pod_obj
 
+from tests.polling import wait_for
+
 SRC = Path(__file__).resolve().parents[2] / "files" / "components" / "src"
 
 
@@ -52,15 +54,15 @@ class ExtenderProcess:
         self.process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def wait_listening(self) -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             assert self.process.poll() is None, f"the extender exited: {self.output()}"
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
             except OSError:
-                time.sleep(0.1)
-        pytest.fail(f"the extender never listened on {self.port}")
+                return False
+            return True
+
+        wait_for(f"the extender to listen on {self.port}", listening, 20, 0.1)
 
     def exit_status(self, timeout: float = 20) -> int:
         return self.process.wait(timeout)

@@ -34,6 +34,8 @@ from vgpu_components.nvml import Gpu, Memory, ProcessMemory, XidEvent
 from vgpu_components.podresources import PodResourcesClient
 from vgpu_components.scheduling import ClusterModel
 
+from tests.polling import wait_for
+
 GIB = 1024
 
 
@@ -184,7 +186,6 @@ class FakeKubelet:
         self.registrations: list[Any] = []
         self.registered = threading.Event()
         self.updates: list[list[tuple[str, str]]] = []
-        self.update_event = threading.Event()
         self.options: Any = None
         self.server: grpc.Server | None = None
         self.channel: grpc.Channel | None = None
@@ -227,33 +228,30 @@ class FakeKubelet:
                 stream.append(devices)
                 if first:
                     self.updates.append(devices)
-                self.update_event.set()
         except grpc.RpcError:
             pass  # the stream ends when the plugin or this fake goes away
 
     def wait_update(self, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
         """Block until at least `count` ListAndWatch messages arrived; return the latest."""
-        deadline = threading.Event()
-        timer = threading.Timer(timeout, deadline.set)
-        timer.start()
-        try:
-            while len(self.updates) < count and not deadline.is_set():
-                self.update_event.wait(0.05)
-                self.update_event.clear()
-        finally:
-            timer.cancel()
-        assert len(self.updates) >= count, f"only {len(self.updates)} ListAndWatch updates, wanted {count}"
+        wait_for(
+            f"{count} ListAndWatch updates",
+            lambda: len(self.updates) >= count,
+            timeout,
+            0.01,
+            seen=lambda: f"{len(self.updates)} updates",
+        )
         return self.updates[-1]
 
     def wait_stream(self, resource: str, count: int, timeout: float = 5.0) -> list[tuple[str, str]]:
         """Block until `resource` got at least `count` ListAndWatch messages; return the latest."""
-        deadline = time.monotonic() + timeout
-        while len(self.streams.get(resource, ())) < count and time.monotonic() < deadline:
-            self.update_event.wait(0.05)
-            self.update_event.clear()
-        got = self.streams.get(resource, [])
-        assert len(got) >= count, f"only {len(got)} ListAndWatch updates of {resource}, wanted {count}"
-        return got[-1]
+        wait_for(
+            f"{count} ListAndWatch updates of {resource}",
+            lambda: len(self.streams.get(resource, ())) >= count,
+            timeout,
+            0.01,
+            seen=lambda: f"{len(self.streams.get(resource, ()))} updates",
+        )
+        return self.streams[resource][-1]
 
     def stop(self) -> None:
         for channel in self.channels:

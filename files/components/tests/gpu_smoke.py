@@ -13,6 +13,7 @@ Prints one JSON line per check and exits non-zero on the first failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,8 @@ from typing import Any
 from fakes import FakeKubelet
 from vgpu_components import config, ids, monitor, mps, nvml
 from vgpu_components.device_plugin import DevicePlugin
+
+from tests.polling import wait_for
 
 
 def report(check: str, ok: bool, **details: Any) -> None:
@@ -155,9 +158,8 @@ def smoke_mps(backend: nvml.NvmlBackend, root: Path) -> None:
     report("the allocation's MPS daemon has its share as its default", ready and answer[0], answer=answer)
     process = daemon.process
     mps.remove_request(cfg["state_dir"], request.alloc_id)
-    deadline = time.monotonic() + 30
-    while process is not None and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with contextlib.suppress(TimeoutError):  # reported just below
+        wait_for("the MPS daemon to quit", lambda: process is None or process.poll() is not None, 30, 0.1)
     report(
         "the MPS daemon quit with its allocation",
         process is not None and process.returncode == 0,

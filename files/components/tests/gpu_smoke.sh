@@ -8,6 +8,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 src=$(cd "$here/../src" && pwd)
+root=$(cd "$here/../../.." && pwd)  # tests.polling, the wait helper of the test fakes
 if ! ls "$src"/vgpu_components/proto/deviceplugin_pb2.py >/dev/null 2>&1; then
     echo "gRPC stubs missing in $src/vgpu_components/proto: run 'make -C files/components proto' first" >&2
     exit 2
@@ -22,7 +23,7 @@ for wheel in sorted(glob.glob(sys.argv[1] + "/*.whl")):
     zipfile.ZipFile(wheel).extractall(sys.argv[2])' "$VGPU_WHEELHOUSE" "$site"
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$src:$here${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$src:$here:$root${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$PATH:/usr/local/nvidia/bin"
 # Where GPU containers get the driver libraries (libnvidia-ml.so.1) when not in the default paths.
 for lib in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do

@@ -23,6 +23,8 @@ from vgpu_components import device_plugin, ids, mps
 from vgpu_components.mps import READY_FILE
 from vgpu_components.shares import Holder, ShareLedger, ShareTokens, holders
 
+from tests.polling import wait_for
+
 KEY0, KEY1 = (hashlib.sha256(g.uuid.encode()).hexdigest()[:6] for g in two_gpus())
 CORES = "vgpu.io/gpu-cores"
 
@@ -157,9 +159,10 @@ def test_memory_goes_where_the_compute_is_free_and_the_annotation_says_how_much(
         doc = json.loads(shares.api.annotations[-1][1]["vgpu.io/gpus"]) if shares.api.annotations else {}
         return list(doc.get("gpus", []))
 
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and [g.get("used_cores") for g in gpus()] != [60, 70]:
-        time.sleep(0.05)
+    def used_cores() -> list[Any]:
+        return [g.get("used_cores") for g in gpus()]
+
+    wait_for("the annotation's used cores [60, 70]", lambda: used_cores() == [60, 70], 5, 0.05, seen=gpus)
     assert [(g["cores"], g["used_cores"]) for g in gpus()] == [(100, 60), (100, 70)]
 
 

@@ -67,8 +67,8 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
     lines = [line for line in quota.splitlines() if not line.startswith("#")]
     assert lines == [
         "memory_limit=0:3000MiB",
-        "gpu_virtual_memory=1",
         "limit=1",
+        "gpu_virtual_memory=1",
         "gpu_cgroup_enable=0",
         "cgroup_map_mode=0",
         "gpu_compute_audit=0",

@@ -280,9 +280,7 @@ def test_registers_through_the_plugin_watcher_with_the_v1_service(node: DraNode)
     assert info.endpoint == str(node.root / "plugins" / "gpu.vgpu.io" / "dra.sock")
     assert Path(info.endpoint).is_socket()
     assert (node.root / "registry" / "gpu.vgpu.io-reg.sock").is_socket()
-    deadline = time.monotonic() + 5
-    while not node.driver.healthy()[0] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for("the driver to be healthy", lambda: node.driver.healthy()[0], 5, 0.05, seen=node.driver.healthy)
     assert node.driver.healthy() == (True, "ok, registered; 2 GPU(s) published")
 
 
@@ -430,10 +428,13 @@ def test_a_restarted_driver_writes_the_cdi_specifications_again(short_tmp: Path)
 
 def test_a_removed_socket_is_served_again_and_kubelet_registers_anew(node: DraNode) -> None:
     (node.root / "registry" / "gpu.vgpu.io-reg.sock").unlink()
-    deadline = time.monotonic() + 5
-    while len(node.kubelet.infos) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(node.kubelet.infos) == 2, "kubelet never saw the registration socket again"
+    wait_for(
+        "kubelet to see the registration socket again",
+        lambda: len(node.kubelet.infos) == 2,
+        5,
+        0.05,
+        seen=lambda: f"{len(node.kubelet.infos)} registration(s)",
+    )
     node.api.claims[("ns", "c")] = allocated_claim("c", CLAIM_UID, NODE, [("gpu", "gpu-0", "2000Mi")])
     assert node.kubelet.prepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error == ""
 

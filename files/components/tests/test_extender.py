@@ -19,6 +19,8 @@ from fakes import GPU0, GPU1, FakeClusterApi, Scheduler, node_obj, pod_obj
 from vgpu_components.extender import Extender
 from vgpu_components.scheduling import ClusterModel
 
+from tests.polling import wait_for
+
 
 @pytest.mark.parametrize("cluster", ["tightest", "weighted"], indirect=True)
 def test_reference_scenario_big_pods_spread_small_pods_share(cluster: Scheduler) -> None:
@@ -209,28 +211,22 @@ def test_model_is_rebuilt_from_list_and_follows_the_watch() -> None:
     stop = threading.Event()
     for informer in extender.informers.values():
         threading.Thread(target=informer.run, args=(stop,), daemon=True).start()
-    deadline = time.monotonic() + 5
-    while not extender.ready()[0] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert extender.ready()[0]
+    wait_for("the extender to be ready", lambda: extender.ready()[0], 5, 0.02, seen=extender.ready)
     model = extender.model
-    assert [g.free for g in model.nodes["gpu-a"].gpus] == [62, 122]
+
+    def free() -> list[int]:
+        return [g.free for g in model.nodes["gpu-a"].gpus]
+
+    assert free() == [62, 122]
     api.events["pods"].put(("DELETED", bound))
-    deadline = time.monotonic() + 5
-    while model.nodes["gpu-a"].gpus[0].free != 122 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert model.nodes["gpu-a"].gpus[0].free == 122
+    wait_for("GPU 0 free again after the pod's deletion", lambda: free() == [122, 122], 5, 0.02, seen=free)
     # An expired watch makes the extender list again and rebuild.
     api.objects["pods"] = [bound]
     api.events["pods"].put(None)
-    deadline = time.monotonic() + 5
-    while model.nodes["gpu-a"].gpus[0].free != 62 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert api.lists["pods"] == 2 and model.nodes["gpu-a"].gpus[0].free == 62
+    wait_for("the pod counted again after a new list", lambda: free() == [62, 122], 5, 0.02, seen=free)
+    assert api.lists["pods"] == 2
     api.events["nodes"].put(("MODIFIED", node_obj("gpu-a", [(GPU0, 12288, 0), (GPU1, 12288, 122)])))
-    deadline = time.monotonic() + 5
-    while model.nodes["gpu-a"].gpus[1].free != 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for("GPU 1 full after the node's update", lambda: free() == [62, 0], 5, 0.02, seen=free)
     assert model.nodes["gpu-a"].max_free == 62
     stop.set()
 

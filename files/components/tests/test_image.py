@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.polling import wait_for
 
 COMPONENTS = Path(__file__).resolve().parents[1]
 ROOT = COMPONENTS.parents[1]
@@ -156,16 +157,15 @@ def test_extender_serves_healthz_and_stops_on_sigterm(image: str) -> None:
         capture_output=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        status = 0
-        while time.monotonic() < deadline:
+
+        def healthz() -> int | None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
-                    status = response.status
-                    break
+                    return int(response.status)
             except OSError:
-                time.sleep(0.5)
-        assert status == 200
+                return None
+
+        assert wait_for("the extender's /healthz", healthz, 60) == 200
         subprocess.run(["docker", "stop", "-t", "20", name], check=True, capture_output=True)
         code = subprocess.run(
             ["docker", "inspect", "--format", "{{.State.ExitCode}}", name], capture_output=True, text=True, check=True

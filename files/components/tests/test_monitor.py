@@ -11,7 +11,6 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 from fakes import GPUS, Exporter, value, write_quota
 from vgpu_components import ids, monitor, region
+
+from tests.polling import wait_for
 
 MIB = 1024 * 1024
 KEY0 = ids.gpu_key(GPUS[0].uuid)
@@ -231,13 +232,16 @@ def test_the_cli_serves_metrics_and_stops_on_sigterm(short_tmp: Path) -> None:
     )
     try:
         assert proc.stderr is not None
-        port = 0
-        deadline = time.monotonic() + 30
-        while not port and time.monotonic() < deadline:
-            entry = json.loads(proc.stderr.readline() or "{}")
-            if entry.get("msg", "").startswith("serving /metrics on port "):
-                port = int(entry["msg"].rsplit(" ", 1)[1])
-        assert port
+        lines: list[str] = []
+
+        def logged_port() -> int | None:
+            assert proc.stderr is not None
+            lines.append(proc.stderr.readline())
+            entry = json.loads(lines[-1] or "{}")
+            message = entry.get("msg", "")
+            return int(message.rsplit(" ", 1)[1]) if message.startswith("serving /metrics on port ") else None
+
+        port = wait_for("the monitor to log its /metrics port", logged_port, 30, 0, seen=lambda: lines[-3:])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             assert b"vgpu_monitor_errors_total" in response.read()
         signal_other_thread(proc.pid, signal.SIGTERM)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import time
 from pathlib import Path
 
+import pytest
 from fakes import FakeKubelet, PluginNode, make_config, two_gpus
 from vgpu_components.allocator import DeviceTable
 from vgpu_components.device_plugin import DevicePlugin
@@ -36,21 +36,28 @@ def test_registers_and_advertises_every_unit_with_short_stable_ids(node: PluginN
     assert sorted(d for d, _health in again.devices()) == sorted(d for d, _health in devices)
 
 
-def test_reregisters_within_a_second_of_a_kubelet_restart(node: PluginNode) -> None:
+def test_reregisters_after_a_kubelet_restart_without_a_failed_attempt(
+    node: PluginNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The plugin's kubelet watch (every 100 ms) sees the new kubelet.sock and registers with it at
+    once: one registration, serving all its units, and no failed attempt (the one path that waits,
+    1 s, before trying again)."""
+    caplog.set_level("INFO", logger="vgpu.device_plugin")
     node.kubelet.wait_update(1)
+    assert node.plugin.registrar.registrations == 1
     node.kubelet.stop()
     # kubelet's device manager empties the folder when it starts, then serves a new kubelet.sock
     folder = Path(node.cfg["device_plugin"]["kubelet_dir"])
     for entry in folder.iterdir():
         entry.unlink()
     restarted = FakeKubelet(folder).start()
-    started = time.monotonic()
     try:
         assert restarted.registered.wait(5)
-        elapsed = time.monotonic() - started
-        assert elapsed < 1.0, f"re-registration took {elapsed:.2f} s"
         assert len(restarted.wait_update(1)) == 244
-        assert restarted.registrations[0].resource_name == "vgpu.io/gpu-memory"
+        assert [r.resource_name for r in restarted.registrations] == ["vgpu.io/gpu-memory"]
+        assert node.plugin.registrar.registrations == 2
+        failed = [r.getMessage() for r in caplog.records if "registration with kubelet failed" in r.getMessage()]
+        assert failed == []
     finally:
         restarted.stop()
 
@@ -61,7 +68,7 @@ def test_waits_for_a_kubelet_that_starts_later(short_tmp: Path) -> None:
     plugin = DevicePlugin(cfg, two_gpus(), "node-a")
     plugin.start()
     try:
-        time.sleep(0.3)
+        # start() looked for kubelet once and found none; its watch keeps looking.
         assert plugin.healthy() == (False, "not registered with kubelet")
         kubelet = FakeKubelet(short_tmp / "dp").start()
         try:

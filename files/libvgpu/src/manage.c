@@ -165,15 +165,25 @@ static void json_string(const char *s, size_t max)
     putchar('"');
 }
 
+/* The region's flags word, one bit per switch, named as src/switches.def names them. */
+static const struct {
+    const char *key;
+    unsigned bit;
+} flag_bits[] = {
+#define SWITCH(key, env, field, def, bit) {#key, bit},
+#include "switches.def"
+#undef SWITCH
+};
+
 static void print_json(const struct vgpu_region *r, const char *path)
 {
     const struct vgpu_region_header *h = &r->hdr;
     printf("{\"region\": ");
     json_string(path, 4096);
-    printf(", \"version\": %u, \"flags\": {\"limit\": %u, \"gpu_virtual_memory\": %u, \"gpu_cgroup_enable\": %u, "
-           "\"cgroup_map_mode\": %u, \"gpu_compute_audit\": %u}, \"ctx_reserve_bytes\": %llu, \"reset_count\": %u, "
-           "\"restored_count\": %u, \"cgroup\": ",
-           h->version, h->flags & 1, h->flags >> 1 & 1, h->flags >> 2 & 1, h->flags >> 3 & 1, h->flags >> 4 & 1,
+    printf(", \"version\": %u, \"flags\": {", h->version);
+    for (size_t i = 0; i < sizeof flag_bits / sizeof flag_bits[0]; i++)
+        printf("%s\"%s\": %u", i ? ", " : "", flag_bits[i].key, h->flags >> flag_bits[i].bit & 1);
+    printf("}, \"ctx_reserve_bytes\": %llu, \"reset_count\": %u, \"restored_count\": %u, \"cgroup\": ",
            (unsigned long long)h->ctx_reserve_bytes, h->reset_count, h->restored_count);
     json_string(h->cgroup, sizeof h->cgroup);
     printf(", \"devices\": [");

@@ -126,6 +126,21 @@ launches=$(json_field launches)
 wait
 if [ "$launches" = 0 ]; then pass "launches are not intercepted without GPU_COMPUTE_AUDIT"; else fail "launches=$launches without audit"; fi
 
+# manage names the region's flags as src/switches.def names the switches, in its order: the one list.
+fresh 100MiB
+export GPU_COMPUTE_AUDIT=1
+(run init hold:2) &
+wait_for holding "$OUT"
+flags=$("$MANAGE" --stats --json | grep -oE '"flags": \{[^}]*\}')
+wait
+unset GPU_COMPUTE_AUDIT
+keys=$(printf '%s' "$flags" | grep -oE '"[a-z_]+": [01]' | sed 's/"\([a-z_]*\)".*/\1/' | tr '\n' ' ')
+want=$(sed -n 's/^SWITCH(\([a-z_]*\),.*/\1/p' "$HERE/src/switches.def" | tr '\n' ' ')
+audit=$(sed -n 's/^SWITCH(\([a-z_]*\), *GPU_COMPUTE_AUDIT,.*/\1/p' "$HERE/src/switches.def")
+if [ "$keys" = "$want" ] && printf '%s' "$flags" | grep -q "\"$audit\": 1"; then
+    pass "manage --stats --json names the flags as src/switches.def names the switches"
+else fail "manage's flags $flags, want the keys $want with $audit 1"; fi
+
 # ---------------------------------------------------------------- configuration
 fresh 3000MB
 run init alloc:1

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import contract, ids, kube, nvml
+from vgpu_components import contract, ids, kube, nvml, switches
 from vgpu_components.mps import MpsRequest, new_serial, pipe_folder
 from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
@@ -22,7 +22,6 @@ from vgpu_components.placement import Ranking
 log = logging.getLogger("vgpu.mps")
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-SWITCH_ENV = ("gpu_virtual_memory", "limit", "gpu_cgroup_enable", "cgroup_map_mode", "gpu_compute_audit")
 # The NVIDIA runtime's device list as mounts (its accept-nvidia-visible-devices-as-volume-mounts):
 # /dev/null mounted at <root>/<GPU UUID> gives a container that GPU. roles/nvidia_container_runtime
 # makes it the only way an unprivileged container gets one (a pod can make a /dev/null mount only
@@ -291,7 +290,7 @@ def container_contract(
     plugin = cfg["device_plugin"]
     state_dir = Path(cfg["state_dir"])
     install_prefix = cfg["install_prefix"]
-    switches = plugin["switches"]
+    values = plugin["switches"]
     envs = {
         "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
         "CUDA_VISIBLE_DEVICES": "0",
@@ -303,8 +302,8 @@ def container_contract(
         # lists it) still gets libvgpu's hooks through its dlsym (issue 24).
         "LD_PRELOAD": f"{install_prefix.rstrip('/')}/libvgpu.so",
     }
-    for name in SWITCH_ENV:
-        envs[name.upper()] = str(int(switches[name]))
+    for switch in switches.SWITCHES:
+        envs[switch.env] = str(int(values[switch.key]))
     region_dir = state_dir / "containers" / aid
     quota_file = state_dir / "quotas" / f"{aid}.conf"
     mounts = [
@@ -327,7 +326,7 @@ def container_contract(
     lines = [
         f"# vgpu quota for allocation {aid} on GPU {gpu.uuid}",
         f"memory_limit=0:{limit_mib}MiB",
-        *(f"{name}={int(switches[name])}" for name in SWITCH_ENV),
+        *(f"{switch.key}={int(values[switch.key])}" for switch in switches.SWITCHES),
     ]
     return Allocation(
         alloc_id=aid,

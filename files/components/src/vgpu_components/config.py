@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from vgpu_components import switches
 from vgpu_components.config_values import ConfigError, apply_environment, merge
 from vgpu_components.contract import (
     DEVICE_PLUGIN_DIR,
@@ -35,13 +36,7 @@ from vgpu_components.contract import (
 SECTIONS = ("device_plugin", "monitor", "mps", "extender", "dra")
 
 
-DEFAULT_SWITCHES: dict[str, int] = {
-    "gpu_virtual_memory": 1,
-    "limit": 1,
-    "gpu_cgroup_enable": 0,
-    "cgroup_map_mode": 0,
-    "gpu_compute_audit": 0,
-}
+DEFAULT_SWITCHES: dict[str, int] = dict(switches.DEFAULTS)  # libvgpu's switches.def, the one list
 
 DEFAULTS: dict[str, Any] = {
     "resource_prefix": "vgpu.io",
