@@ -63,8 +63,8 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
-        # A rollout replaces the pods one by one, and kwok has marked bound pods Running up to a
-        # minute late (on Debian's etcd 3.4, which up.sh falls back to; cold CI of 2026-12-01).
+        # How long a rollout may stand still: kwok has marked bound pods Running up to a minute
+        # late (on Debian's etcd 3.4, which up.sh falls back to; cold CI of 2026-12-01).
         "vgpu_stack_wait_timeout": 540,
         **extra,
     }
