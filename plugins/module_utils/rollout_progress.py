@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Dict, FrozenSet, Hashable, List, NamedTuple, Optional, Tuple
 
 KINDS = ("DaemonSet", "Deployment")
+SHOWN_PODS = 10  # pods named per workload in a summary; a large cluster's list would drown the message
 
 
 class Rollout(NamedTuple):
@@ -169,7 +170,8 @@ def rollout(obj: Optional[Dict[str, Any]], name: str, pods: List[Dict[str, Any]]
     facts = frozenset([status] + [pod_facts(p) for p in pods])
     waiting = [pod_summary(p) for p in pods if not _ready(p)]
     if waiting and not done:
-        summary += "; pods not Ready: " + "; ".join(waiting)
+        more = " and %d more" % (len(waiting) - SHOWN_PODS) if len(waiting) > SHOWN_PODS else ""
+        summary += "; pods not Ready: " + "; ".join(waiting[:SHOWN_PODS]) + more
     return Rollout(name, done, "%s: %s" % (name, summary), facts)
 
 

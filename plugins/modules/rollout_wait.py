@@ -174,8 +174,8 @@ def observe(api: Any, wanted: List[Tuple[str, str, str]]) -> List[Rollout]:
     return seen
 
 
-def shown(rollout: Rollout) -> Dict[str, Any]:
-    return {"name": rollout.name, "done": rollout.done, "summary": rollout.summary}
+def shown(item: Rollout) -> Dict[str, Any]:
+    return {"name": item.name, "done": item.done, "summary": item.summary}
 
 
 def main() -> None:
@@ -194,7 +194,10 @@ def main() -> None:
         module.exit_json(changed=False, rollouts=[], waited_s=0)
     if KUBERNETES_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    api = config.new_client_from_config(config_file=module.params["kubeconfig"])
+    try:
+        api = config.new_client_from_config(config_file=module.params["kubeconfig"])
+    except Exception as err:  # the client raises its own ConfigException, or OSError for the file
+        module.fail_json(msg="Cannot use the kubeconfig %s: %s" % (module.params["kubeconfig"] or "(default)", err))
     try:
         last, waited = follow(
             lambda: observe(api, wanted),

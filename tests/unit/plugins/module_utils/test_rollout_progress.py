@@ -237,3 +237,10 @@ def test_the_selector_of_a_workload_lists_its_pods() -> None:
         ],
     }
     assert label_selector(selector) == "a=1,b=2,tier in (x,y),!gone"
+
+
+def test_a_large_rollout_names_ten_pods_that_are_not_ready_and_counts_the_rest() -> None:
+    pods = [pod(f"p{i:02d}", f"node-{i}") for i in range(12)]
+    summary = rollout(daemonset(desired=12, updated=12, ready=0), NAME, pods).summary
+    assert "extender-p09 on node-9 Pending not Ready and 2 more" in summary
+    assert "extender-p10" not in summary
