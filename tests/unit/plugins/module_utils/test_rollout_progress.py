@@ -244,3 +244,15 @@ def test_a_large_rollout_names_ten_pods_that_are_not_ready_and_counts_the_rest()
     summary = rollout(daemonset(desired=12, updated=12, ready=0), NAME, pods).summary
     assert "extender-p09 on node-9 Pending not Ready and 2 more" in summary
     assert "extender-p10" not in summary
+
+
+def test_a_pod_marked_not_ready_by_the_node_controller_says_its_containers_are_ready() -> None:
+    """What the loaded CI of issue 27 showed: the node controller set the pod's Ready condition to
+    False when the simulated node missed heartbeats; its containers stayed ready, and nothing set
+    the pod Ready again. The summary points at the node, not the containers."""
+    marked = pod("new", "node-a", "Running", ready=False, containers=[running(True)])
+    summary = rollout(daemonset(generation=3, observed=3, ready=0), NAME, [marked]).summary
+    assert summary.endswith(
+        "pods not Ready: extender-new on node-a Running not Ready "
+        "(its containers are ready: the node has not reported the pod Ready again)"
+    )
