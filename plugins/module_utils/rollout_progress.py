@@ -108,7 +108,12 @@ def pod_summary(pod: Dict[str, Any]) -> str:
     words.append(status.get("phase") or "no phase")
     ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     words.append("Ready" if ready and ready[0].get("status") == "True" else "not Ready")
-    for container in status.get("containerStatuses") or []:
+    containers = status.get("containerStatuses") or []
+    if ready and ready[0].get("status") != "True" and containers and all(c.get("ready") for c in containers):
+        # The node controller marks a pod not Ready when its node missed heartbeats; the kubelet
+        # sets it Ready again once it reports, so this pod's node has not reported since.
+        words.append("(its containers are ready: the node has not reported the pod Ready again)")
+    for container in containers:
         kind, reason = _container_state(container)
         if kind != "running" or not container.get("ready"):
             words.append("(%s %s%s)" % (container.get("name"), kind, " " + reason if reason else ""))
