@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests import recap
-from tests.k8s import cluster
+from tests.k8s import cluster, slow_kubelet
 
 NS = "kube-system"
 PLUGIN = "app.kubernetes.io/name=nvidia-shared-device-plugin"
@@ -63,8 +63,8 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         "vgpu_stack_import_image": False,
         "vgpu_stack_manage_scheduler": False,
-        # A rollout replaces the pods one by one, and kwok has marked bound pods Running up to a
-        # minute late (on Debian's etcd 3.4, which up.sh falls back to; cold CI of 2026-12-01).
+        # How long a rollout may stand still: kwok has marked bound pods Running up to a minute
+        # late (on Debian's etcd 3.4, which up.sh falls back to; cold CI of 2026-12-01).
         "vgpu_stack_wait_timeout": 540,
         **extra,
     }
@@ -236,6 +236,49 @@ def test_a_unit_change_is_refused_while_a_pod_holds_gpu_memory(
     ok(forced)
     assert "unit_mib: 200" in core.read_namespaced_config_map("vgpu-config", NS).data["config.yaml"]
     ok(playbook(stacked, STACK, gpu_node, vgpu_stack_force_unit_change=True))  # back to 100 for the other tests
+
+
+EXTENDER = "gpushare-scheduler-extender"
+
+
+def test_a_rollout_slower_than_the_wait_that_keeps_moving_is_waited_out(
+    stacked: Path, gpu_node: str, core: Any
+) -> None:
+    """Issue 27: a cold CI run on a loaded machine failed when the forced unit change's extender
+    DaemonSet was not Ready within vgpu_stack_wait_timeout (numberReady 0), though nothing was
+    broken. Here three more control-plane nodes have a kubelet that takes each pod one step every
+    8 s: the extender's rollout onto them takes 9 steps, over 70 s, and never stands still for
+    8 s. With vgpu_stack_wait_timeout 40 the role waits while the rollout moves, and succeeds."""
+    apps: Any = client.AppsV1Api(core.api_client)
+    names = [f"vgpu-slow-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+
+    def extender_ready_on_the_slow_nodes() -> bool:
+        status = apps.read_namespaced_daemon_set(EXTENDER, NS).status
+        return bool(
+            status.desired_number_scheduled > len(names) and status.number_ready == status.desired_number_scheduled
+        )
+
+    try:
+        with slow_kubelet.SlowKubelet(core, names, {"node-role.kubernetes.io/control-plane": ""}) as kubelet:
+            cluster.wait_for("the extender Ready on the slow nodes", extender_ready_on_the_slow_nodes, timeout=120)
+            kubelet.step, before = 8, kubelet.steps
+            slow = playbook(
+                stacked,
+                STACK,
+                gpu_node,
+                vgpu_memory_unit_mib=200,
+                vgpu_stack_force_unit_change=True,
+                vgpu_stack_wait_timeout=40,
+            )
+            kubelet.step = 0
+            ok(slow)
+            extender = apps.read_namespaced_daemon_set(EXTENDER, NS)
+            status = extender.status
+            assert status.updated_number_scheduled == status.number_ready == status.desired_number_scheduled, status
+            assert kubelet.steps - before >= 9, "each slow node's pod was replaced step by step"
+    finally:  # back to 100 for the other tests, also when the rollout failed
+        restored = playbook(stacked, STACK, gpu_node, vgpu_stack_force_unit_change=True)
+    ok(restored)
 
 
 DRAIN = """

@@ -119,7 +119,11 @@ start_proc kube-controller-manager "$BIN_DIR/kube-controller-manager" \
 # Pods are only admitted once the service-account controller made the namespace's "default".
 wait_until kube-controller-manager 60 api_get /api/v1/namespaces/default/serviceaccounts/default
 
+# Its stages heartbeat a node's status only every 10 to 20 minutes and keep the node alive through
+# a Lease, which kwok holds only with --node-lease-duration-seconds: without it the node controller
+# marked the nodes NotReady after 40 s, and their Running pods not Ready for good (issue 27).
 start_proc kwok "$KWOK_BIN" --kubeconfig="$STATE_DIR/admin.kubeconfig" --config="$KWOK_STAGES" \
+    --node-lease-duration-seconds=40 \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --server-address="127.0.0.1:$KWOK_PORT" --node-ip=127.0.0.1 --cidr=10.244.0.0/16
 wait_until kwok 60 curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz"
