@@ -429,7 +429,7 @@ expect "fake driver: an empty NVIDIA_VISIBLE_DEVICES gives a process no GPU, as 
     "nvml-devices rc=0 count_rc=0 n=0 "
 fresh
 printf 'gpus=1\ntotal_mib=24576\nname=Fake GPU 24G\n' >"$R/named.conf"
-FAKE_GPU_CONF=$R/named.conf run init devices nvml-devices
+FAKE_GPU_CONF=$R/named.conf LD_LIBRARY_PATH=$B/fake run init devices nvml-devices
 expect "fake driver: name= is the GPUs' model, for CUDA and NVML alike (a node of another model)" \
     "devices rc=0 n=1 0:$U0:24576:Fake GPU 24G$" "nvml-device 0 index=0 uuid=$U0 name=Fake GPU 24G minor=0 total=24576 "
 printf 'gpus=0\n' >"$R/bad.conf"
