@@ -230,6 +230,16 @@ e2e-node-dra: ## make e2e-node on the DRA path: the bundle's containerd-cdi, cla
 e2e-node-down: ## remove the node KEEP=1 make e2e-node left up
 	tests/node/node.sh down
 
+.PHONY: e2e-site
+e2e-site: collection images bundle ## three nodes: a control plane and two GPU workers joined by one make site over SSH (not in make test)
+	$(MAKE) -C files/libvgpu fake-driver
+	@echo ">> make e2e-site: a control plane and two GPU workers, provisioned by make site on the control plane"
+	tests/site/run-e2e.sh
+
+.PHONY: e2e-site-down
+e2e-site-down: ## remove the site KEEP=1 make e2e-site left up
+	tests/site/run-e2e.sh down
+
 .PHONY: clean
 clean: ## remove build outputs (keeps the venv and caches)
 	rm -rf build $(COLLECTIONS)
