@@ -10,6 +10,7 @@ kubectl runs on the control plane (tests/node/node.py with VGPU_E2E_NODE set to 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from tests.node import node
@@ -118,3 +119,30 @@ def test_gpu_pods_are_packed_across_the_workers(namespace: str) -> None:
     assert where(large["large"])[0] == WORKER_B
     for name, mib in [("big-0", 8000), ("small-0", 2000), ("large", 16000)]:
         assert node.stats(namespace, name)["quota_mib"] == mib, name
+
+
+def metrics_from(source: dict[str, Any], address: str) -> str:
+    """GET http://<address>:9395/metrics from inside the pod `source` (a cgpu-monitor: it has Python)."""
+    url = f"http://{address}:9395/metrics"
+    fetch = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=10).read().decode())"
+    return node.kubectl("exec", "-n", "kube-system", source["metadata"]["name"], "--", "python3", "-c", fetch)
+
+
+def test_each_workers_monitor_is_scraped_from_the_other_worker() -> None:
+    """A Prometheus on any node scrapes every cgpu-monitor at its pod IP (the headless Service's
+    endpoints): from worker B's monitor, worker A's metrics, which name A and its GPUs; from A's,
+    worker B's, whose GPU is of its own model."""
+    monitors = {
+        p["spec"]["nodeName"]: p
+        for p in node.wait_for(
+            "a cgpu-monitor Running on each worker",
+            lambda: [p for p in node.component_pods().get("cgpu-monitor", []) if node.running(p)] or None,
+            timeout=300,
+        )
+    }
+    assert set(monitors) == {WORKER_A, WORKER_B}
+    assert monitors[WORKER_A]["status"]["podIP"] != monitors[WORKER_B]["status"]["podIP"]
+    for source, target, model in [(WORKER_B, WORKER_A, "Fake GPU"), (WORKER_A, WORKER_B, "Fake GPU 24G")]:
+        text = metrics_from(monitors[source], monitors[target]["status"]["podIP"])
+        assert set(re.findall(r'Hostname="([^"]*)"', text)) == {target}, source
+        assert set(re.findall(r'modelName="([^"]*)"', text)) == {model}, source
