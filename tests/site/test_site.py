@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any
 
+import pytest
+
 from tests.node import node
 
 CONTROL_PLANE = node.NODE
@@ -128,6 +130,13 @@ def metrics_from(source: dict[str, Any], address: str) -> str:
     return node.kubectl("exec", "-n", "kube-system", source["metadata"]["name"], "--", "python3", "-c", fetch)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 27 finding: kubeadm_cni bridge gives every node the whole pod subnet (host-local on "
+    "10.244.0.0/16), not its own podCIDR, and nothing routes between nodes: both workers' monitors got "
+    "10.244.0.3. Routing node podCIDRs (host-gw) would also need the test network to forward them "
+    "(Docker's internal network drops them on this host); a multi-node site needs a CNI manifest",
+)
 def test_each_workers_monitor_is_scraped_from_the_other_worker() -> None:
     """A Prometheus on any node scrapes every cgpu-monitor at its pod IP (the headless Service's
     endpoints): from worker B's monitor, worker A's metrics, which name A and its GPUs; from A's,
