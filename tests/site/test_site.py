@@ -132,10 +132,11 @@ def metrics_from(source: dict[str, Any], address: str) -> str:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 27 finding: kubeadm_cni bridge gives every node the whole pod subnet (host-local on "
-    "10.244.0.0/16), not its own podCIDR, and nothing routes between nodes: both workers' monitors got "
-    "10.244.0.3. Routing node podCIDRs (host-gw) would also need the test network to forward them "
-    "(Docker's internal network drops them on this host); a multi-node site needs a CNI manifest",
+    reason="issue 27 finding: the offline bundle brings no network plugin, so the site runs kubeadm_cni "
+    "bridge, which connects the pods of one node only (docs/operations.md): every node hands out the whole "
+    "10.244.0.0/16 (both workers' monitors got 10.244.0.3) and nothing routes between nodes. Routed "
+    "podCIDRs (host-gw) would also need this test network to forward them: Docker's internal network "
+    "drops them on this host",
 )
 def test_each_workers_monitor_is_scraped_from_the_other_worker() -> None:
     """A Prometheus on any node scrapes every cgpu-monitor at its pod IP (the headless Service's
