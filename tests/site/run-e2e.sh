@@ -9,7 +9,7 @@
 #   1. the suite tests/site (placement across the nodes), from this machine;
 #   2. playbooks/verify_cluster.yml, on the control plane as every playbook of the site;
 #   3. a second `make site`, which must report changed=0 on every host.
-# KEEP=1 leaves the site up, also after a failure (kubeconfig: build/site/admin.conf;
+# VGPU_E2E_DAY2=1 (make e2e-site-day2) goes on with day two (below). KEEP=1 leaves the site up, also after a failure (kubeconfig: build/site/admin.conf;
 # `docker exec vgpu-site-cp kubectl ...`); `make e2e-site-down` (run-e2e.sh down) removes it. Every step's log and
 # each node's service and pod logs are in build/site/.
 set -euo pipefail
@@ -135,4 +135,50 @@ log "the suite took $(($(date +%s) - suite_started)) s"
 playbook_on_cp verify-cluster playbooks/verify_cluster.yml
 on_cp site-again make site INVENTORY=tests/node/cluster-inventory.yml
 unchanged site-again
-log "make e2e-site: passed in $(($(date +%s) - started)) s"
+[[ ${VGPU_E2E_DAY2:-0} == 1 ]] || { log "make e2e-site: passed in $(($(date +%s) - started)) s"; exit 0; }
+
+# Day two (make e2e-site-day2), as docs/operations.md tells the operator: worker A leaves (drained,
+# its stack and membership uninstalled with uninstall.yml --limit, its Node deleted) and its GPU
+# pods move to worker B; then it comes back with site.yml, and a rerun changes nothing.
+kc() { docker exec -i "$CP" kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }
+# until_true <what> <tries> <command...>: the command until it succeeds, every 2 s.
+until_true() {
+    local what=$1 tries=$2
+    shift 2
+    for _ in $(seq "$tries"); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 2
+    done
+    echo "!! $what: not after $((tries * 2)) s" >&2
+    return 1
+}
+pods_on() { [[ $(kc get pods -n day2 -l app=day2 --field-selector "spec.nodeName=$1,status.phase=Running" -o name | wc -l) == 2 ]]; }
+kc create namespace day2
+kc apply -n day2 -f - <<'DEPLOYMENT'
+{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "day2"},
+ "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "day2"}},
+  "template": {"metadata": {"labels": {"app": "day2"}},
+   "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "app",
+     "image": "localhost/vgpu-components:0.1.0", "imagePullPolicy": "Never",
+     "command": ["/opt/vgpu/vgpu-memory-usage", "500", "86400"],
+     "resources": {"limits": {"vgpu.io/gpu-memory": 20}}}]}}}}
+DEPLOYMENT
+until_true "the day-two pods Running on vgpu-site-a (the tightest)" 120 pods_on vgpu-site-a
+log "day two: vgpu-site-a leaves"
+kc drain vgpu-site-a --ignore-daemonsets --delete-emptydir-data --timeout=300s >"$state/drain.log" 2>&1
+on_cp remove-a make uninstall INVENTORY=tests/node/cluster-inventory.yml \
+    ARGS="--limit vgpu-site-a -e vgpu_uninstall_cluster=true"
+kc delete node vgpu-site-a
+until_true "the day-two pods Running on vgpu-site-b" 120 pods_on vgpu-site-b
+playbook_on_cp verify-without-a playbooks/verify_cluster.yml
+# Back with the whole inventory, as docs/operations.md says: a run limited to the node skips the
+# labels and taint that the first control-plane host gives the GPU nodes.
+log "day two: vgpu-site-a comes back"
+on_cp add-a make site INVENTORY=tests/node/cluster-inventory.yml
+until_true "vgpu-site-a advertising GPU memory again" 90 \
+    sh -c "docker exec $CP kubectl --kubeconfig /etc/kubernetes/admin.conf get node vgpu-site-a \
+        -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}' | grep -qx 244"
+on_cp site-after-day2 make site INVENTORY=tests/node/cluster-inventory.yml
+unchanged site-after-day2
+playbook_on_cp verify-after-day2 playbooks/verify_cluster.yml
+log "make e2e-site-day2: passed in $(($(date +%s) - started)) s"
