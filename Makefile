@@ -49,6 +49,8 @@ export VGPU_CACHE_DIR := $(CACHE_DIR)
 MOLECULE_JOBS ?= 2
 # 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
 E2E_NODE_DAY2 ?= 0
+# 1: make e2e-site goes on with day two: a worker removed and added back (make e2e-site-day2).
+E2E_SITE_DAY2 ?= 0
 # extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
 E2E_NODE_SCHEDULING ?= extender
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
@@ -229,6 +231,20 @@ e2e-node-dra: ## make e2e-node on the DRA path: the bundle's containerd-cdi, cla
 .PHONY: e2e-node-down
 e2e-node-down: ## remove the node KEEP=1 make e2e-node left up
 	tests/node/node.sh down
+
+.PHONY: e2e-site
+e2e-site: collection images bundle ## three nodes: a control plane and two GPU workers joined by one make site over SSH (not in make test)
+	$(MAKE) -C files/libvgpu fake-driver
+	@echo ">> make e2e-site: a control plane and two GPU workers, provisioned by make site on the control plane"
+	VGPU_E2E_DAY2=$(E2E_SITE_DAY2) tests/site/run-e2e.sh
+
+.PHONY: e2e-site-day2
+e2e-site-day2: ## make e2e-site, then a worker removed (drain, uninstall.yml --limit) and added back (not in make test)
+	$(MAKE) e2e-site E2E_SITE_DAY2=1
+
+.PHONY: e2e-site-down
+e2e-site-down: ## remove the site KEEP=1 make e2e-site left up
+	tests/site/run-e2e.sh down
 
 .PHONY: clean
 clean: ## remove build outputs (keeps the venv and caches)

@@ -9,8 +9,9 @@ SUITE=bookworm
 MIRROR=${VGPU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CACHE_DIR=${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}
 # git and make: what an operator has on a fresh machine to clone the checkout and run `make site`
-# (the e2e node provisions itself that way).
-PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,ca-certificates,procps,iproute2,kmod,gnupg,curl,git,make
+# (the e2e node provisions itself that way); openssh: the e2e site's control plane runs `make site`
+# for all three nodes over SSH (tests/site/run-e2e.sh), as an operator's machine does.
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,ca-certificates,procps,iproute2,kmod,gnupg,curl,git,make,openssh-server,openssh-client
 recipe_hash=$(sha256sum "$0" | cut -c1-12)
 
 log() { echo ">> $*"; }

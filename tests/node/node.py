@@ -132,3 +132,24 @@ def quota_pod(name: str, mib: int, command: list[str]) -> list[dict[str, Any]]:
     if SCHEDULING == "dra":
         return claim_pod(name, mib, command)
     return [gpu_pod(name, mib // UNIT_MIB, command)]
+
+
+def component_pods() -> dict[str, list[dict[str, Any]]]:
+    """The pods of kube-system by component (their app.kubernetes.io/name label)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods("kube-system"):
+        name = pod["metadata"].get("labels", {}).get("app.kubernetes.io/name", "")
+        found.setdefault(name, []).append(pod)
+    return found
+
+
+def stats(namespace: str, pod: str) -> dict[str, int]:
+    """libvgpu's own report inside the pod (manage --stats --json), of its one GPU, in MiB."""
+    report = json.loads(kubectl("exec", "-n", namespace, pod, "--", "/opt/vgpu/manage", "--stats", "--json"))
+    device = report["devices"][0]
+    return {"quota_mib": device["limit_bytes"] >> 20, "used_mib": device["used_bytes"] >> 20}
+
+
+def placed_gpu(namespace: str, name: str) -> str:
+    """The UUID of the GPU the extender bound the pod to."""
+    return str(get("pod", name, namespace)["metadata"]["annotations"][f"{PREFIX}/gpu-uuid"])

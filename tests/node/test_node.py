@@ -25,21 +25,13 @@ pytestmark = pytest.mark.skipif(
 HOLD = ["/opt/vgpu/vgpu-memory-usage", "1200", "86400"]
 
 
-def component_pods() -> dict[str, list[dict[str, Any]]]:
-    found: dict[str, list[dict[str, Any]]] = {}
-    for pod in node.pods("kube-system"):
-        name = pod["metadata"].get("labels", {}).get("app.kubernetes.io/name", "")
-        found.setdefault(name, []).append(pod)
-    return found
-
-
 def test_the_components_run_and_mps_is_off() -> None:
     """kubectl get pod -n kube-system: the device plugin, the monitor and the extender Running;
     nvidia-mps is not enabled on this node, so its DaemonSet has no pod."""
     wanted = ["nvidia-shared-device-plugin", "cgpu-monitor", "gpushare-scheduler-extender"]
 
     def all_running() -> dict[str, list[dict[str, Any]]] | None:
-        found = component_pods()
+        found = node.component_pods()
         return found if all(any(node.running(p) for p in found.get(w, [])) for w in wanted) else None
 
     found = node.wait_for(f"{wanted} Running in kube-system", all_running, timeout=300)
@@ -59,13 +51,6 @@ def test_the_node_advertises_gpu_memory_through_kubelet() -> None:
     assert int(advertised) == want
     gpus = json.loads(node.get("node", node.NODE)["metadata"]["annotations"][f"{node.PREFIX}/gpus"])
     assert [g["total_mib"] for g in gpus["gpus"]] == [node.GPU_MIB] * node.GPU_COUNT
-
-
-def stats(namespace: str, pod: str) -> dict[str, int]:
-    """libvgpu's own report inside the pod (manage --stats --json), of its one GPU, in MiB."""
-    report = json.loads(node.kubectl("exec", "-n", namespace, pod, "--", "/opt/vgpu/manage", "--stats", "--json"))
-    device = report["devices"][0]
-    return {"quota_mib": device["limit_bytes"] >> 20, "used_mib": device["used_bytes"] >> 20}
 
 
 def test_the_reference_deployment_runs_under_its_quota(namespace: str) -> None:
@@ -98,7 +83,7 @@ def test_the_reference_deployment_runs_under_its_quota(namespace: str) -> None:
         name = pod["metadata"]["name"]
 
         def holding(name: str = name) -> dict[str, int] | None:
-            report = stats(namespace, name)
+            report = node.stats(namespace, name)
             return report if report["used_mib"] >= 1200 else None
 
         report = node.wait_for(f"{name} holding 1200 MiB", holding, 60)
@@ -120,10 +105,6 @@ def test_the_reference_app_fails_under_a_smaller_quota(namespace: str) -> None:
     assert "CUDA_ERROR_OUT_OF_MEMORY" in log
 
 
-def placed_gpu(namespace: str, name: str) -> str:
-    return str(node.get("pod", name, namespace)["metadata"]["annotations"][f"{node.PREFIX}/gpu-uuid"])
-
-
 def test_the_multi_gpu_reference(namespace: str) -> None:
     """Two 80-unit pods land on the two GPUs, one each; two 20-unit pods share one GPU."""
     big = [node.gpu_pod(f"big-{i}", 80, [*HOLD[:2], "86400"]) for i in range(2)]
@@ -133,7 +114,7 @@ def test_the_multi_gpu_reference(namespace: str) -> None:
         lambda: all(node.running(node.get("pod", f"big-{i}", namespace)) for i in range(2)),
         timeout=240,
     )
-    assert placed_gpu(namespace, "big-0") != placed_gpu(namespace, "big-1")
+    assert node.placed_gpu(namespace, "big-0") != node.placed_gpu(namespace, "big-1")
     small = [node.gpu_pod(f"small-{i}", 20, ["/opt/vgpu/vgpu-memory-usage", "500", "86400"]) for i in range(2)]
     node.apply(namespace, *small)
     node.wait_for(
@@ -141,9 +122,9 @@ def test_the_multi_gpu_reference(namespace: str) -> None:
         lambda: all(node.running(node.get("pod", f"small-{i}", namespace)) for i in range(2)),
         timeout=240,
     )
-    assert placed_gpu(namespace, "small-0") == placed_gpu(namespace, "small-1")
+    assert node.placed_gpu(namespace, "small-0") == node.placed_gpu(namespace, "small-1")
     for name in ("big-0", "big-1", "small-0"):
-        assert stats(namespace, name)["quota_mib"] == (8000 if name.startswith("big") else 2000)
+        assert node.stats(namespace, name)["quota_mib"] == (8000 if name.startswith("big") else 2000)
 
 
 def test_a_pod_larger_than_any_gpu_stays_pending_with_the_extenders_reason(namespace: str) -> None:

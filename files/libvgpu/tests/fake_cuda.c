@@ -426,7 +426,7 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 {
     if (!name || len < 16 || !valid_dev(d))
         return CUDA_ERROR_INVALID_VALUE;
-    strcpy(name, "Fake GPU");
+    snprintf(name, (size_t)len, "%s", fake_config()->name);
     return CUDA_SUCCESS;
 }
 

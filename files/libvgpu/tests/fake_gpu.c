@@ -1,6 +1,7 @@
 /* The fake GPUs' configuration and node-wide state, shared by fake_cuda.c and fake_nvml.c.
  * Configuration: the file FAKE_GPU_CONF (default /etc/vgpu-fake-gpu.conf; key=value lines gpus,
- * total_mib, state), then the environment (FAKE_GPUS, FAKE_TOTAL_MIB, FAKE_STATE) over it.
+ * total_mib, state, name), then the environment (FAKE_GPUS, FAKE_TOTAL_MIB, FAKE_STATE, FAKE_NAME)
+ * over it.
  * NVIDIA_VISIBLE_DEVICES limits the GPUs a process has, as the NVIDIA container runtime does. */
 #include <ctype.h>
 #include <dirent.h>
@@ -58,8 +59,17 @@ static int set(const char *key, const char *value, const char *where)
             snprintf(cfg.state_path, sizeof cfg.state_path, "%s", value);
             return 0;
         }
+    } else if (strcmp(key, "name") == 0) {
+        expected = "the GPUs' model, 1 to 63 printable characters";
+        size_t n = strlen(value), printable = 0;
+        while (printable < n && isprint((unsigned char)value[printable]))
+            printable++;
+        if (n > 0 && n < sizeof cfg.name && printable == n) {
+            snprintf(cfg.name, sizeof cfg.name, "%s", value);
+            return 0;
+        }
     } else {
-        expected = "one of the keys gpus, total_mib, state";
+        expected = "one of the keys gpus, total_mib, state, name";
     }
     snprintf(cfg.err, sizeof cfg.err, "fake GPU: %s: %s=\"%s\" is invalid: expected %s", where, key, value, expected);
     return -1;
@@ -153,10 +163,12 @@ static void load(void)
 {
     cfg.gpus = 1;
     cfg.total_bytes = 8192ULL << 20;
+    snprintf(cfg.name, sizeof cfg.name, "Fake GPU");
     if (load_file() != 0)
         return;
     static const char *const env[][2] = {
-        {"FAKE_GPUS", "gpus"}, {"FAKE_TOTAL_MIB", "total_mib"}, {"FAKE_LEDGER", "state"}, {"FAKE_STATE", "state"}};
+        {"FAKE_GPUS", "gpus"}, {"FAKE_TOTAL_MIB", "total_mib"}, {"FAKE_LEDGER", "state"}, {"FAKE_STATE", "state"},
+        {"FAKE_NAME", "name"}};
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
         const char *v = getenv(env[i][0]);
         if (v && (*v || strcmp(env[i][1], "state") == 0) && set(env[i][1], v, env[i][0]) != 0)

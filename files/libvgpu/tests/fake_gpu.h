@@ -19,6 +19,7 @@ struct fake_config {
     int gpus;                      /* physical fake GPUs on the node */
     uint64_t total_bytes;          /* memory of each */
     char state_path[512];          /* node-wide state file, "" = none (each process alone) */
+    char name[64];                 /* the GPUs' model, as CUDA and NVML name it */
     int nvisible;                  /* GPUs this process may use (NVIDIA_VISIBLE_DEVICES) */
     int visible[FAKE_MAX_GPUS];    /* their physical indexes */
 };

@@ -189,7 +189,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *buf, unsigned len)
     CHECK_DEVICE(d);
     if (!buf || len < 16)
         return NVML_ERROR_INVALID_ARGUMENT;
-    snprintf(buf, len, "Fake GPU");
+    snprintf(buf, len, "%s", fake_config()->name);
     return NVML_SUCCESS;
 }
 /* nvmlPciInfo_t: busIdLegacy[16], domain, bus, device, pciDeviceId, pciSubSystemId, busId[32] */

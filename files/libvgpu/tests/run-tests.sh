@@ -442,6 +442,11 @@ expect "fake driver: CUDA_VISIBLE_DEVICES=1 is the second GPU" "devices rc=0 n=1
 NVIDIA_VISIBLE_DEVICES= run init devices nvml-devices
 expect "fake driver: an empty NVIDIA_VISIBLE_DEVICES gives a process no GPU, as the runtime does" "devices rc=0 n=0$" \
     "nvml-devices rc=0 count_rc=0 n=0 "
+fresh
+printf 'gpus=1\ntotal_mib=24576\nname=Fake GPU 24G\n' >"$R/named.conf"
+FAKE_GPU_CONF=$R/named.conf LD_LIBRARY_PATH=$B/fake run init devices nvml-devices
+expect "fake driver: name= is the GPUs' model, for CUDA and NVML alike (a node of another model)" \
+    "devices rc=0 n=1 0:$U0:24576:Fake GPU 24G$" "nvml-device 0 index=0 uuid=$U0 name=Fake GPU 24G minor=0 total=24576 "
 printf 'gpus=0\n' >"$R/bad.conf"
 FAKE_GPU_CONF=$R/bad.conf run init nvml-devices
 if grep -q "init rc=1" "$OUT" && grep -q "nvml-devices rc=999" "$OUT" \
