@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 import tomllib
 import toolkit_binaries
-from role_render import ROOT, VGPU_DEFAULTS, run_playbook
+from role_render import ROOT, role_tasks_play, run_playbook
 from vgpu_components import allocator, config, dra
 from vgpu_components.nvml import Gpu
 
@@ -45,20 +44,6 @@ SPEC = {
         *({"name": g.uuid, "containerEdits": {"deviceNodes": [node]}} for g, node in zip(GPUS, NODES, strict=True)),
     ],
 }
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-  vars:
-    ansible_python_interpreter: {python}
-  tasks:
-    - name: The runtime's settings, as the role sets them
-      ansible.builtin.include_role:
-        name: vgpu.isolation.nvidia_container_runtime
-        tasks_from: settings.yml
-"""
 # The low-level runtime the NVIDIA runtime hands the modified specification to: it keeps it.
 KEEPER = """#!/bin/sh
 while [ $# -gt 0 ]; do case "$1" in --bundle|-b) bundle=$2; shift;; esac; shift; done
@@ -74,7 +59,9 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp / "config.toml"
     default = [str(tools / "nvidia-ctk"), "config", "default"]
     path.write_text(subprocess.run(default, capture_output=True, text=True, check=True).stdout)
-    (tmp / "play.yml").write_text(PLAY.format(vgpu_defaults=VGPU_DEFAULTS, python=sys.executable))
+    (tmp / "play.yml").write_text(
+        role_tasks_play("The runtime's settings, as the role sets them", "nvidia_container_runtime", "settings.yml")
+    )
     variables = {"nvidia_container_runtime_mode": "cdi", "__nvidia_container_runtime_config_file": str(path)}
     run_playbook(str(tmp / "play.yml"), "-e", json.dumps(variables), path_prefix=str(tools))
     (tmp / "cdi").mkdir()

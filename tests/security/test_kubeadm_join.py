@@ -8,12 +8,11 @@ for `join --config`, the file's mode and content at that moment.
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from role_render import VGPU_DEFAULTS, run_playbook
+from role_render import role_tasks_play, run_playbook
 
 BOOTSTRAP = "abcdef.0123456789abcdef"
 CA_HASH = "sha256:" + "0" * 64
@@ -36,21 +35,6 @@ with open(log, "a") as handle:
     handle.write(json.dumps(entry) + "\\n")
 """
 
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-  vars:
-    ansible_facts: {{nodename: edge-1}}
-    ansible_python_interpreter: {python}
-  tasks:
-    - name: Join as the kubeadm role does
-      ansible.builtin.include_role:
-        name: vgpu.isolation.kubeadm
-        tasks_from: join.yml
-"""
 
 INVENTORY = """
 all:
@@ -71,7 +55,9 @@ def joined(tmp_path_factory):
     kubeadm = tools / "kubeadm"
     kubeadm.write_text(FAKE_KUBEADM)
     kubeadm.chmod(0o755)
-    (tmp / "play.yml").write_text(PLAY.format(vgpu_defaults=VGPU_DEFAULTS, python=sys.executable))
+    (tmp / "play.yml").write_text(
+        role_tasks_play("Join as the kubeadm role does", "kubeadm", "join.yml", facts={"nodename": "edge-1"})
+    )
     (tmp / "hosts.yml").write_text(INVENTORY)
     log = tmp / "kubeadm.log"
     config = tmp / "join.yaml"

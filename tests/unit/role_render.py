@@ -43,6 +43,26 @@ PLAYBOOK = """
 """
 
 
+def role_tasks_play(task: str, role: str, tasks_from: str, facts: dict | None = None) -> str:
+    """A play on localhost that runs one task file of a role as the role runs it, with the settings
+    every role reads and this venv's Python; ``facts`` stands in for gathered facts."""
+    extra = {"ansible_facts": facts} if facts else {}
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(VGPU_DEFAULTS)],
+        "vars": {"ansible_python_interpreter": sys.executable, **extra},
+        "tasks": [
+            {
+                "name": task,
+                "ansible.builtin.include_role": {"name": f"vgpu.isolation.{role}", "tasks_from": tasks_from},
+            }
+        ],
+    }
+    return yaml.safe_dump([play], sort_keys=False)
+
+
 def run_playbook(*args: str, path_prefix: str = "") -> subprocess.CompletedProcess:
     """ansible-playbook of this venv with this checkout as vgpu.isolation; asserts it succeeded.
 

@@ -7,29 +7,13 @@ check mode changes nothing."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import tomllib
 import toolkit_binaries
 from recap import changed_count
-from role_render import VGPU_DEFAULTS, run_playbook
-
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-  vars:
-    ansible_python_interpreter: {python}
-  tasks:
-    - name: The runtime's settings, as the role sets them
-      ansible.builtin.include_role:
-        name: vgpu.isolation.nvidia_container_runtime
-        tasks_from: settings.yml
-"""
+from role_render import role_tasks_play, run_playbook
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +30,9 @@ def fresh_config(tools: Path, folder: Path) -> Path:
 
 
 def converge(tools: Path, folder: Path, config: Path, *args: str, mode: str = "auto") -> int:
-    (folder / "play.yml").write_text(PLAY.format(vgpu_defaults=VGPU_DEFAULTS, python=sys.executable))
+    (folder / "play.yml").write_text(
+        role_tasks_play("The runtime's settings, as the role sets them", "nvidia_container_runtime", "settings.yml")
+    )
     variables = {
         "nvidia_container_runtime_mode": mode,
         "__nvidia_container_runtime_config_file": str(config),
