@@ -181,15 +181,21 @@ def main() -> int:
     extender = Extender(model)
     names = [f"node-{n:04d}" for n in range(args.nodes)]
     body = json.dumps({"Pod": pod(args.request_mib), "Nodes": None, "NodeNames": names}).encode()
-    feasible = extender.filter(json.loads(body))["NodeNames"]
+
+    def answer(tightest: bool = False) -> dict[str, Any]:
+        result = extender.filter(json.loads(body), tightest=tightest)
+        assert isinstance(result, dict)  # no API to read again, so never Later
+        return result
+
+    feasible = answer()["NodeNames"]
     prio_body = json.dumps({"Pod": pod(args.request_mib), "Nodes": None, "NodeNames": feasible}).encode()
 
     def ours() -> None:
-        json.dumps(extender.filter(json.loads(body))).encode()
+        json.dumps(answer()).encode()
         extender.prioritize(json.loads(prio_body))  # returns the encoded HostPriorityList
 
     def tightest() -> None:
-        json.dumps(extender.filter(json.loads(body), tightest=True)).encode()
+        json.dumps(answer(tightest=True)).encode()
 
     def baseline() -> None:
         args_f = json.loads(body)

@@ -14,6 +14,10 @@ import subprocess
 from typing import Any
 
 import pytest
+from vgpu_components import kube
+from vgpu_components.extender import Extender
+from vgpu_components.extender_http import Later
+from vgpu_components.scheduling import ClusterModel
 
 from tests.k8s import cluster
 
@@ -64,7 +68,9 @@ def test_a_pod_turned_away_is_placed_when_memory_frees_without_the_extender_touc
     core: Any, namespace: str, gpu_nodes: cluster.NodeFactory
 ) -> None:
     """kube-scheduler 1.36 requeues a pod an extender rejected on the next cluster event; the
-    extender no longer patches pending pods to wake them."""
+    extender no longer patches pending pods to wake them. The retry comes the moment kube-scheduler
+    sees fill-0 go, often before the extender's watch shows it: the extender reads the node's pods
+    again before it refuses (the test below), or the pod waited for the next event, up to 5 min."""
     selector = gpu_nodes(1)  # 2 x 12 GiB
     # 8000 MiB on each GPU: the node has 8400 MiB free in all (kube-scheduler's own fit passes),
     # no GPU has 6000 MiB (the extender turns the pod away).
@@ -82,6 +88,41 @@ def test_a_pod_turned_away_is_placed_when_memory_frees_without_the_extender_touc
     core.delete_namespaced_pod("fill-0", namespace, grace_period_seconds=0)
     pod = cluster.wait_bound(core, namespace, "waiting", timeout=60)
     assert not any(key.endswith("/retry-time") for key in (pod.metadata.annotations or {})), pod.metadata.annotations
+
+
+def test_a_refusal_is_read_again_from_the_api_server_when_the_watch_is_behind(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory
+) -> None:
+    """An extender whose model was listed before a pod was deleted (its watch not yet delivered)
+    reads the node's pods from the real API server before refusing, and places the pod."""
+    selector = gpu_nodes(1)  # 2 x 12 GiB
+    for name in ("fill-0", "fill-1"):
+        core.create_namespaced_pod(namespace, cluster.pod_body(name, 8000, selector))
+    node = cluster.wait_bound(core, namespace, "fill-0", SCHEDULE_TIMEOUT).spec.node_name
+    cluster.wait_bound(core, namespace, "fill-1", SCHEDULE_TIMEOUT)
+    api = kube.KubeClusterApi(cluster.api_client())
+    behind = Extender(ClusterModel(cluster.PREFIX), api)
+    behind.model.replace_all(api.list("nodes")[0], api.list("pods")[0])  # its watch never runs
+    waiting = core.api_client.sanitize_for_serialization(cluster.pod_body("waiting", 6000, selector))
+    waiting["metadata"]["uid"] = "uid-waiting"
+    args = {"Pod": waiting, "Nodes": None, "NodeNames": [node]}
+
+    def judged() -> dict[str, Any]:
+        answer = behind.filter(args)
+        assert isinstance(answer, Later), answer  # a refusal is read again, on a worker thread
+        result: dict[str, Any] = answer.finish()
+        return result
+
+    refused = judged()  # the API holds both pods too: the refusal stands
+    assert refused["NodeNames"] == []
+    assert refused["FailedNodes"] == {node: "no single GPU with 6000 MiB free; largest free 4200 MiB"}
+    core.delete_namespaced_pod("fill-0", namespace, grace_period_seconds=0)
+    cluster.wait_for(
+        "fill-0 gone from the API",
+        lambda: not core.list_namespaced_pod(namespace, field_selector="metadata.name=fill-0").items,
+        timeout=SCHEDULE_TIMEOUT,
+    )
+    assert judged()["NodeNames"] == [node]
 
 
 def test_bind_refuses_a_pod_that_requests_no_gpu(core: Any, namespace: str) -> None:

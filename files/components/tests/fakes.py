@@ -532,6 +532,14 @@ class FakeClusterApi:
         self.bindings: list[tuple[str, str, str, str]] = []
         self.bound: dict[str, str] = {}  # pod uid -> node
         self.fail_bind = False
+        self.node_reads: list[str] = []  # nodes whose pods the extender read again before refusing
+        self.fail_reads = False
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        self.node_reads.append(node)
+        if self.fail_reads:
+            raise ApiException(status=503, reason="the API server is unavailable")
+        return [p for p in self.pods.values() if (p.get("spec") or {}).get("nodeName") == node]
 
     def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
         self.lists[kind] += 1
@@ -611,6 +619,7 @@ class Scheduler:
         bound = json.loads(json.dumps(pod))
         bound["spec"]["nodeName"] = best
         bound["metadata"]["annotations"].update(annotations)
+        self.api.pods[("default", pod["metadata"]["name"])] = bound
         self.extender.model.set_pod(bound)  # the watch sees the bound pod
         return best, annotations
 

@@ -49,6 +49,42 @@ def test_filter_says_why_a_node_fails(cluster: Scheduler) -> None:
     assert result["Error"] == ""
 
 
+def test_a_node_is_read_again_from_the_api_before_memory_the_watch_still_shows_turns_a_pod_away(
+    cluster: Scheduler,
+) -> None:
+    """kube-scheduler retries a turned-away pod the moment it sees memory free (a pod deleted); the
+    extender's watch may not have that deletion yet. A pod turned away then waits for the next
+    cluster event (up to 5 minutes on a quiet cluster), so a refusal is checked against the API."""
+    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
+    cluster.schedule(pod_obj("big-2", 8000), ["gpu-a"])
+    del cluster.api.pods[("default", "big-1")]  # deleted; the extender's watch has not seen it yet
+    args = {"Pod": pod_obj("big-3", 8000), "Nodes": None, "NodeNames": ["gpu-a", "cpu-b"]}
+    status, result = cluster.post("/filter-tightest", args)
+    assert status == 200, result
+    assert result["NodeNames"] == ["gpu-a"]
+    assert cluster.api.node_reads == ["gpu-a"]  # not cpu-b: no GPU pod can free memory there
+    assert "uid-big-1" not in cluster.extender.model.placements
+
+
+def test_a_refusal_the_api_confirms_stands_and_an_unreachable_api_leaves_the_models_answer(
+    cluster: Scheduler,
+) -> None:
+    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
+    cluster.schedule(pod_obj("big-2", 8000), ["gpu-a"])
+    args = {"Pod": pod_obj("big-3", 8000), "Nodes": None, "NodeNames": ["gpu-a"]}
+    for fail_reads in (False, True):
+        cluster.api.fail_reads = fail_reads
+        status, result = cluster.post("/filter", args)
+        assert status == 200, result
+        assert result["NodeNames"] == []
+        assert result["FailedNodes"]["gpu-a"] == "no single GPU with 8000 MiB free; largest free 4200 MiB"
+        assert result["Error"] == ""
+    assert cluster.api.node_reads == ["gpu-a", "gpu-a"]
+    # A pod too big for any GPU needs no read: no deletion can make it fit.
+    cluster.post("/filter", {"Pod": pod_obj("huge", 13000), "Nodes": None, "NodeNames": ["gpu-a"]})
+    assert cluster.api.node_reads == ["gpu-a", "gpu-a"]
+
+
 def test_a_request_larger_than_any_gpu_is_unresolvable(cluster: Scheduler) -> None:
     status, result = cluster.post("/filter", {"Pod": pod_obj("huge", 13000), "Nodes": None, "NodeNames": ["gpu-a"]})
     assert status == 200

@@ -19,13 +19,14 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import prometheus_client
 
 from vgpu_components import component, config, kube
-from vgpu_components.extender_http import BadRequest, ExtenderServer
+from vgpu_components.extender_http import BadRequest, ExtenderServer, Later
 from vgpu_components.scheduling import ClusterModel, Request, pod_request
 from vgpu_components.tls import TlsFiles
 
@@ -36,14 +37,34 @@ DECISIONS = prometheus_client.Counter(
     "Nodes judged by filter, by outcome (looser: fits, but filter-tightest kept tighter nodes)",
     ["outcome"],
 )
+RECHECKS = prometheus_client.Counter(
+    "vgpu_extender_rechecked_nodes_total",
+    "Nodes read again from the API before a refusal, by outcome (stale: the watch had not yet shown "
+    "a pod that had gone)",
+    ["outcome"],
+)
+# Nodes read again for one refused pod at most: the ones closest to fitting it.
+RECHECK_NODES = 16
 BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, by outcome", ["outcome"])
+
+
+@dataclass
+class Verdict:
+    """filter's judgement: passing nodes (after filter-tightest's cut: `fitting` passed before it)
+    and the refused ones with their reasons."""
+
+    passed: list[str] = field(default_factory=list)
+    fitting: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
 
 
 class Extender:
     """The verbs over the model; JSON in, JSON-ready objects out.
 
     A request leaves nothing behind but a bind's reservation: the extender keeps no state per
-    caller or per filtered pod, and it writes to the API only the Binding of a GPU pod it places."""
+    caller or per filtered pod, and it writes to the API only the Binding of a GPU pod it places;
+    its reads are the informers' list and watch, a refused node's pods and a pod to bind."""
 
     blocking = frozenset({"bind"})  # verbs that wait on the API server
 
@@ -101,46 +122,90 @@ class Extender:
             raise BadRequest(str(exc)) from None
 
     # --- verbs -----------------------------------------------------------------------------------
-    def filter(self, body: Any, tightest: bool = False) -> dict[str, Any]:
+    def filter(self, body: Any, tightest: bool = False) -> dict[str, Any] | Later:
         """The nodes where one GPU fits the pod; with `tightest`, only those of them where it packs
-        tightest (the highest packing score), so that kube-scheduler needs no prioritize call."""
+        tightest (the highest packing score), so that kube-scheduler needs no prioritize call.
+
+        A node refused for memory that pods hold is read again from the API first (_recheck)."""
         pod, names, items = self._args(body)
         request = self._request(pod)
+        verdict = self._judge(request, names, tightest)
+        stale = self._maybe_stale(verdict.failed)
+        if stale:
+            return Later(lambda: self._answer(self._recheck(request, names, tightest, verdict, stale), items))
+        return self._answer(verdict, items)
+
+    def _judge(self, request: Request, names: list[str], tightest: bool) -> Verdict:
         units, cores = request.units, request.cores
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
+        verdict = Verdict()
         with self.model.lock:
             for name in names:
                 if units == 0 or self.model.admits(name, units, cores):
-                    passed.append(name)
+                    verdict.passed.append(name)
                     continue
                 fit = self.model.fit(name, units, cores)
                 if fit.gpu is not None:
-                    passed.append(name)
-                    continue
-                if fit.unresolvable:
-                    unresolvable[name] = fit.reason
+                    verdict.passed.append(name)
+                elif fit.unresolvable:
+                    verdict.unresolvable[name] = fit.reason
                 else:
-                    failed[name] = fit.reason
-            fitting = len(passed)
-            if tightest and units and fitting > 1:
+                    verdict.failed[name] = fit.reason
+            verdict.fitting = len(verdict.passed)
+            if tightest and units and verdict.fitting > 1:
                 # Ties stay: kube-scheduler's own scores choose among equally tight nodes.
-                scores = [self.model.nodes[name].score(units) for name in passed]
+                scores = [self.model.nodes[name].score(units) for name in verdict.passed]
                 best = max(scores)
-                passed = [name for name, score in zip(passed, scores) if score == best]
-        DECISIONS.labels("passed").inc(len(passed))
-        DECISIONS.labels("looser").inc(fitting - len(passed))
-        DECISIONS.labels("failed").inc(len(failed) + len(unresolvable))
+                verdict.passed = [name for name, score in zip(verdict.passed, scores) if score == best]
+        return verdict
+
+    def _maybe_stale(self, failed: Mapping[str, str]) -> list[str]:
+        """The refused nodes where pods we placed hold memory, the most free first: kube-scheduler
+        retries a turned-away pod the moment it sees such a pod go, maybe before our watch shows
+        it, and then waits for the next cluster event (up to 5 minutes on a quiet cluster)."""
+        if self.api is None or not failed:
+            return []
+        model = self.model
+        with model.lock:
+            holders = {p.node for p in model.placements.values() if p.reserved_at is None and p.node in failed}
+            ranked = sorted(holders, key=lambda name: -model.nodes[name].max_free if name in model.nodes else 0)
+        return ranked[:RECHECK_NODES]
+
+    def _recheck(
+        self, request: Request, names: list[str], tightest: bool, verdict: Verdict, nodes: list[str]
+    ) -> Verdict:
+        """Read the pods of `nodes` from the API (a read as recent as kube-scheduler's view) and
+        judge again if that changed what their GPUs hold; when the API does not answer, the
+        model's verdict stands (the pod is retried on the next cluster event)."""
+        assert self.api is not None
+        changed = False
+        for node in nodes:
+            try:
+                pods = self.api.pods_on_node(node)
+            except Exception as exc:
+                RECHECKS.labels("error").inc()
+                log.warning("could not read the pods on %s again before refusing a pod: %s", node, exc)
+                break
+            stale = self.model.replace_node_pods(node, pods)
+            RECHECKS.labels("stale" if stale else "current").inc()
+            if stale:
+                log.info("the watch was behind on %s: judged again from the pods the API lists", node)
+            changed = changed or stale
+        return self._judge(request, names, tightest) if changed else verdict
+
+    @staticmethod
+    def _answer(verdict: Verdict, items: list[Any] | None) -> dict[str, Any]:
+        DECISIONS.labels("passed").inc(len(verdict.passed))
+        DECISIONS.labels("looser").inc(verdict.fitting - len(verdict.passed))
+        DECISIONS.labels("failed").inc(len(verdict.failed) + len(verdict.unresolvable))
         result: dict[str, Any] = {
-            "NodeNames": passed,
+            "NodeNames": verdict.passed,
             "Nodes": None,
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable,
+            "FailedNodes": verdict.failed,
+            "FailedAndUnresolvableNodes": verdict.unresolvable,
             "Error": "",
         }
         if items is not None:
-            keep = set(passed)
+            keep = set(verdict.passed)
             result["Nodes"] = {"items": [n for n in items if n["metadata"]["name"] in keep]}
         return result
 

@@ -15,7 +15,9 @@ The rule: nothing a peer sends can hold a thread, or more memory than the body c
   decoding can take (bench/extender_limits.py: at most 137 MiB for a body at the cap).
 - Verbs that wait on the API server (bind) run on WORKERS threads with at most QUEUED requests
   waiting for one; beyond that the answer is 503 at once. The other verbs are CPU only
-  (milliseconds) and run on the loop itself, with no thread hand-off on the hot path.
+  (milliseconds) and run on the loop itself, with no thread hand-off on the hot path; one that
+  finds it must ask the API server after all (filter, before turning a pod away) answers Later,
+  and the rest runs on those threads.
 - At most MAX_CONNECTIONS connections are open; the listen backlog is BACKLOG.
 - With TLS (TlsFiles), a verb is answered only to a client whose certificate the client CA
   signed (kube-scheduler's); a certificate from another CA fails the handshake. GET /healthz,
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -77,6 +80,14 @@ class BadRequest(ValueError):
     """A request body that is not what kube-scheduler sends; answered with 400."""
 
 
+@dataclass(frozen=True)
+class Later:
+    """A verb's answer that must first ask the API server: `finish` runs on a worker thread, as a
+    blocking verb does, and its result is the answer."""
+
+    finish: Callable[[], Any]
+
+
 class _Reader(Protocol):
     """What a request is read with: asyncio's StreamReader, or tls.TlsStream."""
 
@@ -98,8 +109,8 @@ class _Writer(Protocol):
 
 
 class Verbs(Protocol):
-    """What the server serves: verb name -> handler (decoded JSON in, JSON-ready object or
-    encoded bytes out), the verbs that wait on other servers, and the readiness check."""
+    """What the server serves: verb name -> handler (decoded JSON in, JSON-ready object, encoded
+    bytes or Later out), the verbs that wait on other servers, and the readiness check."""
 
     @property
     def verbs(self) -> Mapping[str, Callable[[Any], Any]]: ...
@@ -370,19 +381,24 @@ class ExtenderServer:
         if handler is None:
             expected = ", ".join(self.app.verbs)
             return 404, {"Error": f"unknown verb {verb[:60]!r}; expected one of {expected}"}, "", "unknown"
-        if verb not in self.app.blocking:
-            status, payload = _call(verb, handler, body)
-        elif self._in_pool >= WORKERS + QUEUED:
-            status, payload = 503, {"Error": f"{verb}: {self._in_pool} requests are waiting already; retry"}
+        if verb in self.app.blocking:
+            status, payload = await self._in_worker(verb, functools.partial(_call, verb, handler, body))
         else:
-            assert self._pool is not None
-            self._in_pool += 1
-            try:
-                loop = asyncio.get_running_loop()
-                status, payload = await loop.run_in_executor(self._pool, _call, verb, handler, body)
-            finally:
-                self._in_pool -= 1
+            status, payload = _call(verb, handler, body)
+            if isinstance(payload, Later):
+                status, payload = await self._in_worker(verb, functools.partial(_finish, verb, payload.finish))
         return status, payload, "", verb
+
+    async def _in_worker(self, verb: str, work: Callable[[], tuple[int, Any]]) -> tuple[int, Any]:
+        """Run work that waits on the API server on a worker thread; 503 at once when too many wait."""
+        if self._in_pool >= WORKERS + QUEUED:
+            return 503, {"Error": f"{verb}: {self._in_pool} requests are waiting already; retry"}
+        assert self._pool is not None
+        self._in_pool += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, work)
+        finally:
+            self._in_pool -= 1
 
     def _get(self, path: str) -> tuple[int, Any, str, str]:
         if path.endswith("/healthz"):
@@ -410,13 +426,18 @@ class ExtenderServer:
 
 
 def _call(verb: str, handler: Callable[[Any], Any], body: bytes) -> tuple[int, Any]:
-    """Decode the body, run the verb: (status, JSON-ready object or encoded bytes)."""
+    """Decode the body, run the verb: (status, JSON-ready object, encoded bytes or Later)."""
     try:
-        try:
-            decoded = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise BadRequest(f"body is not JSON: {str(exc)[:200]}") from None
-        return 200, handler(decoded)
+        decoded = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        return 400, {"Error": f"{verb}: body is not JSON: {str(exc)[:200]}"}
+    return _finish(verb, lambda: handler(decoded))
+
+
+def _finish(verb: str, answer: Callable[[], Any]) -> tuple[int, Any]:
+    """(status, payload) of a verb's answer, or of why there is none."""
+    try:
+        return 200, answer()
     except BadRequest as exc:
         return 400, {"Error": f"{verb}: {exc}"}
     except Exception as exc:

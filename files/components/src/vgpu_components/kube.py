@@ -102,6 +102,15 @@ class PodApi(Protocol):
     def evict(self, namespace: str, name: str, uid: str) -> None: ...
 
 
+def pods_on_node(core: Any, node: str) -> list[dict[str, Any]]:
+    """The pods bound to `node`, as recent as the API server's state (no resourceVersion: a
+    consistent read)."""
+    response: Any = core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=30
+    )
+    return list(json.loads(response.data).get("items") or [])
+
+
 class KubePodApi:
     def __init__(self, client: Any, component: str, node: str) -> None:
         self.core = k8s.CoreV1Api(client)
@@ -109,10 +118,7 @@ class KubePodApi:
         self.node = node
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        response: Any = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=30
-        )
-        return list(json.loads(response.data).get("items") or [])
+        return pods_on_node(self.core, node)
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
         meta = pod["metadata"]
@@ -221,12 +227,17 @@ class ClusterApi(ListWatchApi, Protocol):
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]: ...
+
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None: ...
 
 
 class KubeClusterApi:
     def __init__(self, api_client: Any) -> None:
         self.core = k8s.CoreV1Api(api_client)
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        return pods_on_node(self.core, node)
 
     def _lister(self, kind: str) -> Callable[..., Any]:
         return self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces

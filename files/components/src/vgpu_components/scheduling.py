@@ -340,6 +340,31 @@ class ClusterModel:
                 self._bulk = False
             self._recount_all()
 
+    def replace_node_pods(self, node: str, pods: Iterable[Mapping[str, Any]]) -> bool:
+        """Set the pods placed on one node from a fresh read of them (the extender checks a refusal
+        this way); our reservations survive. True when what the node's GPUs hold changed.
+
+        The watch may still deliver events older than the read: those only add back a pod that
+        has gone, until its deletion follows, so the model errs towards full, never towards free."""
+        with self.lock:
+            before = {uid: p for uid, p in self.placements.items() if p.node == node}
+            listed = {str((pod.get("metadata") or {}).get("uid", "")): pod for pod in pods}
+            for uid, placement in before.items():
+                if placement.reserved_at is None and uid not in listed:
+                    del self.placements[uid]
+            self._bulk = True
+            try:
+                for pod in listed.values():
+                    if (pod.get("spec") or {}).get("nodeName") == node:
+                        self.set_pod(pod)
+            finally:
+                self._bulk = False
+            self._recount(node)
+            after = {uid: p for uid, p in self.placements.items() if p.node == node}
+            return {uid: (p.gpu_uuid, p.units, p.cores) for uid, p in before.items()} != {
+                uid: (p.gpu_uuid, p.units, p.cores) for uid, p in after.items()
+            }
+
     def _recount_all(self) -> None:
         """One pass over all placements (start-up and relists), instead of one per node."""
         for state in self.nodes.values():
