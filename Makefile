@@ -56,7 +56,7 @@ E2E_NODE_SCHEDULING ?= extender
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 PY_SOURCES := plugins files/components files/site tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
-HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev
+HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev containerd
 
 .PHONY: help
 help: ## list the targets

@@ -4,6 +4,8 @@ other setting. Rendered by Ansible itself (ansible-playbook on localhost); kubea
 """
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -216,6 +218,7 @@ CONTAINERD_PLAY = """
   vars_files:
     - {vgpu_defaults}
     - {role}/defaults/main.yml
+    - {role}/vars/main.yml
   tasks:
     - name: Render containerd's configuration as the role does
       ansible.builtin.template:
@@ -224,6 +227,9 @@ CONTAINERD_PLAY = """
         mode: "0644"
       delegate_to: localhost
 """
+# `containerd --version` as the role registers it: the bundle's containerd 2 and Debian 12's 1.6.
+CONTAINERD_2 = {"stdout": "containerd github.com/containerd/containerd/v2 v2.4.2 4a6a2a3", "rc": 0}
+CONTAINERD_1 = {"stdout": "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", "rc": 0}
 CONTAINERD_HOSTS = """
 all:
   vars: {{ansible_python_interpreter: {python}}}
@@ -237,7 +243,7 @@ def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_do
     tomllib = pytest.importorskip("tomllib")
     (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
     (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
-    facts = json.dumps({"ansible_facts": {"os_family": "Debian"}})
+    facts = json.dumps({"ansible_facts": {"os_family": "Debian"}, "kubeadm_containerd_version": CONTAINERD_2})
     run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", facts)
     runtimes = {}
     for host in ("cp-1", "gpu-1"):
@@ -257,6 +263,43 @@ def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_do
     assert cri["cp-1"]["containerd"]["default_runtime_name"] == "runc"
     assert cri["gpu-1"]["sandbox_image"] == "registry.k8s.io/pause:3.10.2"
     assert cri["gpu-1"]["cni"]["bin_dir"] == "/usr/lib/cni"
+
+
+def test_on_containerd_1_a_drop_in_left_by_nvidia_ctk_cannot_shadow_the_roles_settings(tmp_path):
+    """containerd 1.x replaces config.toml's whole CRI section with an imported one (containerd
+    issue 5837): with a drop-in as `nvidia-ctk runtime configure` writes it (NVIDIA's install guide;
+    the runtime role on a host that had containerd before the cluster), imported, containerd ran
+    with its own pause image (not in the offline bundle) and cgroupfs. Debian's containerd judges."""
+    containerd = shutil.which("containerd")
+    assert containerd, "this test runs Debian's containerd 1.x: make host-packages installs it"
+    dropins = tmp_path / "conf.d"
+    dropins.mkdir()
+    (dropins / "99-nvidia.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        '  runtime_type = "io.containerd.runc.v2"\n'
+    )
+    (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
+    (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
+    facts = {"ansible_facts": {"os_family": "Debian"}, "kubeadm_containerd_dropin_dir": str(dropins)}
+    run_playbook(
+        "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-l", "gpu-1",
+        "-e", json.dumps({**facts, "kubeadm_containerd_version": CONTAINERD_1}),
+    )  # fmt: skip
+    merged = subprocess.run(
+        [containerd, "--config", str(tmp_path / "gpu-1.toml"), "config", "dump"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert 'sandbox_image = "registry.k8s.io/pause:3.10.2"' in merged
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in merged
+    assert merged.count("SystemdCgroup = true") == 2  # runc and nvidia
+    # containerd 2 merges key by key: there the drop-ins are imported (the runtime role's own).
+    run_playbook(
+        "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-l", "gpu-1",
+        "-e", json.dumps({**facts, "kubeadm_containerd_version": CONTAINERD_2}),
+    )  # fmt: skip
+    assert f'imports = ["{dropins}/*.toml"]' in (tmp_path / "gpu-1.toml").read_text()
 
 
 def test_the_mounted_certificate_folder_is_the_one_vgpu_stack_fills():
