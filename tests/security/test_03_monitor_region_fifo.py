@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -78,13 +77,12 @@ def test_a_non_regular_region_costs_that_container_its_sample_and_nothing_else(e
     else:
         path.symlink_to(elsewhere)
     get(exporter, "/metrics")  # the first scrape opens the PodResources channel (gRPC threads)
-    started = time.monotonic()
     threads = threading.active_count()
     for _scrape in range(4):
-        status, text = get(exporter, "/metrics")
+        # A scrape that opened the FIFO would block for good: the client's timeout shows it.
+        status, text = get(exporter, "/metrics", timeout=30)
         assert status == 200
         assert 'pod="honest"' in text  # the other container is still reported
-    assert time.monotonic() - started < 5, "scrapes were slowed down by the hostile region"
     assert 'vgpu_monitor_errors_total{source="region"} 5.0' in text
     threads_settle(threads, f"the scrape threads to end (at most {threads} threads)")
     assert get(exporter, "/healthz")[0] == 200
@@ -100,21 +98,21 @@ def test_a_scrape_that_cannot_complete_turns_healthz_unhealthy_without_leaking_t
 
     def blocking_read(path: str | os.PathLike[str], attempts: int = 100) -> region.RegionSample | None:
         stuck.set()
-        release.wait(30)
+        release.wait(120)
         return real_read(path, attempts)
 
     monkeypatch.setattr(region, "read", blocking_read)
     region_file(exporter, HOSTILE)
-    first = threading.Thread(target=get, args=(exporter, "/metrics", 30), daemon=True)
+    first = threading.Thread(target=get, args=(exporter, "/metrics", 150), daemon=True)
     first.start()
     assert stuck.wait(5)
     threads = threading.active_count()
     try:
         for _scrape in range(10):
-            started = time.monotonic()
-            status, text = get(exporter, "/metrics")
+            # Answered while the first scrape is still stuck (it stays so until release, 120 s):
+            # a scrape that waited for it would run into the client's timeout.
+            status, text = get(exporter, "/metrics", timeout=30)
             assert status == 503 and "a scrape has been running for" in text, (status, text)
-            assert time.monotonic() - started < 3
         status, text = get(exporter, "/healthz")
         assert status == 503 and "a scrape has been running for" in text
         threads_settle(threads, f"each stuck scrape's thread to end (at most {threads} threads)")

@@ -192,12 +192,34 @@ def test_folders_no_longer_allocated_are_collected_so_their_number_stays_bounded
     )
 
 
-def test_nothing_is_collected_while_pod_resources_cannot_say_what_is_allocated(node: PluginNode) -> None:
+def test_nothing_is_collected_while_pod_resources_cannot_say_what_is_allocated(
+    node: PluginNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = Path(node.cfg["state_dir"])
     slice_ = units(KEY0, 0, 30)
     allocate(node, slice_)
+    holders = node.plugin.publisher.holders
+    polls: list[float] = []  # when each poll of the holders ended
+    real_poll = holders.poll
+
+    def counted_poll() -> Any:
+        try:
+            return real_poll()
+        finally:
+            polls.append(time.monotonic())
+
+    monkeypatch.setattr(holders, "poll", counted_poll)
     node.pod_resources.stop()  # kubelet's PodResources API unreachable
-    time.sleep(1.5)  # three times the grace period
+    stopped = time.monotonic()
+    past_grace = stopped + 3 * holders.host_paths.grace_s
+    # Progress, not a fixed sleep: polls must have run well past the grace period.
+    wait_for(
+        "two polls of the holders later than three grace periods after PodResources went away",
+        lambda: sum(t > past_grace for t in polls) >= 2,
+        60,
+        0.05,
+        seen=lambda: [round(t - stopped, 2) for t in polls[-5:]],
+    )
     assert (state / "containers" / ids.alloc_id(slice_)).is_dir()
     assert (state / "quotas" / f"{ids.alloc_id(slice_)}.conf").is_file()
 

@@ -21,7 +21,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -193,7 +192,15 @@ def test_a_forged_filter_makes_the_extender_write_to_no_pod(short_tmp: Path, api
             body = json.dumps({"Pod": victim, "Nodes": None, "NodeNames": ["no-such-node"]})
             conn.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
             assert conn.getresponse().read()
-        time.sleep(4)  # the old nudger patched within 1 to 2 s
+        # The old nudger patched within 1 to 2 s. Its successor's own progress, not a sleep: each
+        # watch here lasts 0.5 s, so eight more watches are four seconds of the extender running.
+        watches = sum(1 for _m, path, _c, _b in server.requests if "watch=true" in path)
+        wait_for(
+            "eight more watches by the extender after the filters",
+            lambda: sum(1 for _m, path, _c, _b in server.requests if "watch=true" in path) >= watches + 8,
+            60,
+            0.05,
+        )
     finally:
         extender.stop()
     writes = [(method, path) for method, path, _ctype, _body in server.requests if method != "GET"]
