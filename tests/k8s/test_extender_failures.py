@@ -103,6 +103,36 @@ def test_gpu_pods_wait_while_the_extender_is_down_and_others_schedule(
     assert gpu_use([pod])
 
 
+def test_twenty_gpu_pods_that_waited_out_an_extender_outage_never_overcommit_a_gpu(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, extender_back_up: None
+) -> None:
+    """Issue 27's fault: the extender goes away while 20 GPU pods wait. When it is back they all
+    come to it at once. 4 GPUs of 12288 MiB take one 7000 MiB pod each; each node still has 10400
+    MiB free in all, so kube-scheduler's own fit would take a second one: only the extender's
+    per-GPU count keeps the other 16 waiting."""
+    selector = gpu_nodes(2)  # 4 GPUs of 12288 MiB
+    cluster.ctl("stop-extender")
+    names = _create(core, namespace, [f"w{i:02d}" for i in range(20)], 7000, selector)
+    cluster.wait_for(
+        f"a FailedScheduling event of {names[-1]} while the extender is down",
+        lambda: cluster.scheduling_events(core, namespace, names[-1]),
+        timeout=SCHEDULE_TIMEOUT,
+    )
+    cluster.ctl("start-extender")
+
+    def bound_pods() -> list[Any]:
+        return [p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name]
+
+    cluster.wait_for("4 of the 20 pods bound", lambda: len(bound_pods()) >= 4, timeout=180)
+    waiting = sorted(p.metadata.name for p in core.list_namespaced_pod(namespace).items if not p.spec.node_name)
+    assert len(waiting) == 16, waiting
+    # The last ones judged again by the restarted extender, and turned away: still 4 placed.
+    for name in (waiting[0], waiting[-1]):
+        wait_for_reason(core, namespace, name, "no single GPU with 7000 MiB free", "largest free 5200 MiB")
+    use = gpu_use(bound_pods())
+    assert sorted(use.values()) == [7000] * 4, f"a GPU over-committed: {use}"
+
+
 def _create(core: Any, namespace: str, names: list[str], mib: int, selector: dict[str, str]) -> list[str]:
     for name in names:
         core.create_namespaced_pod(namespace, cluster.pod_body(name, mib, selector))

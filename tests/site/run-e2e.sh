@@ -182,4 +182,23 @@ until_true "vgpu-site-a advertising GPU memory again" 90 \
 on_cp site-after-day2 make site INVENTORY=tests/node/cluster-inventory.yml
 unchanged site-after-day2
 playbook_on_cp verify-after-day2 playbooks/verify_cluster.yml
+
+# A fault: containerd and kubelet restarted on worker B, under a running GPU pod. The pod keeps its
+# quota and use (libvgpu's own report inside it), and the device plugin registers again: a new
+# GPU pod that must run on B starts there.
+stats_of() { kc exec -n day2 "$1" -- /opt/vgpu/manage --stats --json; }
+on_b=$(kc get pods -n day2 -l app=day2 --field-selector spec.nodeName=vgpu-site-b -o jsonpath='{.items[0].metadata.name}')
+before=$(stats_of "$on_b")
+log "day two: containerd and kubelet restarted on vgpu-site-b (under $on_b)"
+docker exec vgpu-site-b systemctl restart containerd kubelet
+kc run after-restart -n day2 --image localhost/vgpu-components:0.1.0 --image-pull-policy Never --restart Never \
+    --overrides '{"spec": {"nodeSelector": {"kubernetes.io/hostname": "vgpu-site-b"}, "containers": [{"name": "after-restart",
+      "image": "localhost/vgpu-components:0.1.0", "imagePullPolicy": "Never",
+      "command": ["/opt/vgpu/vgpu-memory-usage", "500", "0"], "resources": {"limits": {"vgpu.io/gpu-memory": 20}}}]}}'
+until_true "a new GPU pod run to completion on vgpu-site-b after the restart" 150 \
+    sh -c "docker exec $CP kubectl --kubeconfig /etc/kubernetes/admin.conf get pod -n day2 after-restart \
+        -o jsonpath='{.status.phase}' | grep -qx Succeeded"
+after=$(stats_of "$on_b")
+[[ "$before" == "$after" ]] || { echo "!! $on_b's quota or use changed across the restart: $before -> $after" >&2; exit 1; }
+log "day two: $on_b kept its quota and use across the restart: $after"
 log "make e2e-site-day2: passed in $(($(date +%s) - started)) s"
