@@ -123,6 +123,62 @@ def test_gpu_pods_are_packed_across_the_workers(namespace: str) -> None:
         assert node.stats(namespace, name)["quota_mib"] == mib, name
 
 
+def gpu_use_everywhere() -> dict[tuple[str, str], int]:
+    """MiB the GPU pods of the whole cluster that have not ended hold on each (node, GPU UUID), from
+    their limits and the extender's bind annotation."""
+    use: dict[tuple[str, str], int] = {}
+    for pod in json.loads(node.kubectl("get", "pods", "--all-namespaces", "-o", "json"))["items"]:
+        uuid = (pod["metadata"].get("annotations") or {}).get(f"{node.PREFIX}/gpu-uuid")
+        if not uuid or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        units = sum(
+            int((c.get("resources", {}).get("limits") or {}).get(node.RESOURCE, 0)) for c in pod["spec"]["containers"]
+        )
+        key = (pod["spec"]["nodeName"], uuid)
+        use[key] = use.get(key, 0) + units * node.UNIT_MIB
+    return use
+
+
+def test_twenty_gpu_pods_released_while_the_extenders_pod_is_replaced_never_overcommit_a_gpu(namespace: str) -> None:
+    """Issue 27's fault on the real site: 20 pods of 3000 MiB held back (a scheduling gate), the
+    extender's pod deleted, the pods released while its DaemonSet brings a new one up. They wait
+    for it and then come to it at once: each is placed or waits with its reason, and no GPU holds
+    more than it has (the workers' three GPUs take at most 4 + 4 + 8 of them; worker A's 244 units
+    would take 8 in any split, so only the extender keeps its two GPUs to 4 each)."""
+    names = [f"held-{i:02d}" for i in range(20)]
+    held = [node.gpu_pod(name, 30, HOLD_500) for name in names]
+    for pod in held:
+        pod["spec"]["schedulingGates"] = [{"name": "e2e.vgpu.io/hold"}]
+    node.apply(namespace, *held)
+    node.kubectl("delete", "pod", "-n", "kube-system", "-l", f"app.kubernetes.io/name={EXTENDER}", "--wait=true")
+    release = " ; ".join(
+        f"kubectl --kubeconfig /etc/kubernetes/admin.conf patch pod -n {namespace} {name} --type json "
+        '-p \'[{"op": "remove", "path": "/spec/schedulingGates"}]\''
+        for name in names
+    )
+    node.exec_node("sh", "-c", release, timeout=300)
+
+    def settled() -> bool:
+        """Every pod placed, or turned away for lack of GPU memory: by the extender (no GPU has
+        3000 MiB free) or, once a worker's units are all taken, by kube-scheduler's own fit."""
+        events = node.kubectl("get", "events", "-n", namespace, "--field-selector", "reason=FailedScheduling",
+                              "-o", "json")  # fmt: skip
+        refused = {
+            e["involvedObject"]["name"]
+            for e in json.loads(events)["items"]
+            if "no single GPU with 3000 MiB free" in e.get("message", "")
+            or f"Insufficient {node.RESOURCE}" in e.get("message", "")
+        }
+        return all(p["spec"].get("nodeName") or p["metadata"]["name"] in refused for p in node.pods(namespace))
+
+    node.wait_for("each of the 20 pods placed, or turned away for lack of GPU memory", settled, timeout=600)
+    placed = [p for p in node.pods(namespace) if p["spec"].get("nodeName")]
+    assert len(placed) <= 16, f"{len(placed)} of 20 placed where 16 fit at most"
+    capacity = {WORKER_A: 12200, WORKER_B: 24500}  # whole 100 MiB units of each GPU
+    for (name, uuid), mib in gpu_use_everywhere().items():
+        assert mib <= capacity[name], f"{name} GPU {uuid} holds {mib} MiB of {capacity[name]}"
+
+
 def metrics_from(source: dict[str, Any], address: str) -> str:
     """GET http://<address>:9395/metrics from inside the pod `source` (a cgpu-monitor: it has Python)."""
     url = f"http://{address}:9395/metrics"
