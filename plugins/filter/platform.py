@@ -14,7 +14,10 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import branch_of
 from ansible_collections.vgpu.isolation.plugins.module_utils.nvidia_driver import PlanError, plan, resolve_method
-from ansible_collections.vgpu.isolation.plugins.module_utils.platforms import cdi_runtime_problem
+from ansible_collections.vgpu.isolation.plugins.module_utils.platforms import (
+    cdi_runtime_problem,
+    containerd_merges_drop_ins,
+)
 from ansible_collections.vgpu.isolation.plugins.module_utils.platforms import platform_problems as _problems
 
 
@@ -82,4 +85,5 @@ class FilterModule(object):
             "platform_problems": platform_problems,
             "nvidia_driver_plan": nvidia_driver_plan,
             "cdi_runtime_problem": cdi_runtime_problem,
+            "containerd_merges_drop_ins": containerd_merges_drop_ins,
         }

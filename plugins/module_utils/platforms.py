@@ -212,6 +212,17 @@ _CONTAINERD_VERSION = re.compile(r"\bv?(\d+)\.(\d+)\.(\d+)")
 _ENABLE_CDI_ON = re.compile(r"^\s*enable_cdi\s*=\s*true\s*$", re.MULTILINE)
 
 
+# Rule: containerd from 2.1 merges an imported file into config.toml key by key; before that an
+# imported plugin section replaces config.toml's whole section (containerd issue 5837: nvidia-ctk's
+# containerd engine says fixed in 2.1). So only from 2.1 does a drop-in hold the nvidia runtime
+# alone; before it, config.toml holds the runtime itself and imports nothing.
+def containerd_merges_drop_ins(version_text: str) -> bool:
+    """Does this containerd (its `containerd --version` line) merge imported files key by key?
+    False when the version cannot be read (the safe answer: no drop-ins)."""
+    match = _CONTAINERD_VERSION.search(version_text or "")
+    return match is not None and tuple(int(part) for part in match.groups()) >= (2, 1, 0)
+
+
 def cdi_runtime_problem(version_text: str, config_dump: str = "") -> str:
     """What keeps this containerd (its `containerd --version` line, and for 1.7 its `containerd
     config dump`) from applying the CDI devices of claims; "" when nothing does."""

@@ -159,6 +159,21 @@ def test_containerd_1_7_needs_cdi_switched_on_in_its_configuration():
     assert platforms.cdi_runtime_problem(DOCKER_17, on) == ""
 
 
+@pytest.mark.parametrize(
+    ("version", "merges"),
+    [
+        (DEBIAN_12, False),
+        (DOCKER_17, False),
+        ("containerd github.com/containerd/containerd/v2 v2.0.5 8a4b5d1", False),
+        ("containerd github.com/containerd/containerd/v2 v2.1.0 1a2b3c4", True),
+        (BUILT_24, True),
+        ("something else", False),
+    ],
+)
+def test_only_containerd_2_1_and_later_takes_the_nvidia_runtime_from_a_drop_in(version, merges):
+    assert platforms.containerd_merges_drop_ins(version) is merges
+
+
 def test_a_version_it_cannot_read_is_named_not_guessed():
     problem = platforms.cdi_runtime_problem("something else")
     assert "something else" in problem
