@@ -107,22 +107,25 @@ def added(text: str) -> str:
     return text + "SWITCH(gpu_new_switch,     GPU_NEW_SWITCH,      new_switch,         0,       5)\n"
 
 
+# Where each switch's default lives, and where also its name (drift() names each home so).
+HOMES_OF_A_DEFAULT = {
+    "vgpu_components.switches.SWITCHES",
+    "config.DEFAULTS device_plugin.switches",
+    "the container contract's environment",
+    "the container contract's quota file",
+    "vgpu_stack defaults vgpu_stack_switches",
+    "vgpu_stack argument spec default",
+}
+HOMES_OF_A_NAME = HOMES_OF_A_DEFAULT | {"vgpu_stack argument spec description", "vgpu-config.yaml.j2"}
+
+
 @pytest.mark.parametrize("change", [renamed, added], ids=["renamed", "added"])
 def test_a_switch_renamed_or_added_in_switches_def_is_caught_in_every_home(change, tmp_path: Path):
     copy = tmp_path / "switches.def"
     copy.write_text(change(SWITCHES_DEF.read_text()))
     listed = switches.parse(copy.read_text())
     assert listed != switches.SWITCHES
-    missed = {
-        "vgpu_components.switches.SWITCHES",
-        "config.DEFAULTS device_plugin.switches",
-        "the container contract's environment",
-        "the container contract's quota file",
-        "vgpu_stack defaults vgpu_stack_switches",
-        "vgpu_stack argument spec default",
-        "vgpu_stack argument spec description",
-        "vgpu-config.yaml.j2",
-    } - set(drift(listed))
+    missed = HOMES_OF_A_NAME - set(drift(listed))
     assert missed == set()
 
 
@@ -145,11 +148,4 @@ def test_a_switch_line_the_parser_cannot_read_is_an_error_naming_it(line):
 
 def test_a_default_changed_in_switches_def_is_caught_in_every_home_of_a_default():
     text = SWITCHES_DEF.read_text().replace("cgroup_enable,      0,", "cgroup_enable,      1,")
-    assert set(drift(switches.parse(text))) >= {
-        "vgpu_components.switches.SWITCHES",
-        "config.DEFAULTS device_plugin.switches",
-        "the container contract's environment",
-        "the container contract's quota file",
-        "vgpu_stack defaults vgpu_stack_switches",
-        "vgpu_stack argument spec default",
-    }
+    assert set(drift(switches.parse(text))) >= HOMES_OF_A_DEFAULT
