@@ -64,6 +64,42 @@ def role_prefixes(schema):
     return tuple(sorted(name + "_" for name in schema["roles"]))
 
 
+# Variables renamed since the last release, old name -> new name: an inventory that still sets the
+# old name would be ignored silently (the new one keeps its default), so the check names the new one.
+# kube-scheduler's wiring to the extender moved from vgpu_stack to roles/vgpu after 0.1.0.
+_SCHEDULER_HOME = "after release 0.1.0 (kube-scheduler's wiring moved to roles/vgpu)"
+RENAMED = {
+    "vgpu_stack_extender_port": "vgpu_extender_port",
+    "vgpu_stack_extender_http_timeout": "vgpu_extender_http_timeout",
+    "vgpu_stack_extender_tls": "vgpu_extender_tls",
+    "vgpu_stack_tls_dir": "vgpu_extender_tls_dir",
+    "vgpu_stack_tls_ca_days": "vgpu_extender_tls_ca_days",
+    "vgpu_stack_tls_cert_days": "vgpu_extender_tls_cert_days",
+    "vgpu_stack_tls_renew_days": "vgpu_extender_tls_renew_days",
+    "vgpu_stack_tls_install_python": "vgpu_extender_tls_install_python",
+    "vgpu_stack_extender_ignorable": "vgpu_extender_ignorable",
+    "vgpu_stack_extender_packing": "vgpu_extender_packing",
+    "vgpu_stack_extender_weight": "vgpu_extender_weight",
+    "vgpu_stack_percentage_of_nodes_to_score": "vgpu_scheduler_percentage_of_nodes_to_score",
+    "vgpu_stack_scheduler_config_path": "vgpu_scheduler_config_path",
+    "vgpu_stack_scheduler_kubeconfig": "vgpu_scheduler_kubeconfig",
+    "vgpu_stack_manage_scheduler": "vgpu_scheduler_manage",
+    "vgpu_stack_scheduler_health_timeout": "vgpu_scheduler_health_timeout",
+    "vgpu_stack_scheduler_health_url": "vgpu_scheduler_health_url",
+    "vgpu_stack_force_unit_change": "vgpu_force_unit_change",
+}
+
+
+def renamed_names(given):
+    """One problem per given name that was renamed, naming the new one."""
+    return [
+        "%s: renamed %s %s; set %s instead, the value means the same"
+        % (name, RENAMED[name], _SCHEDULER_HOME, RENAMED[name])
+        for name in sorted(set(given))
+        if name in RENAMED
+    ]
+
+
 # A name this close to a known one (difflib's ratio) is taken for a typo of it, whatever its prefix
 # (vpgu_memory_unit_mib); others without a role prefix are the site's own variables.
 _TYPO_CUTOFF = 0.85
@@ -74,7 +110,7 @@ def unknown_names(given, known, prefixes):
     problems = []
     candidates = sorted(known)
     for name in sorted(set(given)):
-        if name in known or name.startswith(("_", "ansible_")):
+        if name in known or name in RENAMED or name.startswith(("_", "ansible_")):
             continue
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=_TYPO_CUTOFF)
         if not close and not name.startswith(prefixes):
@@ -289,6 +325,16 @@ CLUSTER_WIDE = {
     "vgpu_mps_pinned_memory_limit": "one ConfigMap for every node's device plugin",
     "vgpu_scheduling": "kube-scheduler places every GPU pod of the cluster by one path, extender or DRA",
     "vgpu_gpu_node_taint": "the API server gives every GPU pod the toleration: every GPU node has the taint or none",
+    "vgpu_extender_port": "one extender DaemonSet listens on it and every kube-scheduler calls it there",
+    "vgpu_extender_tls": "one extender DaemonSet serves HTTPS or HTTP to every kube-scheduler",
+    "vgpu_extender_tls_dir": "one extender DaemonSet mounts the certificates from the same folder on every node",
+    "vgpu_extender_http_timeout": "every kube-scheduler of the cluster waits on the extender alike",
+    "vgpu_extender_ignorable": "a GPU pod must not land differently by which kube-scheduler leads",
+    "vgpu_extender_packing": "a GPU pod must not land differently by which kube-scheduler leads",
+    "vgpu_extender_weight": "a GPU pod must not land differently by which kube-scheduler leads",
+    "vgpu_scheduler_percentage_of_nodes_to_score": "a GPU pod must not land differently by which kube-scheduler leads",
+    "vgpu_scheduler_manage": "either the collection wires every kube-scheduler or the operator wires them all",
+    "vgpu_scheduler_config_path": "kubeadm's ClusterConfiguration gives every kube-scheduler one --config path",
 }
 # Per node, and why that makes sense: GPUs of different generations need different driver branches
 # (docs/platforms.md); a node's GPUs are its own; MPS suits nodes of many small pods (the node label
@@ -310,6 +356,16 @@ PER_NODE = (
     "vgpu_sample_app_use",
     "vgpu_kubeconfig",
     "vgpu_kubernetes_client_venv",
+    # kube-scheduler's side on each control-plane node, and what only the first one reads (the
+    # certificates it issues, the unit-change check it runs).
+    "vgpu_scheduler_kubeconfig",
+    "vgpu_scheduler_health_timeout",
+    "vgpu_scheduler_health_url",
+    "vgpu_extender_tls_install_python",
+    "vgpu_extender_tls_ca_days",
+    "vgpu_extender_tls_cert_days",
+    "vgpu_extender_tls_renew_days",
+    "vgpu_force_unit_change",
 )
 _MEMORY_SIZES = ("vgpu_memory_unit_mib", "vgpu_reserved_memory_mib", "vgpu_enforcement_context_allowance_mib")
 
@@ -419,6 +475,7 @@ def settings_problems(settings, schema=None, given=None):
     problems = []
     if schema:
         spec = schema["roles"]["vgpu"]["entry_points"]["settings"]
+        problems += renamed_names(given or [])
         problems += unknown_names(given or [], known_names(schema), role_prefixes(schema))
         problems += type_problems(settings, spec)
     problems += flavour_problems(settings, given or [])

@@ -57,12 +57,12 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
         "vgpu_kubeconfig": str(cluster.STATE_DIR / "admin.kubeconfig"),
         "vgpu_kubernetes_client_venv": sys.prefix,
         "vgpu_stack_install_python_client": False,
-        "vgpu_stack_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
-        "vgpu_stack_extender_port": cluster.extender_port(),
-        "vgpu_stack_extender_tls": False,
+        "vgpu_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
+        "vgpu_extender_port": cluster.extender_port(),
+        "vgpu_extender_tls": False,
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         "vgpu_stack_import_image": False,
-        "vgpu_stack_manage_scheduler": False,
+        "vgpu_scheduler_manage": False,
         # How long a rollout may stand still: kwok has marked bound pods Running up to a minute
         # late (on Debian's etcd 3.4, which up.sh falls back to; cold CI of 2026-12-01).
         "vgpu_stack_wait_timeout": 540,
@@ -142,7 +142,7 @@ def harness_extender(work: Path) -> dict[str, Any]:
     harness's certificates (named as the role names its own), or plain HTTP where the harness runs
     it plain (VGPU_E2E_EXTENDER_TLS=0)."""
     if (cluster.STATE_DIR / "extender-plain").exists():
-        return {"vgpu_stack_extender_tls": False}
+        return {"vgpu_extender_tls": False}
     tls = work / "harness-tls"
     tls.mkdir(exist_ok=True)
     pki = cluster.STATE_DIR / "pki"
@@ -150,7 +150,7 @@ def harness_extender(work: Path) -> dict[str, Any]:
     for name, source in {**names, "ca.crt": "extender-ca.crt"}.items():
         if not (tls / name).exists():
             (tls / name).symlink_to(pki / source)
-    return {"vgpu_stack_extender_tls": True, "vgpu_stack_tls_dir": str(tls)}
+    return {"vgpu_extender_tls": True, "vgpu_extender_tls_dir": str(tls)}
 
 
 def test_the_cluster_check_finds_every_component_on_the_gpu_node(stacked: Path, gpu_node: str) -> None:
@@ -232,10 +232,10 @@ def test_a_unit_change_is_refused_while_a_pod_holds_gpu_memory(
         early.stdout + early.stderr
     )
 
-    forced = playbook(stacked, STACK, gpu_node, vgpu_memory_unit_mib=200, vgpu_stack_force_unit_change=True)
+    forced = playbook(stacked, STACK, gpu_node, vgpu_memory_unit_mib=200, vgpu_force_unit_change=True)
     ok(forced)
     assert "unit_mib: 200" in core.read_namespaced_config_map("vgpu-config", NS).data["config.yaml"]
-    ok(playbook(stacked, STACK, gpu_node, vgpu_stack_force_unit_change=True))  # back to 100 for the other tests
+    ok(playbook(stacked, STACK, gpu_node, vgpu_force_unit_change=True))  # back to 100 for the other tests
 
 
 EXTENDER = "gpushare-scheduler-extender"
@@ -267,7 +267,7 @@ def test_a_rollout_slower_than_the_wait_that_keeps_moving_is_waited_out(
                 STACK,
                 gpu_node,
                 vgpu_memory_unit_mib=200,
-                vgpu_stack_force_unit_change=True,
+                vgpu_force_unit_change=True,
                 vgpu_stack_wait_timeout=40,
             )
             kubelet.step = 0
@@ -277,7 +277,7 @@ def test_a_rollout_slower_than_the_wait_that_keeps_moving_is_waited_out(
             assert status.updated_number_scheduled == status.number_ready == status.desired_number_scheduled, status
             assert kubelet.steps - before >= 9, "each slow node's pod was replaced step by step"
     finally:  # back to 100 for the other tests, also when the rollout failed
-        restored = playbook(stacked, STACK, gpu_node, vgpu_stack_force_unit_change=True)
+        restored = playbook(stacked, STACK, gpu_node, vgpu_force_unit_change=True)
     ok(restored)
 
 

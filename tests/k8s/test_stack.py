@@ -45,24 +45,24 @@ PLAYBOOK = """\
   post_tasks:
     - name: Render the kube-scheduler configuration the role ships, with mutual TLS
       ansible.builtin.template:
-        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        src: "{repo}/roles/vgpu/templates/kube-scheduler-config.yaml.j2"
         dest: "{out}/kube-scheduler-config-tls.yaml"
         mode: "0644"
     - name: Render the kube-scheduler configuration the role ships
       ansible.builtin.template:
-        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        src: "{repo}/roles/vgpu/templates/kube-scheduler-config.yaml.j2"
         dest: "{out}/kube-scheduler-config.yaml"
         mode: "0644"
       vars:
-        vgpu_stack_extender_tls: false
+        vgpu_extender_tls: false
     - name: Render it with the other packing, weighted
       ansible.builtin.template:
-        src: "{repo}/roles/vgpu_stack/templates/kube-scheduler-config.yaml.j2"
+        src: "{repo}/roles/vgpu/templates/kube-scheduler-config.yaml.j2"
         dest: "{out}/kube-scheduler-config-weighted.yaml"
         mode: "0644"
       vars:
-        vgpu_stack_extender_packing: weighted
-        vgpu_stack_extender_tls: false
+        vgpu_extender_packing: weighted
+        vgpu_extender_tls: false
 """
 
 
@@ -83,14 +83,14 @@ def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
     extra = {
         "vgpu_kubernetes_flavour": "kubeadm",
         "vgpu_stack_kubeconfig": str(cluster.STATE_DIR / "admin.kubeconfig"),
-        "vgpu_stack_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
-        "vgpu_stack_extender_port": cluster.extender_port(),
+        "vgpu_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
+        "vgpu_extender_port": cluster.extender_port(),
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         # The certificates go to the test's folder, never to this machine's /etc/vgpu/tls.
-        "vgpu_stack_tls_dir": str(work / "tls"),
-        "vgpu_stack_tls_install_python": False,
+        "vgpu_extender_tls_dir": str(work / "tls"),
+        "vgpu_extender_tls_install_python": False,
         "vgpu_stack_import_image": False,
-        "vgpu_stack_manage_scheduler": False,
+        "vgpu_scheduler_manage": False,
         "vgpu_stack_install_python_client": False,
         # The Kubernetes modules run in this machine's virtualenv, which has the client.
         "vgpu_kubernetes_client_venv": sys.prefix,
@@ -446,7 +446,7 @@ def test_kube_scheduler_accepts_the_configuration_strictly(stack: Path, flavour:
     and writes back its extender, with the mutual-TLS files of the role."""
     work = stack / f"strict-{flavour}"
     work.mkdir(exist_ok=True)
-    rendered = render(work, {"vgpu_kubernetes_flavour": flavour, "vgpu_stack_tls_dir": str(stack / "tls")})
+    rendered = render(work, {"vgpu_kubernetes_flavour": flavour, "vgpu_extender_tls_dir": str(stack / "tls")})
     (config,) = rendered["kube-scheduler-config.yaml"]
     # kube-scheduler opens the kubeconfig the file names; point it at the test API server's.
     config["clientConnection"]["kubeconfig"] = str(cluster.STATE_DIR / "admin.kubeconfig")

@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 VGPU_DEFAULTS = ROOT / "roles" / "vgpu" / "defaults" / "main.yml"
 VGPU_VARS = ROOT / "roles" / "vgpu" / "vars" / "main.yml"
 ROLE = ROOT / "roles" / "vgpu_stack"
+# What a run deploys: vgpu_stack's objects, and kube-scheduler's wiring from roles/vgpu.
 TEMPLATES = [
-    "components.yaml.j2",
-    "kube-scheduler-config.yaml.j2",
-    "node-labels.yaml.j2",
-    "k3s-scheduler-dropin.yaml.j2",
-    "sample-pod.yaml.j2",
+    "vgpu_stack/templates/components.yaml.j2",
+    "vgpu/templates/kube-scheduler-config.yaml.j2",
+    "vgpu_stack/templates/node-labels.yaml.j2",
+    "vgpu/templates/k3s-scheduler-dropin.yaml.j2",
+    "vgpu_stack/templates/sample-pod.yaml.j2",
 ]
 
 PLAYBOOK = """
@@ -36,8 +37,8 @@ PLAYBOOK = """
     - {extra}
   tasks:
     - ansible.builtin.template:
-        src: "{role}/templates/{{{{ item }}}}"
-        dest: "{out}/{{{{ item | replace('.j2', '') }}}}"
+        src: "{roles}/{{{{ item }}}}"
+        dest: "{out}/{{{{ item | basename | replace('.j2', '') }}}}"
         mode: "0644"
       loop: {templates}
 """
@@ -97,6 +98,7 @@ def render(folder: Path, extra: dict) -> dict:
             vgpu_defaults=VGPU_DEFAULTS,
             vgpu_vars=VGPU_VARS,
             role=ROLE,
+            roles=ROOT / "roles",
             extra=folder / "extra.yml",
             out=folder,
             templates=TEMPLATES,
@@ -104,7 +106,7 @@ def render(folder: Path, extra: dict) -> dict:
     )
     run_playbook(str(playbook))
     out = {}
-    for name in TEMPLATES:
-        text = (folder / name.replace(".j2", "")).read_text()
-        out[name.replace(".j2", "")] = [d for d in yaml.safe_load_all(text) if d]
+    for path in TEMPLATES:
+        name = Path(path).name.replace(".j2", "")
+        out[name] = [d for d in yaml.safe_load_all((folder / name).read_text()) if d]
     return out

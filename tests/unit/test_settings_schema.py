@@ -269,9 +269,9 @@ from vgpu_components import config as component_config  # noqa: E402
 
 # Where the rendered ConfigMap differs from config.DEFAULTS on purpose, and why.
 INTENDED = {
-    ("extender", "tls_cert_file"): "the role turns on mutual TLS (vgpu_stack_extender_tls)",
-    ("extender", "tls_key_file"): "the role turns on mutual TLS (vgpu_stack_extender_tls)",
-    ("extender", "client_ca_file"): "the role turns on mutual TLS (vgpu_stack_extender_tls)",
+    ("extender", "tls_cert_file"): "the role turns on mutual TLS (vgpu_extender_tls)",
+    ("extender", "tls_key_file"): "the role turns on mutual TLS (vgpu_extender_tls)",
+    ("extender", "client_ca_file"): "the role turns on mutual TLS (vgpu_extender_tls)",
     ("device_plugin", "mps_pinned_memory_limit"): "the default driver branch, 470, has no CUDA 11.5",
 }
 

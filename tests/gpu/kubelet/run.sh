@@ -6,7 +6,7 @@
 # renders: the extender over mutual TLS), containerd 1.6 with runc and NVIDIA's
 # nvidia-container-runtime as its default runtime, the CNI bridge, and kubelet (cgroupfs). The
 # collection configures the node with its own roles (node.yml: the kubeadm role's containerd
-# template, vgpu_interposer, nvidia_container_runtime, vgpu_stack's scheduler_config; stack.yml:
+# template, vgpu_interposer, nvidia_container_runtime, vgpu's scheduler_config; stack.yml:
 # vgpu_stack, which imports the real component image and runs the four components as pods). Then:
 #   - a 30-unit pod running vgpu-memory-usage 1200: `nvidia-smi` in it shows 1200MiB / 3000MiB and
 #     `nvidia-smi -L` one GPU; cgpu-monitor's /metrics has its 1200 MiB under its pod and namespace;

@@ -130,7 +130,7 @@ def test_the_lists_are_the_roles_own():
     assert {family: tuple(names) for family, names in tools.items()} == bundle.BUILD_TOOLS
     toolkit = (ROOT / "roles/nvidia_container_runtime/vars/main.yml").read_text()
     assert "['nvidia-container-toolkit-base']" in toolkit
-    stack = yaml.safe_load((ROOT / "roles/vgpu_stack/vars/main.yml").read_text())
-    assert tuple(stack["vgpu_stack_os_crypto_packages"]["Debian"]) == bundle.CRYPTO_PACKAGES
+    base = yaml.safe_load((ROOT / "roles/vgpu/vars/main.yml").read_text())
+    assert tuple(base["vgpu_extender_tls_crypto_packages"]["Debian"]) == bundle.CRYPTO_PACKAGES
     k3s = yaml.safe_load((ROOT / "roles/k3s/vars/main.yml").read_text())
     assert k3s["k3s_arch_map"] == bundle.K3S_ARCH

@@ -10,8 +10,10 @@ import pytest
 from ansible_collections.vgpu.isolation.plugins.filter.settings import (
     CLUSTER_WIDE,
     PER_NODE,
+    RENAMED,
     FilterModule,
     cluster_problems,
+    known_names,
     quota_problems,
     server_version_problems,
     settings_problems,
@@ -66,9 +68,35 @@ def test_a_misspelt_role_variable_is_refused_with_the_nearest_known_name(typo, m
 
 
 def test_role_and_playbook_variables_and_the_site_s_own_are_no_typos():
-    given = ["vgpu_stack_extender_port", "vgpu_interposer_prefix", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
+    given = ["vgpu_extender_port", "vgpu_interposer_prefix", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
     given += ["nvidia_driver_drain_timeout", "preflight_check_network", "ansible_host", "site_owner", "ntp_servers"]
     assert problems(given=given) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("vgpu_stack_extender_port", "vgpu_extender_port"),
+        ("vgpu_stack_tls_dir", "vgpu_extender_tls_dir"),
+        ("vgpu_stack_manage_scheduler", "vgpu_scheduler_manage"),
+        ("vgpu_stack_force_unit_change", "vgpu_force_unit_change"),
+    ],
+)
+def test_a_renamed_variable_is_refused_naming_its_new_name(old, new):
+    """Issue 26 item 5: kube-scheduler's wiring moved from vgpu_stack to roles/vgpu and its variables
+    with it. An inventory that still sets an old name would otherwise be ignored silently (the new
+    name keeps its default): the run stops before anything changes and says what to write instead."""
+    assert problems(given=[old]) == [
+        f"{old}: renamed {new} after release 0.1.0 (kube-scheduler's wiring moved to roles/vgpu); "
+        f"set {new} instead, the value means the same"
+    ]
+
+
+def test_every_renamed_variable_has_a_known_new_name():
+    """A rename must point at a variable the collection reads, and the old name at none."""
+    known = known_names(load(str(ROOT)))
+    assert sorted(new for new in RENAMED.values() if new not in known) == []
+    assert sorted(old for old in RENAMED if old in known) == []
 
 
 def test_a_name_with_a_role_prefix_far_from_every_variable_gets_no_guess():

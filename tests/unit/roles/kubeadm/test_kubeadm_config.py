@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from role_render import VGPU_DEFAULTS, run_playbook
+from role_render import VGPU_DEFAULTS, VGPU_VARS, run_playbook
 
 ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "kubeadm"
@@ -53,6 +53,7 @@ PLAYBOOK = """
   gather_facts: false
   vars_files:
     - {vgpu_defaults}
+    - {vgpu_vars}
     - {role}/defaults/main.yml
     - {role}/vars/main.yml
     # The registered result the tasks read, as play variables: host variables (-e) would be taken
@@ -113,6 +114,7 @@ def run(tmp_path, live, extra=None):
         PLAYBOOK.replace("{out}", str(tmp_path))
         .replace("{role}", str(ROLE))
         .replace("{vgpu_defaults}", str(VGPU_DEFAULTS))
+        .replace("{vgpu_vars}", str(VGPU_VARS))
     )
     (tmp_path / "hosts.yml").write_text(INVENTORY.replace("{python}", sys.executable))
     variables = {
@@ -200,7 +202,7 @@ def test_init_configuration_mounts_the_scheduler_configuration(v1beta4):
         True,
         "File",
     )
-    assert tls == TLS_VOLUME, "kube-scheduler reads the extender's certificates (vgpu_stack_tls_dir)"
+    assert tls == TLS_VOLUME, "kube-scheduler reads the extender's certificates (vgpu_extender_tls_dir)"
     assert kubelet["cgroupDriver"] == "systemd"
 
 
@@ -302,10 +304,11 @@ def test_on_containerd_1_a_drop_in_left_by_nvidia_ctk_cannot_shadow_the_roles_se
     assert f'imports = ["{dropins}/*.toml"]' in (tmp_path / "gpu-1.toml").read_text()
 
 
-def test_the_mounted_certificate_folder_is_the_one_vgpu_stack_fills():
-    stack = yaml.safe_load((ROOT / "roles/vgpu_stack/defaults/main.yml").read_text())
+def test_the_mounted_certificate_folder_is_the_one_the_extender_tls_tasks_fill():
+    vgpu = yaml.safe_load(VGPU_DEFAULTS.read_text())
     kubeadm = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    assert stack["vgpu_stack_tls_dir"] == kubeadm["kubeadm_scheduler_tls_dir"] == TLS
+    assert vgpu["vgpu_extender_tls_dir"] == TLS
+    assert kubeadm["kubeadm_scheduler_tls_dir"] == "{{ vgpu_extender_tls_dir }}"
 
 
 def test_dra_scheduling_leaves_kube_scheduler_as_it_comes(tmp_path):

@@ -27,11 +27,11 @@ CASES: dict[str, dict] = {
         "vgpu_resource_prefix": "acme.dev",
         "vgpu_memory_unit_mib": 256,
         "vgpu_mps_enabled": True,
-        "vgpu_stack_extender_port": 32700,
+        "vgpu_extender_port": 32700,
         "vgpu_stack_runtime_class": "",
-        "vgpu_stack_percentage_of_nodes_to_score": 100,
-        "vgpu_stack_extender_packing": "weighted",
-        "vgpu_stack_extender_weight": 3,
+        "vgpu_scheduler_percentage_of_nodes_to_score": 100,
+        "vgpu_extender_packing": "weighted",
+        "vgpu_extender_weight": 3,
     },
 }
 
@@ -447,7 +447,7 @@ MOVED = {
     "vgpu_stack_device_plugin_healthz_port": 19396,
     "vgpu_stack_monitor_port": 19395,
     "vgpu_stack_mps_healthz_port": 19397,
-    "vgpu_stack_extender_port": 32701,
+    "vgpu_extender_port": 32701,
     "vgpu_stack_kubelet_dir": "/data/kubelet",
     "vgpu_stack_mps_pipe_dir": "/run/mps-pipes",
 }
@@ -515,7 +515,7 @@ def test_the_extender_mounts_its_certificates_and_probes_over_https(rendered):
 
 
 def test_plain_http_when_tls_is_off(tmp_path):
-    out = render(tmp_path, {"vgpu_stack_extender_tls": False})
+    out = render(tmp_path, {"vgpu_extender_tls": False})
     (extender,) = out["kube-scheduler-config.yaml"][0]["extenders"]
     assert (extender["urlPrefix"], extender["enableHTTPS"], "tlsConfig" in extender) == (
         "http://127.0.0.1:32766",

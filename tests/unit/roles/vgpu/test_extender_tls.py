@@ -1,6 +1,6 @@
 """The extender's mutual TLS, role side (issue 12): certificates issued, shared, renewed only when due.
 
-roles/vgpu_stack's tls.yml runs for real (ansible-playbook, community.crypto from the pinned ansible
+roles/vgpu's extender_tls.yml runs for real (ansible-playbook, community.crypto from the pinned ansible
 wheel) for two control-plane nodes on this machine, each with its own folder; then Python's ssl
 module plays kube-scheduler and the extender with the files (a TLS handshake on 127.0.0.1).
 """
@@ -27,19 +27,19 @@ PLAY = """
   tasks:
     - name: Place the certificates as the role does
       ansible.builtin.include_role:
-        name: vgpu.isolation.vgpu_stack
-        tasks_from: tls.yml
+        name: vgpu.isolation.vgpu
+        tasks_from: extender_tls.yml
 """
 
 
 def converge(work: Path, **extra) -> str:
     hosts = {
-        name: {"ansible_python_interpreter": sys.executable, "vgpu_stack_tls_dir": str(work / name)}
+        name: {"ansible_python_interpreter": sys.executable, "vgpu_extender_tls_dir": str(work / name)}
         for name in ("cp1", "cp2")
     }
     (work / "hosts.yml").write_text(json.dumps({"k8s_control_plane": {"hosts": hosts}}))
     (work / "play.yml").write_text(PLAY)
-    settings = {"vgpu_stack_tls_install_python": False, "ansible_facts": {"os_family": "Debian"}, **extra}
+    settings = {"vgpu_extender_tls_install_python": False, "ansible_facts": {"os_family": "Debian"}, **extra}
     return run_playbook("-i", str(work / "hosts.yml"), str(work / "play.yml"), "-e", json.dumps(settings)).stdout
 
 
@@ -88,7 +88,7 @@ def test_certificates_near_expiry_are_renewed_and_shared(issued):
     work, _first = issued
     ca, server = serial(work / "cp1" / "ca.crt"), serial(work / "cp1" / "server.crt")
     # Every leaf certificate (365 days) now expires "within" the renewal window; the CA (3650) does not.
-    converge(work, vgpu_stack_tls_renew_days=400)
+    converge(work, vgpu_extender_tls_renew_days=400)
     assert serial(work / "cp1" / "ca.crt") == ca
     assert serial(work / "cp1" / "server.crt") != server
     assert (work / "cp2" / "server.crt").read_bytes() == (work / "cp1" / "server.crt").read_bytes()
@@ -159,7 +159,7 @@ def extender_health(work: Path, url: str, **extra) -> dict[str, Any]:
     (work / "health.yml").write_text(HEALTH_PLAY)
     answer = work / "health.json"
     settings = {
-        "vgpu_stack_extender_url": url,
+        "vgpu_extender_url": url,
         "answer": str(answer),
         "ansible_python_interpreter": sys.executable,
         **extra,
@@ -192,10 +192,10 @@ def test_the_cluster_check_reaches_the_extender_with_kube_schedulers_certificate
     thread.start()
     url = f"https://127.0.0.1:{server.server_address[1]}"
     try:
-        with_certificate = extender_health(work, url, vgpu_stack_tls_dir=str(folder))
+        with_certificate = extender_health(work, url, vgpu_extender_tls_dir=str(folder))
         assert with_certificate["reachable"] is True, with_certificate
         # Without kube-scheduler's certificate the extender refuses the handshake.
-        without = extender_health(work, url, vgpu_stack_tls_dir=str(work / "none"))
+        without = extender_health(work, url, vgpu_extender_tls_dir=str(work / "none"))
         assert without["reachable"] is False and without["error"], without
     finally:
         server.shutdown()
