@@ -85,7 +85,7 @@ def test_flannel_hands_out_the_nodes_own_range_at_flannels_mtu(tmp_path):
     assert bridge["mtu"] == 1450
     assert bridge["ipMasq"] is False
     assert "Environment=NODE_NAME=vgpu-site-a" in unit
-    assert "--kube-subnet-mgr --kubeconfig-file=/etc/kubernetes/kubelet.conf" in unit
+    assert "--kube-subnet-mgr --kubeconfig-file=/etc/kube-flannel/kubeconfig" in unit
     assert "--ip-masq --iface=172.31.251.11" in unit
 
 
