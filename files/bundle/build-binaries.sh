@@ -8,6 +8,7 @@
 #   $CACHE/k8s/etcd-<ETCD_VERSION>/etcd
 #   $CACHE/k8s/cri-tools-<CRI_TOOLS_VERSION>/crictl
 #   $CACHE/k8s/nvidia-container-toolkit-<TOOLKIT_VERSION>/{nvidia-ctk,nvidia-container-runtime,nvidia-cdi-hook}
+#   $CACHE/k8s/flannel-<FLANNEL_VERSION>/flanneld
 # and, only when asked (`build-binaries.sh containerd`: the offline bundle's containerd-cdi/ and the
 # GPU kubelet test's DRA scenario; the harness's control plane does not need it):
 #   $CACHE/k8s/containerd-<CONTAINERD_VERSION>/{containerd,containerd-shim-runc-v2,ctr}
@@ -18,7 +19,8 @@ source "$here/versions.env"
 cache="${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}/k8s"
 
 # build_set <module dir> <output dir> <extra -ldflags> <package>...
-# CGO (default 0, static binaries) is 1 for the toolkit, whose NVML binding dlopens the driver.
+# CGO (default 0, static binaries) is 1 for the toolkit, whose NVML binding dlopens the driver, and
+# for flanneld.
 build_set() {
     local module="$1" out="$2" ldflags="-s -w $3" cgo="${CGO:-0}"; shift 3
     local stamp key
@@ -87,6 +89,11 @@ toolkit="github.com/NVIDIA/nvidia-container-toolkit"
 CGO=1 build_set "$here/upstream/nvidia-container-toolkit" "$cache/nvidia-container-toolkit-$TOOLKIT_VERSION" \
     "-X $toolkit/internal/info.version=${TOOLKIT_VERSION#v}" \
     "$toolkit/cmd/nvidia-ctk" "$toolkit/cmd/nvidia-container-runtime" "$toolkit/cmd/nvidia-cdi-hook"
+# CGO: flannel's udp backend is C (its release builds use cgo too).
+CGO=1 build_set "$here/upstream/flannel" "$cache/flannel-$FLANNEL_VERSION" \
+    "-X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" github.com/flannel-io/flannel
+# go names the binary of the module's root package "flannel".
+[[ ! -x "$cache/flannel-$FLANNEL_VERSION/flannel" ]] || mv -f "$cache/flannel-$FLANNEL_VERSION/flannel" "$cache/flannel-$FLANNEL_VERSION/flanneld"
 if [[ $extras == *" containerd "* ]]; then
     # A containerd with CRI CDI support (on by default from 2.0), which Debian 12's 1.6 lacks.
     build_set "$here/upstream/containerd" "$cache/containerd-$CONTAINERD_VERSION" \

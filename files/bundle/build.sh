@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bundle`: the offline bundle of a kubeadm site, in one folder that preflight verifies and the
 # roles install from with no network (docs/operations.md, air-gapped sites):
-#   kubeadm/             kubeadm, kubelet, kubectl, cri-tools (built here from the pinned
-#                        k8s.io/kubernetes and cri-tools), containerd, runc, the CNI plugins and
+#   kubeadm/             kubeadm, kubelet, kubectl, cri-tools, flannel (built here from the pinned
+#                        k8s.io/kubernetes, cri-tools and flannel), containerd, runc, the CNI plugins and
 #                        their Debian dependencies
 #   container-toolkit/   nvidia-container-toolkit-base (built here from NVIDIA's Go sources)
 #   containerd-cdi/      containerd (built here from the pinned containerd module), whose CRI applies

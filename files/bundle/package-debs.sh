@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the binaries built by build-binaries.sh as Debian packages with dpkg-deb: kubeadm, kubelet,
 # kubectl and cri-tools (the file layout and dependencies of the pkgs.k8s.io packages of the same
-# names), nvidia-container-toolkit-base (the layout of NVIDIA's package: nvidia-ctk,
+# names), flannel (flanneld), nvidia-container-toolkit-base (the layout of NVIDIA's package: nvidia-ctk,
 # nvidia-container-runtime, nvidia-cdi-hook) and, when build-binaries.sh built it, containerd
 # $CONTAINERD_VERSION (the DRA path's runtime, whose CRI applies CDI devices: it upgrades Debian 12's
 # containerd 1.6 package of the same name). Sites that reach pkgs.k8s.io and NVIDIA's repository
@@ -74,6 +74,12 @@ package cri-tools "${CRI_TOOLS_VERSION#v}-1" "" "Command-line tools for CRI runt
     "$cache/cri-tools-$CRI_TOOLS_VERSION/crictl:/usr/bin/crictl"
 package kubeadm "$k8s_ver-1" "kubelet (>= ${k8s_ver%.*}), kubectl (>= ${k8s_ver%.*}), cri-tools (>= ${CRI_TOOLS_VERSION#v})" \
     "Kubernetes cluster bootstrapping tool" "$k8s_bin/kubeadm:/usr/bin/kubeadm"
+
+flanneld="$cache/flannel-$FLANNEL_VERSION/flanneld"
+[[ -x $flanneld ]] || { echo "!! $flanneld is missing: run files/bundle/build-binaries.sh first" >&2; exit 1; }
+# The binary only: the kubeadm role writes its unit (kubeadm_cni flannel) and the CNI configuration.
+package flannel "${FLANNEL_VERSION#v}-1" "libc6, iptables, iproute2" "flanneld, the pod network between Kubernetes nodes (VXLAN)" \
+    "$flanneld:/usr/bin/flanneld"
 
 toolkit="$cache/nvidia-container-toolkit-$TOOLKIT_VERSION"
 root="$work/nvidia-container-toolkit-base"

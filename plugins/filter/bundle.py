@@ -16,7 +16,16 @@ __metaclass__ = type
 import re
 
 # Folder -> the packages a role installs from it (Debian names; Red Hat differ where noted).
-KUBEADM_PACKAGES = ("kubeadm", "kubelet", "kubectl", "cri-tools", "containerd", "runc", "containernetworking-plugins")
+KUBEADM_PACKAGES = (
+    "kubeadm",
+    "kubelet",
+    "kubectl",
+    "cri-tools",
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "flannel",
+)
 # vgpu_scheduling dra on kubeadm: a containerd whose CRI applies CDI devices (built from source).
 CONTAINERD_CDI_PACKAGES = ("containerd",)
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit-base",)

@@ -37,8 +37,14 @@ case "${1:-}" in
     cluster)
         absent /usr/bin/kubelet /usr/bin/kubeadm /usr/bin/kubectl /etc/kubernetes/manifests \
             /etc/kubernetes/admin.conf /etc/containerd/config.toml /etc/cni/net.d/10-vgpu-bridge.conflist \
-            /opt/vgpu /etc/vgpu /var/lib/vgpu /opt/vgpu-python
+            /opt/vgpu /etc/vgpu /var/lib/vgpu /opt/vgpu-python \
+            /usr/bin/flanneld /etc/systemd/system/flanneld.service /etc/kube-flannel /run/flannel
         on_node systemctl is-active --quiet kubelet && problems+=("kubelet still runs")
+        on_node systemctl is-active --quiet flanneld && problems+=("flanneld still runs")
+        for dev in flannel.1 cni0; do
+            on_node ip link show "$dev" >/dev/null 2>&1 && problems+=("the network device $dev is still there")
+        done
+        on_node sh -c 'iptables-save | grep -q FLANNEL' && problems+=("flanneld's iptables chains are still there")
         ;;
     *) echo "usage: $0 stack|cluster" >&2; exit 2 ;;
 esac

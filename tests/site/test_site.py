@@ -13,8 +13,6 @@ import json
 import re
 from typing import Any
 
-import pytest
-
 from tests.node import node
 
 CONTROL_PLANE = node.NODE
@@ -186,18 +184,12 @@ def metrics_from(source: dict[str, Any], address: str) -> str:
     return node.kubectl("exec", "-n", "kube-system", source["metadata"]["name"], "--", "python3", "-c", fetch)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 27 finding: the offline bundle brings no network plugin, so the site runs kubeadm_cni "
-    "bridge, which connects the pods of one node only (docs/operations.md): every node hands out the whole "
-    "10.244.0.0/16 (both workers' monitors got 10.244.0.3) and nothing routes between nodes. Routed "
-    "podCIDRs (host-gw) would also need this test network to forward them: Docker's internal network "
-    "drops them on this host",
-)
 def test_each_workers_monitor_is_scraped_from_the_other_worker() -> None:
     """A Prometheus on any node scrapes every cgpu-monitor at its pod IP (the headless Service's
     endpoints): from worker B's monitor, worker A's metrics, which name A and its GPUs; from A's,
-    worker B's, whose GPU is of its own model."""
+    worker B's, whose GPU is of its own model. The pod network between the nodes is flannel's
+    (kubeadm_cni flannel, the default with an offline bundle): before it, every node handed out the
+    whole 10.244.0.0/16 and nothing routed between them (issue 27)."""
     monitors = {
         p["spec"]["nodeName"]: p
         for p in node.wait_for(

@@ -5,8 +5,14 @@ comes from the scenario (VGPU_TEST_DRIVER_VERSION): nvidia_driver converges R470
 the 535 LTS branch, both from Debian's own packages.
 """
 
+import importlib
 import os
 import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
 
 DRIVER_VERSION = os.environ.get("VGPU_TEST_DRIVER_VERSION", "470.256.02")
 BRANCH = DRIVER_VERSION.split(".")[0]
@@ -65,3 +71,38 @@ def test_the_module_is_installed_under_debians_name(host):
     kernel = host.check_output("ls /lib/modules | grep -- -amd64 | sort -V | tail -n1")
     version = host.check_output(f"modinfo -k {kernel} -F version nvidia-tesla-{BRANCH}")
     assert version == DRIVER_VERSION
+
+
+def other_branch_plan():
+    """The nvidia_driver_535 scenario's plan for this node: the role's own planner, its settings."""
+    root = Path(__file__).resolve().parents[3]
+    # The collection as `make collection` installs it (the scenario's own run uses the same).
+    sys.path.insert(0, str(root / ".collections"))
+    plan = importlib.import_module("ansible_collections.vgpu.isolation.plugins.module_utils.nvidia_driver").plan
+
+    scenario = yaml.safe_load((root / "molecule/nvidia_driver_535/molecule.yml").read_text())
+    settings = scenario["provisioner"]["inventory"]["group_vars"]["all"]
+    version = settings["vgpu_driver_version"]
+    return version, plan(distro_id="debian", major="12", kernel="", branch=settings["vgpu_driver_branch"],
+                         version=version)  # fmt: skip
+
+
+@pytest.mark.skipif(BRANCH != "470", reason="the 535 scenario installs its branch itself")
+def test_the_535_branch_resolves_in_debians_archive(host):
+    """The 535 LTS branch's packages at their pinned version, with everything they depend on (the GSP
+    firmware of non-free-firmware among it), resolve in Debian 12's archive: apt simulates the role's
+    install on a system with nothing installed. Its DKMS build (8 minutes of both cores) runs in the
+    nvidia_driver_535 scenario, outside make test (docs/testing.md)."""
+    version, branch_plan = other_branch_plan()
+    host.check_output("touch /tmp/vgpu-empty-status")
+    specs = " ".join(f"'{spec}'" for spec in branch_plan["install_specs"])
+    simulated = host.run(
+        f"apt-get install -s --no-install-recommends -o Dir::State::status=/tmp/vgpu-empty-status {specs}"
+    )
+    assert simulated.rc == 0, simulated.stderr
+    installs = dict(re.findall(r"^Inst (\S+) \((\S+) ", simulated.stdout, re.MULTILINE))
+    for name in branch_plan["packages"]:
+        assert installs.get(name, "").startswith(version + "-"), (name, installs.get(name))
+    firmware = [name for name in installs if re.fullmatch(r"firmware-nvidia\S*-gsp", name)]
+    assert firmware, sorted(installs)
+    assert all(installs[name].startswith(version + "-") for name in firmware), firmware

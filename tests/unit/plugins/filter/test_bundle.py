@@ -21,6 +21,7 @@ KUBEADM = [
     "kubeadm/containerd_1.6.20~ds1-1+b1_amd64.deb",
     "kubeadm/runc_1.1.5+ds1-1+deb12u1_amd64.deb",
     "kubeadm/containernetworking-plugins_1.1.1+ds1-3+b5_amd64.deb",
+    "kubeadm/flannel_0.28.10-1_amd64.deb",
     "images/kubernetes-v1.36.3.tar",
 ]
 NODE = [

@@ -1,0 +1,98 @@
+"""The kubeadm role's pod network: which one a site gets (kubeadm_cni), and the CNI configuration
+and flanneld unit a node gets for it. Rendered by Ansible itself (ansible-playbook on localhost);
+flanneld carrying pods between nodes is tested on real nodes by tests/site (make e2e-site).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from role_render import VGPU_DEFAULTS, VGPU_VARS, run_playbook
+
+ROOT = Path(__file__).resolve().parents[4]
+ROLE = ROOT / "roles" / "kubeadm"
+
+PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files:
+    - {vgpu_defaults}
+    - {vgpu_vars}
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+    - {out}/vars.json
+  tasks:
+    - name: Keep the pod network the site gets
+      ansible.builtin.copy:
+        content: "{{{{ kubeadm_cni }}}}"
+        dest: "{out}/cni"
+        mode: "0644"
+    - name: Render the CNI configuration
+      ansible.builtin.template:
+        src: "{role}/templates/10-vgpu-bridge.conflist.j2"
+        dest: "{out}/conflist.json"
+        mode: "0644"
+    - name: Render the flanneld unit
+      ansible.builtin.template:
+        src: "{role}/templates/flanneld.service.j2"
+        dest: "{out}/flanneld.service"
+        mode: "0644"
+      vars:
+        kubeadm_flannel_interface: 172.31.251.11
+"""
+
+
+def render(tmp_path: Path, **variables: object) -> tuple[str, dict, str]:
+    """(kubeadm_cni, the CNI configuration, the flanneld unit) for a node with these settings."""
+    (tmp_path / "play.yml").write_text(
+        PLAYBOOK.format(vgpu_defaults=VGPU_DEFAULTS, vgpu_vars=VGPU_VARS, role=ROLE, out=tmp_path)
+    )
+    facts = {"nodename": "vgpu-site-a", "os_family": "Debian"}
+    (tmp_path / "vars.json").write_text(
+        json.dumps({"ansible_facts": facts, "ansible_python_interpreter": sys.executable, **variables})
+    )
+    run_playbook(str(tmp_path / "play.yml"))
+    conflist = json.loads((tmp_path / "conflist.json").read_text())
+    return (tmp_path / "cni").read_text(), conflist, (tmp_path / "flanneld.service").read_text()
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"vgpu_offline_bundle_dir": "/srv/vgpu-bundle"}, "flannel"),
+        ({}, "bridge"),
+        ({"vgpu_offline_bundle_dir": "/srv/vgpu-bundle", "kubeadm_cni_manifest_src": "/srv/calico.yaml"}, "manifest"),
+        ({"vgpu_offline_bundle_dir": "/srv/vgpu-bundle", "kubeadm_cni": "bridge"}, "bridge"),
+    ],
+)
+def test_a_site_from_the_bundle_gets_flannel_unless_told(tmp_path, settings, expected):
+    """The bundle brings flanneld, so a bundled site's nodes reach each other's pods by default; a site
+    without it keeps the one-node bridge, and a manifest or an explicit choice wins."""
+    cni, _conflist, _unit = render(tmp_path, **settings)
+    assert cni == expected
+
+
+def test_flannel_hands_out_the_nodes_own_range_at_flannels_mtu(tmp_path):
+    """Each node's pods get addresses from its own podCIDR (two nodes never hand out the same
+    address), at the VXLAN MTU, and flanneld masquerades what leaves the cluster (not the bridge)."""
+    _cni, conflist, unit = render(
+        tmp_path, kubeadm_cni="flannel", kubeadm_cni_range="10.244.2.0/24", kubeadm_cni_mtu=1450
+    )
+    bridge = conflist["plugins"][0]
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.2.0/24"}]]
+    assert bridge["mtu"] == 1450
+    assert bridge["ipMasq"] is False
+    assert "Environment=NODE_NAME=vgpu-site-a" in unit
+    assert "--kube-subnet-mgr --kubeconfig-file=/etc/kube-flannel/kubeconfig" in unit
+    assert "--ip-masq --iface=172.31.251.11" in unit
+
+
+def test_the_bridge_network_is_unchanged(tmp_path):
+    """kubeadm_cni bridge: the whole pod subnet on the node, masqueraded by the bridge, no MTU."""
+    _cni, conflist, _unit = render(tmp_path, kubeadm_cni="bridge")
+    bridge = conflist["plugins"][0]
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.0.0/16"}]]
+    assert bridge["ipMasq"] is True
+    assert "mtu" not in bridge
