@@ -47,6 +47,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export VGPU_CACHE_DIR := $(CACHE_DIR)
 
 MOLECULE_JOBS ?= 2
+# pytest workers of make unit.
+UNIT_JOBS ?= 2
 # 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
 E2E_NODE_DAY2 ?= 0
 # 1: make e2e-site goes on with day two: a worker removed and added back (make e2e-site-day2).
@@ -192,7 +194,9 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 .PHONY: unit
 unit: venv $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
-	$(BIN)/pytest -q tests/unit files/components/tests -m "not docker"
+	@# Two workers: one core was idle for 13 minutes once the prebuild's Go builds were done. A
+	@# file's tests stay on one worker, so its module fixtures (libvgpu builds) run once.
+	$(BIN)/pytest -q -n $(UNIT_JOBS) --dist loadfile tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
 security: venv $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
