@@ -9,7 +9,8 @@
 #   1. the suite tests/site (placement across the nodes), from this machine;
 #   2. playbooks/verify_cluster.yml, on the control plane as every playbook of the site;
 #   3. a second `make site`, which must report changed=0 on every host.
-# VGPU_E2E_DAY2=1 (make e2e-site-day2) goes on with day two (below). KEEP=1 leaves the site up, also after a failure (kubeconfig: build/site/admin.conf;
+# VGPU_E2E_DAY2=1 (make e2e-site-day2) goes on with day two (below): a fresh worker C joins, worker A
+# leaves. KEEP=1 leaves the site up, also after a failure (kubeconfig: build/site/admin.conf;
 # `docker exec vgpu-site-cp kubectl ...`); `make e2e-site-down` (run-e2e.sh down) removes it. Every step's log and
 # each node's service and pod logs are in build/site/.
 set -euo pipefail
@@ -28,6 +29,8 @@ export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks
 CP=vgpu-site-cp
 # name, address (tests/node/cluster-inventory.yml), and the bundle on its disk (the control plane's).
 NODES=("$CP 172.31.251.10 $BUNDLE" "vgpu-site-a 172.31.251.11 -" "vgpu-site-b 172.31.251.12 -")
+# Day two's new worker: one 12 GiB fake GPU, up only from day two on.
+NEW_NODE="vgpu-site-c 172.31.251.13 -"
 checkout=/root/vgpu-isolation
 mkdir -p "$state"
 
@@ -43,11 +46,26 @@ node() {
 }
 
 all_nodes() {
-    local spec
-    for spec in "${NODES[@]}"; do
+    local spec specs=("${NODES[@]}")
+    ! docker inspect "${NEW_NODE%% *}" >/dev/null 2>&1 || specs+=("$NEW_NODE")
+    for spec in "${specs[@]}"; do
         # shellcheck disable=SC2086 # the spec is three words
         node $spec "$1"
     done
+}
+
+# fake_gpus <hosts>: the fake GPUs tests/node/cluster-gpus.yml gives those workers.
+fake_gpus() {
+    log "fake GPUs on $1 (tests/node/cluster-gpus.yml)"
+    ansible-playbook -i "$root/tests/node/cluster-gpus.yml" "$root/tests/node/fake_gpu.yml" --limit "$1" \
+        >>"$state/fake-gpu.log" 2>&1 || { tail -n 60 "$state/fake-gpu.log" >&2; exit 1; }
+}
+
+# give_access <name> <address>: the operator's access to a node: the control plane root's key in
+# its authorized_keys, its host key in the control plane's known_hosts.
+give_access() {
+    docker exec "$1" sh -c "install -d -m 0700 /root/.ssh && echo '$key' >>/root/.ssh/authorized_keys"
+    docker exec "$CP" sh -c "ssh-keyscan -t ed25519 $2 >>/root/.ssh/known_hosts 2>/dev/null"
 }
 
 finish() {
@@ -105,18 +123,15 @@ trap 'exit 130' INT TERM
 started=$(date +%s)
 all_nodes up
 
-log "the workers' fake GPUs (tests/node/cluster-gpus.yml)"
-ansible-playbook -i "$root/tests/node/cluster-gpus.yml" "$root/tests/node/fake_gpu.yml" >"$state/fake-gpu.log" 2>&1 \
-    || { tail -n 60 "$state/fake-gpu.log" >&2; exit 1; }
+rm -f "$state/fake-gpu.log"
+fake_gpus vgpu-site-a,vgpu-site-b
 
-# The operator's access: a key of the control plane's root in every node's authorized_keys, and the
-# nodes' host keys in its known_hosts.
+# The operator's access over SSH with a key of the control plane's root.
 docker exec "$CP" sh -c "install -d -m 0700 /root/.ssh && ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519"
 key=$(docker exec "$CP" cat /root/.ssh/id_ed25519.pub)
 for spec in "${NODES[@]}"; do
     read -r name address _ <<<"$spec"
-    docker exec "$name" sh -c "install -d -m 0700 /root/.ssh && echo '$key' >>/root/.ssh/authorized_keys"
-    docker exec "$CP" sh -c "ssh-keyscan -t ed25519 $address >>/root/.ssh/known_hosts 2>/dev/null"
+    give_access "$name" "$address"
 done
 
 # What a clean clone of this working tree holds (uncommitted changes too), a git repository.
@@ -137,10 +152,12 @@ on_cp site-again make site INVENTORY=tests/node/cluster-inventory.yml
 unchanged site-again
 [[ ${VGPU_E2E_DAY2:-0} == 1 ]] || { log "make e2e-site: passed in $(($(date +%s) - started)) s"; exit 0; }
 
-# Day two (make e2e-site-day2), as docs/operations.md tells the operator: worker A leaves (drained,
-# its stack and membership uninstalled with uninstall.yml --limit, its Node deleted) and its GPU
-# pods move to worker B; then it comes back with site.yml --limit to it, and a rerun of the whole
-# inventory changes nothing.
+# Day two (make e2e-site-day2), as docs/operations.md tells the operator. A Deployment's two GPU
+# pods run on worker A (the tightest GPUs). A fresh worker C is added to the inventory and joins with
+# `make site --limit` to it; then worker A leaves: drained, its stack and membership uninstalled with
+# uninstall.yml --limit, its Node deleted, taken out of the inventory, and its pods start again on
+# the other workers. After each step a run of the whole inventory changes nothing and
+# verify_cluster.yml passes.
 kc() { docker exec -i "$CP" kubectl --kubeconfig /etc/kubernetes/admin.conf "$@"; }
 # until_true <what> <tries> <command...>: the command until it succeeds, every 2 s.
 until_true() {
@@ -153,7 +170,24 @@ until_true() {
     echo "!! $what: not after $((tries * 2)) s" >&2
     return 1
 }
-pods_on() { [[ $(kc get pods -n day2 -l app=day2 --field-selector "spec.nodeName=$1,status.phase=Running" -o name | wc -l) == 2 ]]; }
+# running_on <node>: the names of the day-two pods Running there.
+running_on() { kc get pods -n day2 -l app=day2 --field-selector "spec.nodeName=$1,status.phase=Running" -o name; }
+two_on() { [[ $(running_on "$1" | wc -l) == 2 ]]; }
+two_off() {
+    local phases
+    phases=$(kc get pods -n day2 -l app=day2 --field-selector status.phase=Running -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}')
+    [[ $(grep -c . <<<"$phases") == 2 ]] && ! grep -qx "$1" <<<"$phases"
+}
+advertises() {
+    [[ $(kc get node "$1" -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}') == "$2" ]]
+}
+# whole_site <log name>: make site on the whole inventory changes nothing; verify_cluster.yml passes.
+whole_site() {
+    on_cp "site-$1" make site INVENTORY=tests/node/cluster-inventory.yml
+    unchanged "site-$1"
+    playbook_on_cp "verify-$1" playbooks/verify_cluster.yml
+}
+inventory=$checkout/tests/node/cluster-inventory.yml
 kc create namespace day2
 kc apply -n day2 -f - <<'DEPLOYMENT'
 {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "day2"},
@@ -164,41 +198,46 @@ kc apply -n day2 -f - <<'DEPLOYMENT'
      "command": ["/opt/vgpu/vgpu-memory-usage", "500", "86400"],
      "resources": {"limits": {"vgpu.io/gpu-memory": 20}}}]}}}}
 DEPLOYMENT
-until_true "the day-two pods Running on vgpu-site-a (the tightest)" 120 pods_on vgpu-site-a
+until_true "the day-two pods Running on vgpu-site-a (the tightest)" 120 two_on vgpu-site-a
+
+read -r new_name new_address _ <<<"$NEW_NODE"
+log "day two: $new_name joins (added to the inventory's gpu_nodes, make site --limit $new_name)"
+# shellcheck disable=SC2086 # the spec is three words
+node $NEW_NODE up
+fake_gpus "$new_name"
+give_access "$new_name" "$new_address"
+# The inventory's last group is gpu_nodes' hosts: the operator's edit is an append.
+docker exec "$CP" sh -c "printf '        %s:\n          ansible_host: %s\n' $new_name $new_address >>$inventory"
+on_cp add-c make site INVENTORY=tests/node/cluster-inventory.yml ARGS="--limit $new_name"
+until_true "$new_name advertising its GPU's memory (122 units)" 90 advertises "$new_name" 122
+whole_site with-c
+
 log "day two: vgpu-site-a leaves"
 kc drain vgpu-site-a --ignore-daemonsets --delete-emptydir-data --timeout=300s >"$state/drain.log" 2>&1
 on_cp remove-a make uninstall INVENTORY=tests/node/cluster-inventory.yml \
     ARGS="--limit vgpu-site-a -e vgpu_uninstall_cluster=true"
 kc delete node vgpu-site-a
-until_true "the day-two pods Running on vgpu-site-b" 120 pods_on vgpu-site-b
-# (verify_cluster.yml is not run here: the inventory still names vgpu-site-a, which it would miss.)
-# Back with a run limited to it, as docs/operations.md says: the first control-plane host, outside
-# the limit, still joins it, labels it and gives it its components.
-log "day two: vgpu-site-a comes back (make site --limit vgpu-site-a)"
-on_cp add-a make site INVENTORY=tests/node/cluster-inventory.yml ARGS="--limit vgpu-site-a"
-until_true "vgpu-site-a advertising GPU memory again" 90 \
-    sh -c "docker exec $CP kubectl --kubeconfig /etc/kubernetes/admin.conf get node vgpu-site-a \
-        -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}' | grep -qx 244"
-on_cp site-after-day2 make site INVENTORY=tests/node/cluster-inventory.yml
-unchanged site-after-day2
-playbook_on_cp verify-after-day2 playbooks/verify_cluster.yml
+docker exec "$CP" sed -i '/^        vgpu-site-a:$/,+1d' "$inventory"
+until_true "the day-two pods Running on the other workers" 120 two_off vgpu-site-a
+whole_site without-a
 
-# A fault: containerd and kubelet restarted on worker B, under a running GPU pod. The pod keeps its
-# quota and use (libvgpu's own report inside it), and the device plugin registers again: a new
-# GPU pod that must run on B starts there.
+# A fault: containerd and kubelet restarted on the worker under the day-two pods. They keep their
+# quota and use (libvgpu's own report inside them), and the device plugin registers again: a new
+# GPU pod that must run on that worker starts there.
 stats_of() { kc exec -n day2 "$1" -- /opt/vgpu/manage --stats --json; }
-on_b=$(kc get pods -n day2 -l app=day2 --field-selector spec.nodeName=vgpu-site-b -o jsonpath='{.items[0].metadata.name}')
-before=$(stats_of "$on_b")
-log "day two: containerd and kubelet restarted on vgpu-site-b (under $on_b)"
-docker exec vgpu-site-b systemctl restart containerd kubelet
+pod=$(kc get pods -n day2 -l app=day2 -o jsonpath='{.items[0].metadata.name}')
+worker=$(kc get pod -n day2 "$pod" -o jsonpath='{.spec.nodeName}')
+before=$(stats_of "$pod")
+log "day two: containerd and kubelet restarted on $worker (under $pod)"
+docker exec "$worker" systemctl restart containerd kubelet
 kc run after-restart -n day2 --image localhost/vgpu-components:0.1.0 --image-pull-policy Never --restart Never \
-    --overrides '{"spec": {"nodeSelector": {"kubernetes.io/hostname": "vgpu-site-b"}, "containers": [{"name": "after-restart",
+    --overrides '{"spec": {"nodeSelector": {"kubernetes.io/hostname": "'"$worker"'"}, "containers": [{"name": "after-restart",
       "image": "localhost/vgpu-components:0.1.0", "imagePullPolicy": "Never",
       "command": ["/opt/vgpu/vgpu-memory-usage", "500", "0"], "resources": {"limits": {"vgpu.io/gpu-memory": 20}}}]}}'
-until_true "a new GPU pod run to completion on vgpu-site-b after the restart" 150 \
+until_true "a new GPU pod run to completion on $worker after the restart" 150 \
     sh -c "docker exec $CP kubectl --kubeconfig /etc/kubernetes/admin.conf get pod -n day2 after-restart \
         -o jsonpath='{.status.phase}' | grep -qx Succeeded"
-after=$(stats_of "$on_b")
-[[ "$before" == "$after" ]] || { echo "!! $on_b's quota or use changed across the restart: $before -> $after" >&2; exit 1; }
-log "day two: $on_b kept its quota and use across the restart: $after"
+after=$(stats_of "$pod")
+[[ "$before" == "$after" ]] || { echo "!! $pod's quota or use changed across the restart: $before -> $after" >&2; exit 1; }
+log "day two: $pod kept its quota and use across the restart: $after"
 log "make e2e-site-day2: passed in $(($(date +%s) - started)) s"
