@@ -51,7 +51,7 @@ MOLECULE_JOBS ?= 2
 UNIT_JOBS ?= 2
 # 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
 E2E_NODE_DAY2 ?= 0
-# 1: make e2e-site goes on with day two: a worker removed and added back (make e2e-site-day2).
+# 1: make e2e-site goes on with day two: a fresh worker joins, another leaves (make e2e-site-day2).
 E2E_SITE_DAY2 ?= 0
 # extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
 E2E_NODE_SCHEDULING ?= extender
@@ -247,7 +247,7 @@ e2e-site: collection images bundle ## three nodes: a control plane and two GPU w
 	VGPU_E2E_DAY2=$(E2E_SITE_DAY2) tests/site/run-e2e.sh
 
 .PHONY: e2e-site-day2
-e2e-site-day2: ## make e2e-site, then a worker removed (drain, uninstall.yml --limit) and added back (not in make test)
+e2e-site-day2: ## make e2e-site, then a fresh worker joined (site.yml --limit) and another removed (drain, uninstall.yml --limit; not in make test)
 	$(MAKE) e2e-site E2E_SITE_DAY2=1
 
 .PHONY: e2e-site-down
