@@ -15,7 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # The settings every role reads (each role depends on roles/vgpu).
 VGPU_DEFAULTS = ROOT / "roles" / "vgpu" / "defaults" / "main.yml"
 VGPU_VARS = ROOT / "roles" / "vgpu" / "vars" / "main.yml"
-ROLE = ROOT / "roles" / "vgpu_stack"
 # What a run deploys: vgpu_stack's objects, and kube-scheduler's wiring from roles/vgpu.
 TEMPLATES = [
     "vgpu_stack/templates/components.yaml.j2",
@@ -25,23 +24,23 @@ TEMPLATES = [
     "vgpu_stack/templates/sample-pod.yaml.j2",
 ]
 
-PLAYBOOK = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-    - {vgpu_vars}
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-    - {extra}
-  tasks:
-    - ansible.builtin.template:
-        src: "{roles}/{{{{ item }}}}"
-        dest: "{out}/{{{{ item | basename | replace('.j2', '') }}}}"
-        mode: "0644"
-      loop: {templates}
-"""
+
+def role_play(role: str, tasks: list[dict], *extra_files: Path, hosts: str = "localhost") -> str:
+    """A play that runs ``tasks`` with the settings a run of ``role`` reads: roles/vgpu's defaults
+    and vars, the role's own, then ``extra_files`` (what the test sets, as play variables: host
+    variables would be taken for the inventory's by the settings check, which refuses names no role
+    declares)."""
+    files = [VGPU_DEFAULTS, VGPU_VARS]
+    if role != "vgpu":
+        files += [p for p in (ROOT / "roles" / role / d / "main.yml" for d in ("defaults", "vars")) if p.exists()]
+    play = {
+        "hosts": hosts,
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(f) for f in [*files, *extra_files]],
+        "tasks": tasks,
+    }
+    return yaml.safe_dump([play], sort_keys=False)
 
 
 def role_tasks_play(task: str, role: str, tasks_from: str, facts: dict | None = None) -> str:
@@ -93,17 +92,15 @@ def render(folder: Path, extra: dict) -> dict:
     variables.setdefault("vgpu_stack_gpu_nodes", [{"name": "edge", "mps": False}, {"name": "gpu-2", "mps": True}])
     (folder / "extra.yml").write_text(yaml.safe_dump(variables))
     playbook = folder / "render.yml"
-    playbook.write_text(
-        PLAYBOOK.format(
-            vgpu_defaults=VGPU_DEFAULTS,
-            vgpu_vars=VGPU_VARS,
-            role=ROLE,
-            roles=ROOT / "roles",
-            extra=folder / "extra.yml",
-            out=folder,
-            templates=TEMPLATES,
-        )
-    )
+    render_all = {
+        "ansible.builtin.template": {
+            "src": f"{ROOT / 'roles'}/{{{{ item }}}}",
+            "dest": f"{folder}/{{{{ item | basename | replace('.j2', '') }}}}",
+            "mode": "0644",
+        },
+        "loop": TEMPLATES,
+    }
+    playbook.write_text(role_play("vgpu_stack", [render_all], folder / "extra.yml"))
     run_playbook(str(playbook))
     out = {}
     for path in TEMPLATES:

@@ -6,28 +6,20 @@ import sys
 from pathlib import Path
 
 import yaml
-from role_render import VGPU_DEFAULTS, run_playbook
+from role_render import ROOT, role_play, run_playbook
 
-ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "k3s"
 PLUGINS = "enable-admission-plugins=NodeRestriction,ExtendedResourceToleration"
 
-PLAY = """
-- hosts: all
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-  tasks:
-    - name: Render config.yaml as the role does
-      ansible.builtin.template:
-        src: {role}/templates/config.yaml.j2
-        dest: "{out}/{{{{ inventory_hostname }}}}.yaml"
-        mode: "0644"
-      delegate_to: localhost
-"""
+RENDER = {
+    "name": "Render config.yaml as the role does",
+    "ansible.builtin.template": {
+        "src": f"{ROLE}/templates/config.yaml.j2",
+        "dest": "{{ out }}/{{ inventory_hostname }}.yaml",
+        "mode": "0644",
+    },
+    "delegate_to": "localhost",
+}
 HOSTS = """
 all:
   vars: {{ansible_python_interpreter: {python}}}
@@ -38,7 +30,7 @@ all:
 
 
 def render(tmp_path: Path, extra: dict) -> dict:
-    (tmp_path / "play.yml").write_text(PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
+    (tmp_path / "play.yml").write_text(role_play("k3s", [{**RENDER, "vars": {"out": str(tmp_path)}}], hosts="all"))
     (tmp_path / "hosts.yml").write_text(HOSTS.format(python=sys.executable))
     (tmp_path / "extra.yml").write_text(yaml.safe_dump({"ansible_facts": {"nodename": "node"}, **extra}))
     run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'extra.yml'}")

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from role_render import VGPU_DEFAULTS, VGPU_VARS, run_playbook
+from role_render import ROOT, VGPU_DEFAULTS, role_play, run_playbook
 
-ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "kubeadm"
 CONFIG = "/etc/kubernetes/vgpu-scheduler-config.yaml"
 TLS = "/etc/vgpu/tls"
@@ -47,55 +46,44 @@ scheduler:
   extraArgs: {bind-address: 127.0.0.2}
 """
 
-PLAYBOOK = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-    - {vgpu_vars}
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-    # The registered result the tasks read, as play variables: host variables (-e) would be taken
-    # for the inventory's by the settings check, which refuses names no role declares.
-    - {out}/vars.json
-  tasks:
-    - name: Unmerge the live document as it is
-      ansible.builtin.include_role:
-        name: vgpu.isolation.kubeadm
-        tasks_from: cluster_config_without_scheduler.yml
-    - name: Keep it
-      ansible.builtin.copy:
-        content: "{{ kubeadm_plain_cluster_config | to_json }}"
-        dest: "{out}/live-without.json"
-        mode: "0644"
-    - name: Merge
-      ansible.builtin.include_role:
-        name: vgpu.isolation.kubeadm
-        tasks_from: cluster_config_with_scheduler.yml
-    - name: Keep the merged document
-      ansible.builtin.copy:
-        content: "{{ kubeadm_wanted_cluster_config | to_json }}"
-        dest: "{out}/with.json"
-        mode: "0644"
-    - name: Take it as the live document
-      ansible.builtin.set_fact:
-        kubeadm_live_cluster_config: {rc: 0, stdout: "{{ kubeadm_wanted_cluster_config | to_nice_yaml }}"}
-    - name: Unmerge
-      ansible.builtin.include_role:
-        name: vgpu.isolation.kubeadm
-        tasks_from: cluster_config_without_scheduler.yml
-    - name: Keep the restored document
-      ansible.builtin.copy:
-        content: "{{ kubeadm_plain_cluster_config | to_json }}"
-        dest: "{out}/without.json"
-        mode: "0644"
-    - name: Render the init configuration
-      ansible.builtin.template:
-        src: "{role}/templates/kubeadm-config.yaml.j2"
-        dest: "{out}/kubeadm-config.yaml"
-        mode: "0644"
-"""
+
+def config_tasks(out: Path) -> list[dict]:
+    """Unmerge the live document, merge, unmerge the merged one, render the init configuration;
+    each result kept in ``out`` (live-without.json, with.json, without.json, kubeadm-config.yaml)."""
+
+    def from_role(name: str, tasks_from: str) -> dict:
+        return {
+            "name": name,
+            "ansible.builtin.include_role": {"name": "vgpu.isolation.kubeadm", "tasks_from": tasks_from},
+        }
+
+    def keep(name: str, variable: str, file: str) -> dict:
+        content = f"{{{{ {variable} | to_json }}}}"
+        return {"name": name, "ansible.builtin.copy": {"content": content, "dest": f"{out}/{file}", "mode": "0644"}}
+
+    return [
+        from_role("Unmerge the live document as it is", "cluster_config_without_scheduler.yml"),
+        keep("Keep it", "kubeadm_plain_cluster_config", "live-without.json"),
+        from_role("Merge", "cluster_config_with_scheduler.yml"),
+        keep("Keep the merged document", "kubeadm_wanted_cluster_config", "with.json"),
+        {
+            "name": "Take it as the live document",
+            "ansible.builtin.set_fact": {
+                "kubeadm_live_cluster_config": {"rc": 0, "stdout": "{{ kubeadm_wanted_cluster_config | to_nice_yaml }}"}
+            },
+        },
+        from_role("Unmerge", "cluster_config_without_scheduler.yml"),
+        keep("Keep the restored document", "kubeadm_plain_cluster_config", "without.json"),
+        {
+            "name": "Render the init configuration",
+            "ansible.builtin.template": {
+                "src": f"{ROLE}/templates/kubeadm-config.yaml.j2",
+                "dest": f"{out}/kubeadm-config.yaml",
+                "mode": "0644",
+            },
+        },
+    ]
+
 
 INVENTORY = """
 all:
@@ -110,12 +98,7 @@ all:
 
 
 def run(tmp_path, live, extra=None):
-    (tmp_path / "play.yml").write_text(
-        PLAYBOOK.replace("{out}", str(tmp_path))
-        .replace("{role}", str(ROLE))
-        .replace("{vgpu_defaults}", str(VGPU_DEFAULTS))
-        .replace("{vgpu_vars}", str(VGPU_VARS))
-    )
+    (tmp_path / "play.yml").write_text(role_play("kubeadm", config_tasks(tmp_path), tmp_path / "vars.json"))
     (tmp_path / "hosts.yml").write_text(INVENTORY.replace("{python}", sys.executable))
     variables = {
         "kubeadm_live_cluster_config": {"rc": 0, "stdout": live},
@@ -213,22 +196,20 @@ def test_older_kubernetes_gets_v1beta3_and_the_map_form(tmp_path):
     assert cluster["scheduler"]["extraArgs"] == {"config": CONFIG}
 
 
-CONTAINERD_PLAY = """
-- hosts: all
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-  tasks:
-    - name: Render containerd's configuration as the role does
-      ansible.builtin.template:
-        src: {role}/templates/containerd-config.toml.j2
-        dest: "{out}/{{{{ inventory_hostname }}}}.toml"
-        mode: "0644"
-      delegate_to: localhost
-"""
+def containerd_play(out: Path) -> str:
+    """Every host's containerd configuration as the role renders it, into ``out``/<host>.toml."""
+    render = {
+        "name": "Render containerd's configuration as the role does",
+        "ansible.builtin.template": {
+            "src": f"{ROLE}/templates/containerd-config.toml.j2",
+            "dest": f"{out}/{{{{ inventory_hostname }}}}.toml",
+            "mode": "0644",
+        },
+        "delegate_to": "localhost",
+    }
+    return role_play("kubeadm", [render], hosts="all")
+
+
 # `containerd --version` as the role registers it: the bundle's containerd 2 and Debian 12's 1.6.
 CONTAINERD_2 = {"stdout": "containerd github.com/containerd/containerd/v2 v2.4.2 4a6a2a3", "rc": 0}
 CONTAINERD_1 = {"stdout": "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", "rc": 0}
@@ -243,7 +224,7 @@ all:
 
 def test_gpu_nodes_get_the_nvidia_runtime_in_containerd_and_the_control_plane_does_not(tmp_path):
     tomllib = pytest.importorskip("tomllib")
-    (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
+    (tmp_path / "play.yml").write_text(containerd_play(tmp_path))
     (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
     facts = json.dumps({"ansible_facts": {"os_family": "Debian"}, "kubeadm_containerd_version": CONTAINERD_2})
     run_playbook("-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), "-e", facts)
@@ -280,7 +261,7 @@ def test_on_containerd_1_a_drop_in_left_by_nvidia_ctk_cannot_shadow_the_roles_se
         'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
         '  runtime_type = "io.containerd.runc.v2"\n'
     )
-    (tmp_path / "play.yml").write_text(CONTAINERD_PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
+    (tmp_path / "play.yml").write_text(containerd_play(tmp_path))
     (tmp_path / "hosts.yml").write_text(CONTAINERD_HOSTS.format(python=sys.executable))
     facts = {"ansible_facts": {"os_family": "Debian"}, "kubeadm_containerd_dropin_dir": str(dropins)}
     run_playbook(

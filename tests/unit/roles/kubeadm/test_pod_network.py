@@ -8,47 +8,42 @@ import sys
 from pathlib import Path
 
 import pytest
-from role_render import VGPU_DEFAULTS, VGPU_VARS, run_playbook
+from role_render import ROOT, role_play, run_playbook
 
-ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "kubeadm"
 
-PLAYBOOK = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-    - {vgpu_vars}
-    - {role}/defaults/main.yml
-    - {role}/vars/main.yml
-    - {out}/vars.json
-  tasks:
-    - name: Keep the pod network the site gets
-      ansible.builtin.copy:
-        content: "{{{{ kubeadm_cni }}}}"
-        dest: "{out}/cni"
-        mode: "0644"
-    - name: Render the CNI configuration
-      ansible.builtin.template:
-        src: "{role}/templates/10-vgpu-bridge.conflist.j2"
-        dest: "{out}/conflist.json"
-        mode: "0644"
-    - name: Render the flanneld unit
-      ansible.builtin.template:
-        src: "{role}/templates/flanneld.service.j2"
-        dest: "{out}/flanneld.service"
-        mode: "0644"
-      vars:
-        kubeadm_flannel_interface: 172.31.251.11
-"""
+
+def tasks(out: Path) -> list[dict]:
+    """Keep the site's kubeadm_cni; render the node's CNI configuration and flanneld unit into ``out``."""
+    template = "ansible.builtin.template"
+    return [
+        {
+            "name": "Keep the pod network the site gets",
+            "ansible.builtin.copy": {"content": "{{ kubeadm_cni }}", "dest": f"{out}/cni", "mode": "0644"},
+        },
+        {
+            "name": "Render the CNI configuration",
+            template: {
+                "src": f"{ROLE}/templates/10-vgpu-bridge.conflist.j2",
+                "dest": f"{out}/conflist.json",
+                "mode": "0644",
+            },
+        },
+        {
+            "name": "Render the flanneld unit",
+            template: {
+                "src": f"{ROLE}/templates/flanneld.service.j2",
+                "dest": f"{out}/flanneld.service",
+                "mode": "0644",
+            },
+            "vars": {"kubeadm_flannel_interface": "172.31.251.11"},
+        },
+    ]
 
 
 def render(tmp_path: Path, **variables: object) -> tuple[str, dict, str]:
     """(kubeadm_cni, the CNI configuration, the flanneld unit) for a node with these settings."""
-    (tmp_path / "play.yml").write_text(
-        PLAYBOOK.format(vgpu_defaults=VGPU_DEFAULTS, vgpu_vars=VGPU_VARS, role=ROLE, out=tmp_path)
-    )
+    (tmp_path / "play.yml").write_text(role_play("kubeadm", tasks(tmp_path), tmp_path / "vars.json"))
     facts = {"nodename": "vgpu-site-a", "os_family": "Debian"}
     (tmp_path / "vars.json").write_text(
         json.dumps({"ansible_facts": facts, "ansible_python_interpreter": sys.executable, **variables})

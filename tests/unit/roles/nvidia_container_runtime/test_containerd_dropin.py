@@ -9,29 +9,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from role_render import VGPU_DEFAULTS, run_playbook
+from role_render import ROOT, role_play, run_playbook
 
-ROOT = Path(__file__).resolve().parents[4]
 ROLE = ROOT / "roles" / "nvidia_container_runtime"
-
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {vgpu_defaults}
-    - {role}/defaults/main.yml
-  tasks:
-    - ansible.builtin.template:
-        src: {role}/templates/99-nvidia.toml.j2
-        dest: "{out}/99-nvidia.toml"
-        mode: "0644"
-"""
 
 
 def render(tmp_path: Path, extra: dict) -> dict:
     tomllib = pytest.importorskip("tomllib")
-    (tmp_path / "play.yml").write_text(PLAY.format(vgpu_defaults=VGPU_DEFAULTS, role=ROLE, out=tmp_path))
+    dropin = {"src": f"{ROLE}/templates/99-nvidia.toml.j2", "dest": f"{tmp_path}/99-nvidia.toml", "mode": "0644"}
+    (tmp_path / "play.yml").write_text(role_play("nvidia_container_runtime", [{"ansible.builtin.template": dropin}]))
     (tmp_path / "extra.yml").write_text(yaml.safe_dump({"ansible_python_interpreter": sys.executable, **extra}))
     run_playbook(str(tmp_path / "play.yml"), "-e", f"@{tmp_path / 'extra.yml'}")
     runtime = tomllib.loads((tmp_path / "99-nvidia.toml").read_text())["plugins"]["io.containerd.cri.v1.runtime"]

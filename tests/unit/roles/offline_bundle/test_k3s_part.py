@@ -10,29 +10,14 @@ import sys
 
 import pytest
 from ansible_collections.vgpu.isolation.plugins.filter.bundle import bundle_problems
-from role_render import ROOT, run_playbook
-
-PLAY = """
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files:
-    - {root}/roles/vgpu/defaults/main.yml
-    - {root}/roles/offline_bundle/defaults/main.yml
-    - {root}/roles/offline_bundle/vars/main.yml
-  tasks:
-    - name: Keep what the k3s part downloads
-      ansible.builtin.copy:
-        content: "{{{{ offline_bundle_k3s_downloads | to_json }}}}"
-        dest: "{out}"
-        mode: "0644"
-"""
+from role_render import role_play, run_playbook
 
 
 @pytest.mark.parametrize(("arch", "binary", "machine"), [("amd64", "k3s", "x86_64"), ("arm64", "k3s-arm64", "aarch64")])
 def test_the_k3s_part_fetches_the_pinned_release_where_the_k3s_role_reads_it(tmp_path, arch, binary, machine):
     out = tmp_path / "downloads.json"
-    (tmp_path / "play.yml").write_text(PLAY.format(root=ROOT, out=out))
+    keep = {"content": "{{ offline_bundle_k3s_downloads | to_json }}", "dest": str(out), "mode": "0644"}
+    (tmp_path / "play.yml").write_text(role_play("offline_bundle", [{"ansible.builtin.copy": keep}]))
     settings = {
         "vgpu_k3s_version": "v1.31.4+k3s1",
         "offline_bundle_k3s_arch": arch,

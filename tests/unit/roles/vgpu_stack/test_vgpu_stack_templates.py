@@ -9,7 +9,9 @@ import hashlib
 
 import pytest
 import yaml
-from role_render import ROLE, ROOT, render
+from role_render import ROOT, render
+
+ROLE = ROOT / "roles" / "vgpu_stack"
 
 CASES: dict[str, dict] = {
     "k3s-defaults": {"vgpu_kubernetes_flavour": "k3s"},
