@@ -170,13 +170,17 @@ until_true() {
     echo "!! $what: not after $((tries * 2)) s" >&2
     return 1
 }
-# running_on <node>: the names of the day-two pods Running there.
-running_on() { kc get pods -n day2 -l app=day2 --field-selector "spec.nodeName=$1,status.phase=Running" -o name; }
-two_on() { [[ $(running_on "$1" | wc -l) == 2 ]]; }
+# day2_nodes: the node of each Running day-two pod, a line each.
+day2_nodes() {
+    kc get pods -n day2 -l app=day2 --field-selector status.phase=Running \
+        -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}'
+}
+# two_on <node>, two_off <node>: both day-two pods Running, on that node / elsewhere.
+two_on() { [[ $(day2_nodes | grep -cx "$1") == 2 ]]; }
 two_off() {
-    local phases
-    phases=$(kc get pods -n day2 -l app=day2 --field-selector status.phase=Running -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}')
-    [[ $(grep -c . <<<"$phases") == 2 ]] && ! grep -qx "$1" <<<"$phases"
+    local nodes
+    nodes=$(day2_nodes)
+    [[ $(grep -c . <<<"$nodes") == 2 ]] && ! grep -qx "$1" <<<"$nodes"
 }
 advertises() {
     [[ $(kc get node "$1" -o jsonpath='{.status.allocatable.vgpu\.io/gpu-memory}') == "$2" ]]
@@ -234,9 +238,8 @@ kc run after-restart -n day2 --image localhost/vgpu-components:0.1.0 --image-pul
     --overrides '{"spec": {"nodeSelector": {"kubernetes.io/hostname": "'"$worker"'"}, "containers": [{"name": "after-restart",
       "image": "localhost/vgpu-components:0.1.0", "imagePullPolicy": "Never",
       "command": ["/opt/vgpu/vgpu-memory-usage", "500", "0"], "resources": {"limits": {"vgpu.io/gpu-memory": 20}}}]}}'
-until_true "a new GPU pod run to completion on $worker after the restart" 150 \
-    sh -c "docker exec $CP kubectl --kubeconfig /etc/kubernetes/admin.conf get pod -n day2 after-restart \
-        -o jsonpath='{.status.phase}' | grep -qx Succeeded"
+succeeded() { [[ $(kc get pod -n day2 "$1" -o jsonpath='{.status.phase}') == Succeeded ]]; }
+until_true "a new GPU pod run to completion on $worker after the restart" 150 succeeded after-restart
 after=$(stats_of "$pod")
 [[ "$before" == "$after" ]] || { echo "!! $pod's quota or use changed across the restart: $before -> $after" >&2; exit 1; }
 log "day two: $pod kept its quota and use across the restart: $after"
