@@ -59,7 +59,12 @@ E2E_NODE_SCHEDULING ?= extender
 # both cores (its packages' resolution is checked by the nvidia_driver scenario). Run it with
 # make molecule MOLECULE_SCENARIOS=nvidia_driver_535.
 MOLECULE_OPT_IN := nvidia_driver_535
-MOLECULE_SCENARIOS ?= $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
+MOLECULE_ALL := $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
+# The lanes take scenarios from one queue in this order: the long ones first (nvidia_driver's DKMS
+# build about 15 minutes in make test, k3s_config 7, vgpu_interposer 6), so the short ones fill
+# in at the end and the lanes finish together.
+MOLECULE_LONG := nvidia_driver k3s_config vgpu_interposer
+MOLECULE_SCENARIOS ?= $(foreach s,$(MOLECULE_LONG),$(filter $(s),$(MOLECULE_ALL))) $(filter-out $(MOLECULE_LONG),$(MOLECULE_ALL))
 PY_SOURCES := plugins files/components files/site tests bench molecule
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev containerd

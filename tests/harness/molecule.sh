@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs molecule scenarios in JOBS parallel lanes:  tests/harness/molecule.sh JOBS SCENARIO...
 # Most of a scenario's time is apt and dpkg in its container and ansible's round trips, not CPU,
-# so two lanes on two cores take little more than the longer lane. Scenario i goes to lane
-# i mod JOBS. Each scenario's output is in build/logs/molecule-<scenario>.log; a failure prints
-# the end of its log, stops the other lanes and fails.
+# so two lanes on two cores take little more than the longer lane. The scenarios form one queue in
+# the order given (make molecule puts the long ones first) and a lane that is done takes the next:
+# the lanes end close together whatever each scenario takes on the machine. Each scenario's output
+# is in build/logs/molecule-<scenario>.log; a failure prints the end of its log, stops the other
+# lanes and fails.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 jobs=${1:?usage: $0 JOBS SCENARIO...}
@@ -11,10 +13,26 @@ shift
 logs=$root/build/logs
 mkdir -p "$logs"
 molecule=${MOLECULE:-$root/.venv/bin/molecule}
+scenarios=("$@")
+queue=$(mktemp -d)
+trap 'rm -rf "$queue"' EXIT
+echo 0 >"$queue/next"
+
+# The index of the next scenario nobody has taken (one lane at a time holds the lock).
+take() {
+    local i
+    exec 8>"$queue/lock"
+    flock 8
+    i=$(cat "$queue/next")
+    echo $((i + 1)) >"$queue/next"
+    exec 8>&-
+    echo "$i"
+}
 
 lane() {
-    local s started
-    for s in "$@"; do
+    local i s started
+    while i=$(take) && ((i < ${#scenarios[@]})); do
+        s=${scenarios[i]}
         started=$(date +%s)
         echo ">> molecule test -s $s (log: build/logs/molecule-$s.log)"
         if ! "$molecule" test -s "$s" >"$logs/molecule-$s.log" 2>&1; then
@@ -26,13 +44,9 @@ lane() {
     done
 }
 
-scenarios=("$@")
 pids=()
-for ((i = 0; i < jobs; i++)); do
-    mine=()
-    for ((j = i; j < ${#scenarios[@]}; j += jobs)); do mine+=("${scenarios[j]}"); done
-    ((${#mine[@]})) || continue
-    lane "${mine[@]}" &
+for ((n = 0; n < jobs && n < ${#scenarios[@]}; n++)); do
+    lane &
     pids+=($!)
 done
 status=0
