@@ -14,7 +14,7 @@ def build_versions(go_mod: Path) -> dict[str, str]:
     """Module path -> the version a build uses: the require's, or the replace's where one names a version."""
     text = go_mod.read_text()
     versions = dict(re.findall(r"^\s+(\S+) (v\S+)(?: // indirect)?$", text, re.M))
-    versions.update({path: version for path, _, version in re.findall(r"^\s+(\S+) => (\S+) (v\S+)$", text, re.M)})
+    versions.update(re.findall(r"^\s+(\S+) => \S+ (v\S+)$", text, re.M))
     return versions
 
 
