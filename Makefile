@@ -60,9 +60,9 @@ E2E_NODE_SCHEDULING ?= extender
 # make molecule MOLECULE_SCENARIOS=nvidia_driver_535.
 MOLECULE_OPT_IN := nvidia_driver_535
 MOLECULE_ALL := $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
-# The lanes take scenarios from one queue in this order: the long ones first (nvidia_driver's DKMS
-# build about 15 minutes in make test, k3s_config 7, vgpu_interposer 6), so the short ones fill
-# in at the end and the lanes finish together.
+# The lanes take scenarios from one queue in this order: the long ones first (in the cold make test
+# of 2026-12-03, nvidia_driver 17 minutes with its DKMS build, k3s_config 10, vgpu_interposer 4),
+# so the short ones (1 to 2 minutes each) fill in at the end and the lanes finish together.
 MOLECULE_LONG := nvidia_driver k3s_config vgpu_interposer
 MOLECULE_SCENARIOS ?= $(foreach s,$(MOLECULE_LONG),$(filter $(s),$(MOLECULE_ALL))) $(filter-out $(MOLECULE_LONG),$(MOLECULE_ALL))
 PY_SOURCES := plugins files/components files/site tests bench molecule
