@@ -14,9 +14,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -28,7 +29,7 @@ from vgpu_components import config, kube
 from vgpu_components.enforcement import Enforcer
 
 from tests import recap
-from tests.k8s import cluster
+from tests.k8s import api_proxy, cluster
 
 NS = "kube-system"
 EXTENDER_SA = "gpushare-scheduler-extender"
@@ -155,6 +156,32 @@ def test_the_role_applies_the_manifests_and_a_rerun_changes_nothing(stack: Path,
     config = core.read_namespaced_config_map("vgpu-config", NS)
     assert f"port: {cluster.extender_port()}" in next(iter(config.data.values()))
     assert recap.changed_count(run_playbook(stack)) == 0, "a second run of the role reported changes"
+
+
+def test_a_status_written_during_a_rerun_is_no_change_of_the_roles(stack: Path) -> None:
+    """A controller writes a component's status whenever it likes: the DaemonSet controller does each
+    time a pod's readiness changes, and on a real site that may fall between the role's read of a
+    DaemonSet and its apply. That is no change the role made, and a rerun still reports changed=0.
+    (Found on the three-node site, issue 27: a second `make site` reported changed=1 on `Apply the
+    components`, about one run in six.) The proxy writes the status at exactly that moment."""
+    apps: Any = client.AppsV1Api(cluster.api_client())
+    written: list[str] = []
+
+    def status_between_read_and_apply(method: str, path: str, headers: Mapping[str, str]) -> None:
+        applying = method == "PATCH" and headers.get("Content-Type", "").startswith("application/apply-patch")
+        if applying and "/daemonsets/" in path and not written:
+            name = urlsplit(path).path.rsplit("/", 1)[1]
+            current = apps.read_namespaced_daemon_set_status(name, NS).status
+            misscheduled = (current.number_misscheduled or 0) + 7
+            apps.patch_namespaced_daemon_set_status(name, NS, {"status": {"numberMisscheduled": misscheduled}})
+            written.append(name)
+
+    with api_proxy.proxy(stack / "proxy.kubeconfig", status_between_read_and_apply) as kubeconfig:
+        output = run_playbook(stack, {"vgpu_stack_kubeconfig": str(kubeconfig)})
+    assert written, "the rerun applied no DaemonSet through the proxy"
+    assert recap.changed_count(output) == 0, (
+        f"the status written to {written[0]} counted as the role's change, in {recap.changed_tasks(output)}"
+    )
 
 
 def two_big_pods_get_two_gpus(core: Any, namespace: str, gpu_nodes: cluster.NodeFactory) -> None:

@@ -107,7 +107,8 @@ playbook_on_cp() {
 # unchanged <log name>: the run's recap reports changed=0 for every host.
 unchanged() {
     if grep -E '^\S+ +: .*changed=[1-9]' "$state/$1.log"; then
-        grep -B1 -E '^changed:' "$state/$1.log" | grep -E '^TASK|^changed' >&2 || true
+        # Each change under the task that made it (a loop's items sit lines below their TASK line).
+        awk '/^TASK \[/ { task = $0 } /^changed:/ { print task; print }' "$state/$1.log" >&2
         echo "!! $1 changed something; a rerun must change nothing" >&2
         return 1
     fi
