@@ -51,6 +51,8 @@ MOLECULE_JOBS ?= 2
 UNIT_JOBS ?= 2
 # 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
 E2E_NODE_DAY2 ?= 0
+# What `make bundle` waits for when make runs targets side by side (make test: images).
+BUNDLE_AFTER ?=
 # 1: make e2e-site goes on with day two: a fresh worker joins, another leaves (make e2e-site-day2).
 E2E_SITE_DAY2 ?= 0
 # extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
@@ -156,22 +158,20 @@ site-image: venv
 	    PYTHON=$(abspath $(PY)) files/components/image/build.sh; fi
 
 .PHONY: bundle
-bundle: collection host-packages ## the offline bundle of a kubeadm site in build/bundle (BUNDLE_PARTS adds driver)
+bundle: collection host-packages | $(BUNDLE_AFTER) ## the offline bundle of a kubeadm site in build/bundle (BUNDLE_PARTS adds driver)
 	tests/harness/ensure-docker.sh
 	files/bundle/build.sh build/bundle
 
 # --- tests ----------------------------------------------------------------------------------
 .PHONY: test
-test: host-packages venv prebuild lint sanity unit security libvgpu-test images ## the complete offline test suite
-	@# The container layers mostly wait on apt, dpkg and kubelet inside their containers, not on the
-	@# CPU: the e2e node runs beside molecule and then the control-plane e2e (about 25 minutes saved).
-	$(MAKE) -j2 container-layers e2e-node
+test: host-packages prebuild venv lint sanity unit security ## the complete offline test suite
+	@# The later layers run side by side, each as soon as what it needs is built: they mostly wait on
+	@# debootstrap, apt, dpkg and kubelet in their containers, and one at a time left a core idle.
+	@# libvgpu's tests and the control-plane e2e run while the images build; molecule (two lanes)
+	@# and the e2e node once the images are there.
+	@# The bundle waits for the images: both debootstrap into one .deb cache and build the component image.
+	$(MAKE) -j4 libvgpu-test e2e molecule e2e-node BUNDLE_AFTER=images
 	@echo ">> make test: all layers passed"
-
-.PHONY: container-layers
-container-layers: collection images ## molecule, then the control-plane e2e (make test runs the e2e node beside them)
-	$(MAKE) molecule
-	$(MAKE) e2e
 
 .PHONY: prebuild
 prebuild: ## start the Go builds of the upstream binaries in the background (make test: they use the idle core)
