@@ -189,3 +189,22 @@ def test_a_kubeadm_network_manifest_missing_on_the_controller_is_named_before_th
     out = preflight(tmp_path, vgpu_kubernetes_flavour="kubeadm", kubeadm_cni_manifest_src=str(missing))
     assert "Preflight found 2 problem(s)" in out
     assert f"kubeadm_cni_manifest_src: {missing} (the pod network of the cluster) is not on the controller" in out
+
+
+def test_flannel_without_an_offline_bundle_is_named_before_the_run(tmp_path):
+    """Issue 27: flanneld comes from the offline bundle's flannel package only (no distribution
+    packages it). kubeadm_cni: flannel on a site without a bundle failed only when the node's
+    flanneld service could not start, after kubeadm init."""
+    out = preflight(tmp_path, vgpu_kubernetes_flavour="kubeadm", kubeadm_cni="flannel")
+    assert "Preflight found 2 problem(s)" in out
+    assert "kubeadm_cni: flannel runs flanneld from the offline bundle, and this site has none" in out
+    assert "kubeadm_cni_manifest_src" in out
+
+
+def test_flannel_with_an_offline_bundle_is_no_problem_of_its_own(tmp_path):
+    """The other side of the rule above: with a bundle named, flannel is not reported (the bundle's
+    own check reports that this test's bundle folder is empty)."""
+    out = preflight(
+        tmp_path, vgpu_kubernetes_flavour="kubeadm", kubeadm_cni="flannel", vgpu_offline_bundle_dir=str(tmp_path)
+    )
+    assert "kubeadm_cni: flannel" not in out
