@@ -11,8 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tests.k8s import cluster
 
 Hook = Callable[[str, str, Mapping[str, str]], None]
@@ -56,15 +54,7 @@ def proxy(kubeconfig: Path, before: Hook) -> Iterator[Path]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler(cluster.api_client(), before))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "proxy", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-        "users": [{"name": "proxy", "user": {}}],
-        "contexts": [{"name": "proxy", "context": {"cluster": "proxy", "user": "proxy"}}],
-        "current-context": "proxy",
-    }
-    kubeconfig.write_text(yaml.safe_dump(doc))
+    cluster.write_kubeconfig(kubeconfig, {"server": f"http://127.0.0.1:{server.server_port}"}, {})
     try:
         yield kubeconfig
     finally:

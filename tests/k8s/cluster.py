@@ -209,20 +209,24 @@ def extender_get(path: str) -> bytes:
     return body
 
 
-def token_kubeconfig(path: Path, token: str) -> Path:
-    """A kubeconfig for the running API server that authenticates with a bearer token."""
-    admin = (STATE_DIR / "admin.kubeconfig").read_text()
-    server = next(line.split(":", 1)[1].strip() for line in admin.splitlines() if line.strip().startswith("server:"))
+def write_kubeconfig(path: Path, cluster: dict[str, str], user: dict[str, str]) -> Path:
+    """A kubeconfig of one cluster and one user (their kubeconfig fields), readable by its owner only."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(STATE_DIR / "pki" / "ca.crt")}}
-        ],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "sa"}}],
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": "e2e", "user": user}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
         "current-context": "e2e",
     }
     path.write_text(json.dumps(doc))  # JSON is YAML
     path.chmod(0o600)
     return path
+
+
+def token_kubeconfig(path: Path, token: str) -> Path:
+    """A kubeconfig for the running API server that authenticates with a bearer token."""
+    admin = (STATE_DIR / "admin.kubeconfig").read_text()
+    server = next(line.split(":", 1)[1].strip() for line in admin.splitlines() if line.strip().startswith("server:"))
+    ca = str(STATE_DIR / "pki" / "ca.crt")
+    return write_kubeconfig(path, {"server": server, "certificate-authority": ca}, {"token": token})
