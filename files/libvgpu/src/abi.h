@@ -104,6 +104,7 @@ typedef struct {
 
 /* Graph memory nodes (cuda.h, CUDA 11.4+). CUmemPoolProps is 88 bytes in every version: its
  * tail was reserved[64] until CUDA 12.1, then maxSize, usage and reserved[54]. */
+#define CU_GRAPH_NODE_TYPE_KERNEL 0
 #define CU_GRAPH_NODE_TYPE_MEMSET 2
 #define CU_GRAPH_NODE_TYPE_GRAPH 4
 #define CU_GRAPH_NODE_TYPE_MEM_ALLOC 10
@@ -140,7 +141,57 @@ typedef struct {
 
 /* cuCtxSetLimit */
 #define CU_LIMIT_STACK_SIZE 0
+#define CU_LIMIT_PRINTF_FIFO_SIZE 1
 #define CU_LIMIT_MALLOC_HEAP_SIZE 2
+#define CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT 4
+
+/* Launches: what a function needs, what a device holds resident */
+#define CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES 3
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR 39
+/* The stream handles that name no stream object (cuda.h CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) */
+#define VGPU_SPECIAL_STREAMS 2
+
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+typedef struct {
+    CUfunction function;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
+/* A kernel node's parameters: v1 (cuGraphAddKernelNode, R470); v2 adds the kernel and its
+ * context (CUDA 12), and is the kernel member of CUgraphNodeParams (v3, the same layout). */
+typedef struct {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+typedef struct {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+/* cuGraphExecNodeSetParams's argument (CUDA 12.2): the node type, then its parameters. */
+typedef struct {
+    int type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+    } u;
+    long long reserved2;
+} CUgraphNodeParams;
 
 /* Shareable handles of the virtual memory API */
 #define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1

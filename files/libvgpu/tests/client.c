@@ -12,7 +12,8 @@
  *   retain:N | export:N | import:N | mcast:N | mcast-addr:N | maparray:N | ctxs:N | ctx-destroy-all |
  *   module:MIB[:data|ex|fatbin|file] | unload:N | library:MIB[:get|module|lazy|file] | lib-unload:N |
  *   stack:KIB | heap:MIB | ipc-get:N:FILE | ipc-open:FILE | ipc-close | hostalloc:MIB | abs-alloc:MIB |
- *   linger:SEC (at exit, alive SEC s more after libvgpu's destructor: $VGPU_TEST_LINGER_LIB)
+ *   linger:SEC (at exit, alive SEC s more after libvgpu's destructor: $VGPU_TEST_LINGER_LIB) |
+ *   kernel:KIB[:MODE] | launch-k:N[:HOW] (client_launch.c)
  * api: v2 managed async async_ptsz pool pool_ptsz mypool create create_host array array3d mipmap
  *      v1 pitch1 array1 array3d1 (the 32-bit entry points without _v2)
  *      gpa gpa2 gpa2_ptsz (cuMemAlloc obtained through cuGetProcAddress / _v2, PTDS flag)
@@ -24,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "abi.h"
+#include "client.h"
 
 static void *cuda, *nvml;
 static void *fn(void *lib, const char *name)
@@ -36,7 +37,10 @@ static void *fn(void *lib, const char *name)
     }
     return p;
 }
-#define CU(name, args) ((CUresult(*) args)fn(cuda, #name))
+void *client_cuda_fn(const char *name)
+{
+    return fn(cuda, name);
+}
 #define NV(name, args) ((nvmlReturn_t(*) args)fn(nvml, #name))
 
 struct alloc {
@@ -325,7 +329,8 @@ int main(int argc, char **argv)
             if (arg2)
                 *arg2++ = '\0';
         }
-        if (!strcmp(step, "init")) {
+        if (client_launch_step(step, arg1, arg2)) {
+        } else if (!strcmp(step, "init")) {
             CUresult rc = CU(cuInit, (unsigned))(0);
             CUcontext c = NULL;
             if (rc == CUDA_SUCCESS)

@@ -780,19 +780,73 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 }
 
 static unsigned long launches;
+/* Every launch entry point: what the launch of f grows (fake_launch_grows), then nothing runs. */
+static CUresult launch(CUfunction f)
+{
+    launches++;
+    return fake_launch_grows(f);
+}
+
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
     (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
-    launches++;
-    fake_launch_loads(f);
-    return CUDA_SUCCESS;
+    return launch(f);
 }
 
 EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                     unsigned bz, unsigned shmem, CUstream s, void **params, void **extra)
 {
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    (void)params, (void)extra;
+    return config ? launch(f) : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    return cuLaunchKernelEx(config, f, params, extra);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                          unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params)
+{
+    return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
+EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags)
+{
+    (void)flags;
+    CUresult rc = list ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n && rc == CUDA_SUCCESS; i++)
+        rc = launch(list[i].function);
+    return rc;
+}
+
+EXPORT CUresult cuLaunch(CUfunction f)
+{
+    return launch(f);
+}
+
+EXPORT CUresult cuLaunchGrid(CUfunction f, int w, int h)
+{
+    (void)w, (void)h;
+    return launch(f);
+}
+
+EXPORT CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s)
+{
+    (void)w, (void)h, (void)s;
+    return launch(f);
 }
 
 /* With FAKE_INTERNAL_POINTERS=1 cuGetProcAddress answers with internal entry points, not the

@@ -18,7 +18,6 @@ struct CUctx_st {
     int primary;
     uint64_t stack, heap;             /* CU_LIMIT_STACK_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE */
     uint64_t stack_bytes, heap_bytes; /* device memory they take now (beyond the context's cost) */
-    int heap_pending;                 /* a heap size set: taken at the next launch */
 };
 
 /* fake_cuda.c */
@@ -46,7 +45,9 @@ FAKE_HIDDEN void fake_memory_forget(void);         /* a fork child holds none of
 
 /* fake_modules.c: modules, libraries, limits */
 FAKE_HIDDEN void fake_modules_context_gone(CUcontext c); /* its module memory goes with it */
-FAKE_HIDDEN void fake_launch_loads(CUfunction f);        /* what a launch takes: lazy loading, the heap */
+/* What a launch of f grows (a library's lazy load, the stack, the heap): CUDA_SUCCESS, or the
+ * launch's error (CUDA_ERROR_OUT_OF_MEMORY when the device has no room). */
+FAKE_HIDDEN CUresult fake_launch_grows(CUfunction f);
 FAKE_HIDDEN void fake_context_limits_gone(CUcontext c);
 FAKE_HIDDEN void fake_modules_forget(void);
 

@@ -9,7 +9,10 @@
  *    unless instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH; a graph with memory
  *    nodes has at most one executable graph at a time;
  *  - stream capture turns cuMemAllocAsync / cuMemFreeAsync / cuMemsetD8Async into allocation,
- *    free and memset nodes.
+ *    free and memset nodes;
+ *  - a kernel node's function grows what its context reserves (fake_launch_grows: the stack, the
+ *    heap) at instantiation, when an executable graph's node gets another function, and at a
+ *    launch (after the stack limit was lowered), as on the H200 (issue 37).
  * Launches run at once, in node order (nodes are added in dependency order here). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@ struct CUgraphNode_st {
     CUgraph child;
     int live;            /* an allocation node's memory exists now */
     unsigned char value; /* a memset node's */
+    CUfunction func;     /* a kernel node's function (or CUkernel) */
 };
 
 struct CUgraph_st {
@@ -102,7 +106,7 @@ static CUresult new_alloc_node(CUgraph g, uint64_t bytes, int dev, CUgraphNode *
         free(node);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_ALLOC, dev, bytes, (CUdeviceptr)(uintptr_t)va, NULL, 0, 0};
+    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_ALLOC, dev, bytes, (CUdeviceptr)(uintptr_t)va, NULL, 0, 0, NULL};
     CUresult rc = add_node(g, node, out);
     if (rc == CUDA_SUCCESS) {
         allocs[nallocs++] = node;
@@ -117,7 +121,7 @@ static CUresult new_free_node(CUgraph g, CUdeviceptr p, CUgraphNode *out)
     CUgraphNode node = calloc(1, sizeof *node);
     if (!node)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_FREE, 0, 0, p, NULL, 0, 0};
+    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEM_FREE, 0, 0, p, NULL, 0, 0, NULL};
     return add_node(g, node, out);
 }
 
@@ -185,11 +189,105 @@ EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const CUg
     CUgraphNode n = calloc(1, sizeof *n);
     if (!n)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *n = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_GRAPH, 0, 0, 0, child, 0, 0};
+    *n = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_GRAPH, 0, 0, 0, child, 0, 0, NULL};
     pthread_mutex_lock(&lock);
     CUresult rc = add_node(g, n, node);
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+/* ---- kernel nodes ---- */
+static CUresult add_kernel_node(CUgraphNode *node, CUgraph g, CUfunction f)
+{
+    if (!node || !g || !f)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgraphNode n = calloc(1, sizeof *n);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *n = (struct CUgraphNode_st){.type = CU_GRAPH_NODE_TYPE_KERNEL, .func = f};
+    pthread_mutex_lock(&lock);
+    CUresult rc = add_node(g, n, node);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                     const CUDA_KERNEL_NODE_PARAMS_v1 *params)
+{
+    (void)deps, (void)ndeps;
+    return params ? add_kernel_node(node, g, params->func) : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                        const CUDA_KERNEL_NODE_PARAMS_v2 *params)
+{
+    (void)deps, (void)ndeps;
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    return add_kernel_node(node, g, params->func ? params->func : (CUfunction)params->kern);
+}
+
+EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1 *params)
+{
+    if (!node || !params || node->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(params, 0, sizeof *params);
+    params->func = node->func;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v2 *params)
+{
+    if (!node || !params || node->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(params, 0, sizeof *params);
+    params->func = node->func;
+    return CUDA_SUCCESS;
+}
+
+/* What g's kernel nodes (child graphs included) grow. Caller holds lock. */
+static CUresult grow_kernels(CUgraph g)
+{
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = 0; i < g->n && rc == CUDA_SUCCESS; i++)
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL)
+            rc = fake_launch_grows(g->nodes[i]->func);
+        else if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_GRAPH)
+            rc = grow_kernels(g->nodes[i]->child);
+    return rc;
+}
+
+/* An executable graph's kernel node given another function: its needs grow at once. */
+static CUresult exec_set_kernel(CUgraphExec exec, CUgraphNode node, CUfunction f)
+{
+    if (!exec || !node || node->type != CU_GRAPH_NODE_TYPE_KERNEL || !f)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = fake_launch_grows(f);
+    if (rc == CUDA_SUCCESS)
+        node->func = f;
+    return rc;
+}
+
+EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                               const CUDA_KERNEL_NODE_PARAMS_v1 *params)
+{
+    return params ? exec_set_kernel(exec, node, params->func) : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                  const CUDA_KERNEL_NODE_PARAMS_v2 *params)
+{
+    if (!params)
+        return CUDA_ERROR_INVALID_VALUE;
+    return exec_set_kernel(exec, node, params->func ? params->func : (CUfunction)params->kern);
+}
+
+EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams *params)
+{
+    if (!params || params->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_KERNEL_NODE_PARAMS_v2 *k = &params->u.kernel;
+    return exec_set_kernel(exec, node, k->func ? k->func : (CUfunction)k->kern);
 }
 
 EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *count)
@@ -245,6 +343,8 @@ static CUresult instantiate(CUgraphExec *exec, CUgraph g, unsigned long long fla
     CUresult rc = CUDA_SUCCESS;
     if (g->mem_nodes && g->has_exec)
         rc = CUDA_ERROR_NOT_SUPPORTED; /* one executable graph at a time for a graph with memory nodes */
+    else if ((rc = grow_kernels(g)) != CUDA_SUCCESS)
+        ;
     else if (!(*exec = calloc(1, sizeof **exec)))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     else {
@@ -275,6 +375,22 @@ EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph g, CUDA_
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = instantiate(exec, g, params->flags);
     params->result_out = rc == CUDA_SUCCESS ? 0 : 1;
+    return rc;
+}
+
+/* The executable graph takes another graph of the same shape (no memory nodes here): its kernel
+ * nodes' functions, which grow what the context reserves at once. */
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, void *result_info)
+{
+    (void)result_info;
+    if (!exec || !g || g->mem_nodes || exec->graph->mem_nodes || g->n != exec->graph->n)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult rc = grow_kernels(g);
+    for (size_t i = 0; i < g->n && rc == CUDA_SUCCESS; i++)
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL && exec->graph->nodes[i]->type == CU_GRAPH_NODE_TYPE_KERNEL)
+            exec->graph->nodes[i]->func = g->nodes[i]->func;
+    pthread_mutex_unlock(&lock);
     return rc;
 }
 
@@ -369,6 +485,8 @@ static CUresult launch(CUgraphExec exec)
         else
             rc = CUDA_ERROR_INVALID_VALUE;
     }
+    if (rc == CUDA_SUCCESS)
+        rc = grow_kernels(exec->graph);
     if (rc == CUDA_SUCCESS && (rc = run(exec->graph)) != CUDA_SUCCESS)
         free_live(exec->graph); /* out of memory part way: what this launch made goes back to the pool */
     pthread_mutex_unlock(&lock);
@@ -517,7 +635,7 @@ int fake_capture_memset(CUstream s, CUdeviceptr p, unsigned char value, size_t b
         *rc = CUDA_ERROR_OUT_OF_MEMORY;
         return 1;
     }
-    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEMSET, 0, bytes, p, NULL, 0, value};
+    *node = (struct CUgraphNode_st){CU_GRAPH_NODE_TYPE_MEMSET, 0, bytes, p, NULL, 0, value, NULL};
     pthread_mutex_lock(&lock);
     *rc = add_node(s->graph, node, NULL);
     pthread_mutex_unlock(&lock);

@@ -4,9 +4,16 @@
  *    back at cuModuleUnload or when the context goes;
  *  - a library (cuLibraryLoad*) loads lazily: its memory is taken the first time it is needed in
  *    a context: cuKernelGetFunction, cuLibraryGetModule, or a launch of one of its kernels
- *    (cuLaunchKernel with a CUkernel, as cudart 12+ does) - a cost no interposer hook sees;
- *  - cuCtxSetLimit(CU_LIMIT_STACK_SIZE) takes (size - 1 KiB) x FAKE_RESIDENT_THREADS (default
- *    16384) at the call; CU_LIMIT_MALLOC_HEAP_SIZE takes (size - 8 MiB) at the next launch. */
+ *    (cuLaunchKernel with a CUkernel, as cudart 12+ does);
+ *  - the per-thread stack (CU_LIMIT_STACK_SIZE, 1 KiB by default, part of the context's cost)
+ *    takes (size - 1 KiB) x FAKE_RESIDENT_THREADS (default 16384: 16 SMs of 1024 threads) of
+ *    device memory. cuCtxSetLimit sets it; a launch (or a graph's instantiation) of a function
+ *    whose local memory (the sum of its PTX `.local` arrays, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+ *    is larger grows it to that size and keeps it, as the H200 does (issue 37: 64 KiB a thread
+ *    took 16632 MiB there);
+ *  - the device heap (CU_LIMIT_MALLOC_HEAP_SIZE, 8 MiB by default) takes nothing when it is set
+ *    and its size plus 2 MiB at the first launch of a function that calls malloc; after that it
+ *    cannot be set again (CUDA_ERROR_INVALID_VALUE), as on the H200. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +27,32 @@
 #define KERN_MAGIC 0x4e524b46u /* "FKRN" */
 #define FUNC_MAGIC 0x434e5546u /* "FUNC" */
 
+/* A function: what its launch needs (its module's PTX says). */
+struct CUfunc_st {
+    unsigned magic;
+    uint64_t local; /* per-thread local memory: the sum of the .local arrays */
+    int heap;       /* it calls malloc */
+};
+
+/* What a PTX text declares. */
+struct ptx_info {
+    uint64_t globals, locals;
+    int heap;
+};
+
 struct CUmod_st {
     unsigned magic;
     int live, dev;
     CUcontext ctx;
     uint64_t bytes;
     CUlibrary lib; /* a library's module (cuLibraryGetModule): unloaded with the library */
+    struct CUfunc_st func;
 };
 struct CUlib_st {
     unsigned magic;
     int live;
     uint64_t bytes;    /* its .global arrays */
+    struct CUfunc_st func;
     CUcontext loaded;  /* the context it is loaded into, NULL = not yet */
     int dev;
     struct CUmod_st module;
@@ -39,64 +61,71 @@ struct CUkern_st {
     unsigned magic;
     CUlibrary lib;
 };
-struct CUfunc_st {
-    unsigned magic;
-};
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static CUmodule mods[1024];
 static CUlibrary libs[1024];
-static struct CUfunc_st the_function = {FUNC_MAGIC};
 
-/* Bytes of the .global arrays of a PTX text: each "[N]" (or "[N][M]") times its element size. */
-static uint64_t ptx_globals(const char *ptx, size_t len)
+/* The bytes of a declaration's array, "[N]" (or "[N][M]") times its element size. */
+static uint64_t array_bytes(const char *decl, const char *br)
 {
-    uint64_t total = 0;
+    uint64_t elem = 1; /* the type's bits / 8: .b8 .u16 .s32 .f64 ... */
+    for (const char *t = strchr(decl, '.'); t; t = strchr(t + 1, '.'))
+        if (t[1] && strchr("busf", t[1]) && t[2] >= '1' && t[2] <= '9')
+            elem = strtoull(t + 2, NULL, 10) / 8 ? strtoull(t + 2, NULL, 10) / 8 : 1;
+    for (const char *b = br; b; b = strchr(b + 1, '['))
+        elem *= strtoull(b + 1, NULL, 10);
+    return elem;
+}
+
+/* What a PTX text declares: its .global arrays (static device memory), its .local arrays (each
+ * thread's local memory) and whether it calls malloc. */
+static struct ptx_info ptx_scan(const char *ptx, size_t len)
+{
+    struct ptx_info info = {0, 0, 0};
     const char *end = ptx + len;
     for (const char *line = ptx; line && line < end;) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         size_t n = nl ? (size_t)(nl - line) : (size_t)(end - line);
         char buf[512];
         snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), line);
-        const char *g = strstr(buf, ".global"), *br = strchr(buf, '[');
-        if (g && br && !strstr(buf, ".entry") && !strstr(buf, ".func")) {
-            uint64_t elem = 1; /* the type's bits / 8: .b8 .u16 .s32 .f64 ... */
-            for (const char *t = strchr(buf, '.'); t; t = strchr(t + 1, '.'))
-                if (t[1] && strchr("busf", t[1]) && t[2] >= '1' && t[2] <= '9')
-                    elem = strtoull(t + 2, NULL, 10) / 8 ? strtoull(t + 2, NULL, 10) / 8 : 1;
-            for (const char *b = br; b; b = strchr(b + 1, '['))
-                elem *= strtoull(b + 1, NULL, 10);
-            total += elem;
-        }
+        const char *br = strchr(buf, '[');
+        int decl = br && !strstr(buf, ".entry") && !strstr(buf, ".func") && !strstr(buf, ".param");
+        if (decl && strstr(buf, ".global"))
+            info.globals += array_bytes(buf, br);
+        else if (decl && strstr(buf, ".local"))
+            info.locals += array_bytes(buf, br);
+        if (strstr(buf, "call") && strstr(buf, "malloc"))
+            info.heap = 1;
         line = nl ? nl + 1 : NULL;
     }
-    return total;
+    return info;
 }
 
-/* The .global bytes of a module image: PTX text, or nothing for anything else (a cubin). */
-static uint64_t image_globals(const void *image)
+/* What a module image declares: PTX text, or nothing for anything else (a cubin). */
+static struct ptx_info image_info(const void *image)
 {
     const char *text = image;
     if (!text || !strstr(text, ".version"))
-        return 0;
-    return ptx_globals(text, strlen(text));
+        return (struct ptx_info){0, 0, 0};
+    return ptx_scan(text, strlen(text));
 }
 
-static uint64_t file_globals(const char *path, int *ok)
+static struct ptx_info file_info(const char *path, int *ok)
 {
     FILE *f = path ? fopen(path, "re") : NULL;
     *ok = f != NULL;
     if (!f)
-        return 0;
+        return (struct ptx_info){0, 0, 0};
     static char buf[1 << 20];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
-    return image_globals(buf);
+    return image_info(buf);
 }
 
-static CUresult module_load(CUmodule *m, uint64_t bytes)
+static CUresult module_load(CUmodule *m, struct ptx_info info)
 {
+    uint64_t bytes = info.globals;
     CUcontext c = fake_current_ctx();
     if (!m)
         return CUDA_ERROR_INVALID_VALUE;
@@ -105,7 +134,7 @@ static CUresult module_load(CUmodule *m, uint64_t bytes)
     CUmodule mod = calloc(1, sizeof *mod);
     if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *mod = (struct CUmod_st){MOD_MAGIC, 1, c->dev, c, bytes, NULL};
+    *mod = (struct CUmod_st){MOD_MAGIC, 1, c->dev, c, bytes, NULL, {FUNC_MAGIC, info.locals, info.heap}};
     if (bytes && fake_device_reserve(c->dev, bytes) != 0) {
         free(mod);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -128,7 +157,7 @@ static CUresult module_load(CUmodule *m, uint64_t bytes)
 
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
 {
-    return image ? module_load(m, image_globals(image)) : CUDA_ERROR_INVALID_VALUE;
+    return image ? module_load(m, image_info(image)) : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, int *options, void **values)
@@ -145,8 +174,8 @@ EXPORT CUresult cuModuleLoadFatBinary(CUmodule *m, const void *fatbin)
 EXPORT CUresult cuModuleLoad(CUmodule *m, const char *path)
 {
     int ok;
-    uint64_t bytes = file_globals(path, &ok);
-    return ok ? module_load(m, bytes) : CUDA_ERROR_NOT_FOUND;
+    struct ptx_info info = file_info(path, &ok);
+    return ok ? module_load(m, info) : CUDA_ERROR_NOT_FOUND;
 }
 
 EXPORT CUresult cuModuleUnload(CUmodule m)
@@ -171,12 +200,12 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
     if (!f || !m || m->magic != MOD_MAGIC || !name)
         return CUDA_ERROR_INVALID_VALUE;
-    *f = (CUfunction)&the_function;
+    *f = &m->func;
     return CUDA_SUCCESS;
 }
 
 /* ---- libraries: context-independent, loaded into a context on first need ---- */
-static CUresult library_load(CUlibrary *l, uint64_t bytes)
+static CUresult library_load(CUlibrary *l, struct ptx_info info)
 {
     if (!l)
         return CUDA_ERROR_INVALID_VALUE;
@@ -185,7 +214,8 @@ static CUresult library_load(CUlibrary *l, uint64_t bytes)
     CUlibrary lib = calloc(1, sizeof *lib);
     if (!lib)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *lib = (struct CUlib_st){.magic = LIB_MAGIC, .live = 1, .bytes = bytes};
+    *lib = (struct CUlib_st){
+        .magic = LIB_MAGIC, .live = 1, .bytes = info.globals, .func = {FUNC_MAGIC, info.locals, info.heap}};
     pthread_mutex_lock(&lock);
     size_t i;
     for (i = 0; i < sizeof libs / sizeof libs[0] && libs[i]; i++)
@@ -205,7 +235,7 @@ EXPORT CUresult cuLibraryLoadData(CUlibrary *l, const void *code, int *jit_opts,
                                   int *lib_opts, void **lib_vals, unsigned nlib)
 {
     (void)jit_opts, (void)jit_vals, (void)njit, (void)lib_opts, (void)lib_vals, (void)nlib;
-    return code ? library_load(l, image_globals(code)) : CUDA_ERROR_INVALID_VALUE;
+    return code ? library_load(l, image_info(code)) : CUDA_ERROR_INVALID_VALUE;
 }
 
 EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, int *jit_opts, void **jit_vals, unsigned njit,
@@ -213,8 +243,8 @@ EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, int *jit_o
 {
     (void)jit_opts, (void)jit_vals, (void)njit, (void)lib_opts, (void)lib_vals, (void)nlib;
     int ok;
-    uint64_t bytes = file_globals(path, &ok);
-    return ok ? library_load(l, bytes) : CUDA_ERROR_NOT_FOUND;
+    struct ptx_info info = file_info(path, &ok);
+    return ok ? library_load(l, info) : CUDA_ERROR_NOT_FOUND;
 }
 
 /* Load lib into the current context (its memory taken) unless it is there. */
@@ -274,7 +304,7 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = library_resident(k->lib);
     if (rc == CUDA_SUCCESS)
-        *f = (CUfunction)&the_function;
+        *f = &k->lib->func;
     return rc;
 }
 
@@ -284,16 +314,29 @@ EXPORT CUresult cuLibraryGetModule(CUmodule *m, CUlibrary lib)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = library_resident(lib);
     if (rc == CUDA_SUCCESS) {
-        lib->module = (struct CUmod_st){MOD_MAGIC, 1, lib->dev, lib->loaded, 0, lib};
+        lib->module = (struct CUmod_st){MOD_MAGIC, 1, lib->dev, lib->loaded, 0, lib, lib->func};
         *m = &lib->module;
     }
     return rc;
 }
 
-/* ---- limits ---- */
+/* ---- limits, and what a launch grows ---- */
 static uint64_t threads(void)
 {
     return fake_env_number("FAKE_RESIDENT_THREADS", 16384);
+}
+
+/* The stack of context c at size bytes a thread: 0, or -1 when the device has no room. */
+static int set_stack(CUcontext c, uint64_t size)
+{
+    uint64_t want = size > 1024 ? (size - 1024) * threads() : 0;
+    if (want > c->stack_bytes && fake_device_reserve(c->dev, want - c->stack_bytes) != 0)
+        return -1;
+    if (want < c->stack_bytes)
+        fake_device_release(c->dev, c->stack_bytes - want);
+    c->stack_bytes = want;
+    c->stack = size;
+    return 0;
 }
 
 EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
@@ -301,19 +344,12 @@ EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
     CUcontext c = fake_current_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (limit == CU_LIMIT_STACK_SIZE) {
-        uint64_t want = value > 1024 ? (value - 1024) * threads() : 0;
-        if (want > c->stack_bytes && fake_device_reserve(c->dev, want - c->stack_bytes) != 0)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        if (want < c->stack_bytes)
-            fake_device_release(c->dev, c->stack_bytes - want);
-        c->stack_bytes = want;
-        c->stack = value;
-        return CUDA_SUCCESS;
-    }
+    if (limit == CU_LIMIT_STACK_SIZE)
+        return set_stack(c, value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (limit == CU_LIMIT_MALLOC_HEAP_SIZE) {
+        if (c->heap_bytes) /* a kernel that calls malloc ran: the heap is fixed */
+            return CUDA_ERROR_INVALID_VALUE;
         c->heap = value;
-        c->heap_pending = 1; /* taken at the next launch */
         return CUDA_SUCCESS;
     }
     return limit >= 0 && limit <= 6 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -328,19 +364,62 @@ EXPORT CUresult cuCtxGetLimit(size_t *value, int limit)
     return CUDA_SUCCESS;
 }
 
-/* What a launch takes that no call before it did: a library's lazy load, the device heap. */
-void fake_launch_loads(CUfunction f)
+/* The function a launch of f runs: a module's function, or a library's kernel (loaded into the
+ * current context first); NULL for anything else (launches of it take nothing). */
+static const struct CUfunc_st *launched(CUfunction f, CUresult *rc)
 {
     const struct CUkern_st *k = (const struct CUkern_st *)f;
-    if (k && k->magic == KERN_MAGIC && k->lib && k->lib->magic == LIB_MAGIC)
-        library_resident(k->lib);
-    CUcontext c = fake_current_ctx();
-    if (c && c->heap_pending) {
-        uint64_t want = c->heap > 8 * FAKE_MIB ? c->heap - 8 * FAKE_MIB : 0;
-        if (want > c->heap_bytes && fake_device_reserve(c->dev, want - c->heap_bytes) == 0)
-            c->heap_bytes = want;
-        c->heap_pending = 0;
+    *rc = CUDA_SUCCESS;
+    if (k && k->magic == KERN_MAGIC && k->lib && k->lib->magic == LIB_MAGIC) {
+        *rc = library_resident(k->lib);
+        return *rc == CUDA_SUCCESS ? &k->lib->func : NULL;
     }
+    return f && f->magic == FUNC_MAGIC ? f : NULL;
+}
+
+CUresult fake_launch_grows(CUfunction f)
+{
+    CUresult rc;
+    const struct CUfunc_st *fn = launched(f, &rc);
+    CUcontext c = fake_current_ctx();
+    if (rc != CUDA_SUCCESS || !fn || !c)
+        return rc;
+    if (fn->local > c->stack && set_stack(c, fn->local) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (fn->heap && !c->heap_bytes) {
+        if (fake_device_reserve(c->dev, c->heap + 2 * FAKE_MIB) != 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c->heap_bytes = c->heap + 2 * FAKE_MIB;
+    }
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev)
+{
+    if (!value || !fake_valid_dev(dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* 16 SMs of FAKE_RESIDENT_THREADS / 16 threads: the threads a stack is reserved for */
+    *value = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT                ? 16
+             : attr == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR ? (int)(threads() / 16)
+                                                                            : 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuFuncGetAttribute(int *value, int attr, CUfunction f)
+{
+    if (!value || !f || f->magic != FUNC_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *value = attr == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES ? (int)f->local : 0;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuKernelGetAttribute(int *value, int attr, CUkernel k, CUdevice dev)
+{
+    (void)dev;
+    if (!value || !k || k->magic != KERN_MAGIC || !k->lib || k->lib->magic != LIB_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *value = attr == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES ? (int)k->lib->func.local : 0;
+    return CUDA_SUCCESS;
 }
 
 void fake_context_limits_gone(CUcontext c)

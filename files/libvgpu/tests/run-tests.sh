@@ -615,10 +615,44 @@ expect_truth "cuCtxSetLimit(STACK_SIZE) is charged what it takes; one past the q
     1000 "stack 512 rc=0 now=512" "stack 1024 rc=2 now=512" "alloc 500 v2 rc=2" "alloc 400 v2 rc=0" \
     "stack 1 rc=0 now=1" "alloc 900 v2 rc=2"
 
+# launches (issue 37): what a launch makes the driver reserve is charged before the launch. The
+# fake keeps 16384 threads resident: each KiB of stack a thread above the default 1 KiB is 16 MiB,
+# so a 32 KiB kernel takes 496 MiB and a 64 KiB one 1008 MiB, more than the 1000 MiB quota.
+for how in plain ptsz ex ex_ptsz coop coop_ptsz gpa gpa_ptsz legacy grid multi graph; do
+    fresh 1000MiB
+    run init kernel:32 kernel:64 launch-k:0:$how launch-k:0:$how truth launch-k:1:$how truth alloc:600 alloc:400 truth
+    expect_truth "a launch ($how) that grows the stack is charged first; one past the quota is refused at the call" 1000 \
+        "kernel 32 module rc=0 local=32768" "launch-k 0 $how rc=0 sync=0 stack=32" "launch-k 0 $how rc=0" \
+        "launch-k 1 $how rc=2 sync=0 stack=32" "alloc 600 v2 rc=2" "alloc 400 v2 rc=0"
+done
+
+for how in graph-set graph-set2 graph-node graph-update; do
+    fresh 1000MiB
+    run init kernel:0 kernel:64 kernel:16 launch-k:1:$how truth launch-k:2:$how truth alloc:800 truth
+    expect_truth "an executable graph's kernel node given a bigger kernel ($how): charged first, refused past the quota" \
+        1000 "launch-k 1 $how rc=2" "launch-k 2 $how rc=0 sync=0 stack=16" "alloc 800 v2 rc=2"
+done
+
 fresh 1000MiB
-export VGPU_CONTEXT_RESERVE=200MiB
-run init heap:600 launch:1 truth alloc:600 truth
-expect_truth "the device heap taken at a launch: the GPU's own count refuses the next allocation" 1000 "alloc 600 v2 rc=2"
+run init kernel:32 launch-k:0:graph stack:1 alloc:700 launch-k:0:graph-again truth launch-k:0 truth
+expect_truth "after the stack limit is lowered, a relaunch that would grow it again is charged again: refused past the quota" \
+    1000 "launch-k 0 graph rc=0" "stack 1 rc=0 now=1" "alloc 700 v2 rc=0" "launch-k 0 graph-again rc=2" "launch-k 0 plain rc=2"
+
+fresh 1000MiB
+run init kernel:64:lib launch-k:0 truth kernel:32:lib launch-k:1 truth alloc:600 truth
+expect_truth "a library's kernel (a CUkernel, as cudart 12+ launches): its stack charged before the launch" 1000 \
+    "launch-k 0 plain rc=2" "launch-k 1 plain rc=0 sync=0 stack=32" "alloc 600 v2 rc=2"
+
+fresh 1000MiB
+run init heap:1200 heap:600 truth alloc:600 kernel:0:malloc launch-k:0 truth heap:700 alloc:300 truth
+expect_truth "the device heap is charged when it is set (its size + 2 MiB, taken at the first malloc kernel's launch)" \
+    1000 "heap 1200 rc=2 now=8" "heap 600 rc=0 now=600" "alloc 600 v2 rc=2" "launch-k 0 plain rc=0" \
+    "heap 700 rc=1 now=600" "alloc 300 v2 rc=2"
+
+fresh 1000MiB
+run init heap:100 heap:50 alloc:900 kernel:0:malloc launch-k:0 truth
+expect_truth "a heap set smaller before its first use gives the difference back" 1000 "heap 50 rc=0 now=50" \
+    "alloc 900 v2 rc=0" "launch-k 0 plain rc=0"
 
 # 6. entry points without _v2, and what must stay uncharged
 for api in v1 pitch1 array1 array3d1; do

@@ -1,0 +1,168 @@
+/* The test client's launch steps (issue 37): kernels whose launch makes the driver reserve
+ * memory, launched through every entry point. Real PTX, so the same steps run on a GPU host
+ * (tests/gpu/charge_truth.sh) and against the fake driver, which reads the PTX's .local arrays
+ * and its malloc calls (tests/fake_modules.c).
+ *   kernel:KIB[:MODE]   load a kernel whose threads each use KIB KiB of local memory; MODE: module
+ *                       (default), malloc (the kernel calls malloc: the device heap), lib (a
+ *                       library's CUkernel, launched as cudart 12+ launches), lib-malloc
+ *   launch-k:N[:HOW]    launch kernel N once (one thread; the driver reserves for every thread
+ *                       the GPU can hold) through HOW: plain ptsz ex ex_ptsz coop coop_ptsz gpa
+ *                       gpa_ptsz legacy grid multi, or a graph: graph (a kernel node), graph-set
+ *                       (kernel 0's graph, its node then given kernel N), graph-set2, graph-node,
+ *                       graph-update (kernel 0's graph updated to kernel N's), graph-again (the
+ *                       last graph launched again) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+static CUfunction kernels[64];
+static int nkernels;
+static CUgraphExec last_exec;
+
+static const char *kernel_ptx(size_t kib, int heap)
+{
+    static char ptx[4096];
+    snprintf(ptx, sizeof ptx,
+             ".version 7.0\n.target sm_50\n.address_size 64\n"
+             ".extern .func (.param .b64 func_retval0) malloc (.param .b64 p0);\n"
+             ".extern .func free (.param .b64 p0);\n"
+             ".visible .entry lk(.param .u64 out, .param .u32 idx)\n{\n"
+             "\t.local .align 4 .b8 buf[%zu];\n\t.reg .pred %%p<2>;\n\t.reg .b32 %%r<4>;\n\t.reg .b64 %%rd<8>;\n"
+             /* written at an index the compiler cannot know, so the array stays in local memory */
+             "\tld.param.u32 %%r1, [idx];\n\tmov.u32 %%r2, %%tid.x;\n\tmov.u64 %%rd1, buf;\n"
+             "\tcvt.u64.u32 %%rd2, %%r1;\n\tadd.s64 %%rd3, %%rd1, %%rd2;\n\tst.local.u32 [%%rd3], %%r2;\n"
+             "\tld.local.u32 %%r3, [%%rd1+4];\n%s"
+             "\tsetp.ne.u32 %%p1, %%r1, 12345678;\n\t@%%p1 bra DONE;\n"
+             "\tld.param.u64 %%rd4, [out];\n\tcvta.to.global.u64 %%rd5, %%rd4;\n\tst.global.u32 [%%rd5], %%r3;\n"
+             "DONE:\n\tret;\n}\n",
+             kib ? kib << 10 : 4,
+             heap ? "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], 64;\n\t.param .b64 retval0;\n"
+                    "\tcall.uni (retval0), malloc, (param0);\n\tld.param.b64 %rd6, [retval0+0];\n\t}\n"
+                    "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %rd6;\n\tcall.uni free, (param0);\n\t}\n"
+                  : "");
+    return ptx;
+}
+
+static CUresult load_kernel(size_t kib, const char *mode, CUfunction *f)
+{
+    const char *ptx = kernel_ptx(kib, strstr(mode, "malloc") != NULL);
+    if (!strncmp(mode, "lib", 3)) {
+        CUlibrary l = NULL;
+        CUresult rc = CU(cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **,
+                                             unsigned))(&l, ptx, NULL, NULL, 0, NULL, NULL, 0);
+        return rc ? rc : CU(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))((CUkernel *)f, l, "lk");
+    }
+    CUmodule m = NULL;
+    CUresult rc = CU(cuModuleLoadData, (CUmodule *, const void *))(&m, ptx);
+    return rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(f, m, "lk");
+}
+
+static CUdeviceptr out_ptr;
+static unsigned idx_arg;
+static void *params[] = {&out_ptr, &idx_arg};
+
+typedef CUresult launch11(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                          void **, void **);
+typedef CUresult launch10(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                          void **);
+
+static CUresult graph_launch(CUfunction f, CUfunction later, const char *how)
+{
+    CUDA_KERNEL_NODE_PARAMS_v1 p1 = {f, 1, 1, 1, 1, 1, 1, 0, params, NULL};
+    CUgraph g = NULL;
+    CUgraphNode node = NULL;
+    CUgraphExec e = NULL;
+    CUresult rc = CU(cuGraphCreate, (CUgraph *, unsigned))(&g, 0);
+    rc = rc ? rc : CU(cuGraphAddKernelNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *))(
+                       &node, g, NULL, 0, &p1);
+    rc = rc ? rc : CU(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))(&e, g, 0);
+    if (rc)
+        return rc;
+    last_exec = e;
+    if (!strcmp(how, "graph-set")) {
+        p1.func = later;
+        rc = CU(cuGraphExecKernelNodeSetParams, (CUgraphExec, CUgraphNode, const void *))(e, node, &p1);
+    } else if (!strcmp(how, "graph-set2")) {
+        CUDA_KERNEL_NODE_PARAMS_v2 p2 = {later, 1, 1, 1, 1, 1, 1, 0, params, NULL, NULL, NULL};
+        rc = CU(cuGraphExecKernelNodeSetParams_v2, (CUgraphExec, CUgraphNode, const void *))(e, node, &p2);
+    } else if (!strcmp(how, "graph-node")) {
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+        np.u.kernel = (CUDA_KERNEL_NODE_PARAMS_v2){later, 1, 1, 1, 1, 1, 1, 0, params, NULL, NULL, NULL};
+        rc = CU(cuGraphExecNodeSetParams, (CUgraphExec, CUgraphNode, void *))(e, node, &np);
+    } else if (!strcmp(how, "graph-update")) {
+        CUgraph g2 = NULL;
+        CUgraphNode n2 = NULL;
+        CUDA_KERNEL_NODE_PARAMS_v1 q = {later, 1, 1, 1, 1, 1, 1, 0, params, NULL};
+        rc = CU(cuGraphCreate, (CUgraph *, unsigned))(&g2, 0);
+        rc = rc ? rc : CU(cuGraphAddKernelNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *))(
+                           &n2, g2, NULL, 0, &q);
+        char info[64];
+        rc = rc ? rc : CU(cuGraphExecUpdate_v2, (CUgraphExec, CUgraph, void *))(e, g2, info);
+    }
+    return rc ? rc : CU(cuGraphLaunch, (CUgraphExec, CUstream))(e, NULL);
+}
+
+static CUresult launch(CUfunction f, const char *how)
+{
+    if (!strncmp(how, "graph", 5))
+        return !strcmp(how, "graph-again") ? CU(cuGraphLaunch, (CUgraphExec, CUstream))(last_exec, NULL)
+               : !strcmp(how, "graph")     ? graph_launch(f, NULL, how)
+                                           : graph_launch(kernels[0], f, how);
+    if (!strcmp(how, "ptsz"))
+        return CU_AS(cuLaunchKernel_ptsz, launch11 *)(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+    if (!strncmp(how, "gpa", 3)) {
+        void *p = NULL;
+        CU(cuGetProcAddress_v2, (const char *, void **, int, cuuint64_t, int *))(
+            "cuLaunchKernel", &p, 12000, strstr(how, "ptsz") ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, NULL);
+        return p ? ((launch11 *)p)(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) : CUDA_ERROR_NOT_FOUND;
+    }
+    if (!strncmp(how, "coop", 4))
+        return (strstr(how, "ptsz") ? CU_AS(cuLaunchCooperativeKernel_ptsz, launch10 *)
+                                    : CU_AS(cuLaunchCooperativeKernel, launch10 *))(f, 1, 1, 1, 1, 1, 1, 0, NULL, params);
+    if (!strncmp(how, "ex", 2)) {
+        CUlaunchConfig config = {1, 1, 1, 1, 1, 1, 0, NULL, NULL, 0};
+        return (strstr(how, "ptsz") ? CU(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **))
+                                    : CU(cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **)))(
+            &config, f, params, NULL);
+    }
+    if (!strcmp(how, "multi")) {
+        CUDA_LAUNCH_PARAMS one = {f, 1, 1, 1, 1, 1, 1, 0, NULL, params};
+        return CU(cuLaunchCooperativeKernelMultiDevice, (CUDA_LAUNCH_PARAMS *, unsigned, unsigned))(&one, 1, 0);
+    }
+    if (!strcmp(how, "legacy"))
+        return CU(cuLaunch, (CUfunction))(f);
+    if (!strcmp(how, "grid"))
+        return CU(cuLaunchGridAsync, (CUfunction, int, int, CUstream))(f, 1, 1, NULL);
+    return CU_AS(cuLaunchKernel, launch11 *)(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+}
+
+int client_launch_step(const char *step, const char *arg1, const char *arg2)
+{
+    if (!strcmp(step, "kernel")) {
+        CUfunction f = NULL;
+        const char *mode = arg2 ? arg2 : "module";
+        CUresult rc = load_kernel((size_t)atol(arg1), mode, &f);
+        int local = -1;
+        if (rc == CUDA_SUCCESS) {
+            kernels[nkernels++ % 64] = f;
+            if (strncmp(mode, "lib", 3) != 0)
+                CU(cuFuncGetAttribute, (int *, int, CUfunction))(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+        }
+        printf("kernel %s %s rc=%d local=%d\n", arg1, mode, rc, local);
+        return 1;
+    }
+    if (!strcmp(step, "launch-k")) {
+        const char *how = arg2 ? arg2 : "plain";
+        CUresult rc = launch(kernels[atoi(arg1) % 64], how);
+        CUresult rs = CU(cuCtxSynchronize, (void))();
+        size_t stack = 0;
+        CU(cuCtxGetLimit, (size_t *, int))(&stack, CU_LIMIT_STACK_SIZE);
+        printf("launch-k %s %s rc=%d sync=%d stack=%zu\n", arg1, how, rc, rs, stack >> 10);
+        return 1;
+    }
+    return 0;
+}
