@@ -18,6 +18,8 @@
  *   printf MIB                         the printf FIFO set to MIB, then a plain launch, then a printf kernel
  *   pending N / syncdepth N            the device runtime's pending launch count / sync depth set to N,
  *                                      then a plain launch
+ *   cdp N DEVRT                        the pending launch count set to N, then a kernel that launches a
+ *                                      kernel (linked with DEVRT, the toolkit's libcudadevrt.a)
  * Built with gcc alone (no CUDA toolkit: kernels are PTX the driver compiles). */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -25,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "../../files/libvgpu/tests/ptx.h"
 
 typedef int CUresult;
 typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUgraph, *CUgraphNode, *CUgraphExec;
@@ -76,44 +80,32 @@ static void step(const char *name, CUresult rc)
 }
 
 static CUfunction local_kernel, plain_kernel, malloc_kernel, printf_kernel;
-static CUresult load_module(size_t local_bytes)
+
+/* The kernel lk of a PTX text, loaded as a module of its own. */
+static CUresult load(const char *ptx, const char *name, CUfunction *f)
 {
-    static char ptx[4096];
-    snprintf(ptx, sizeof ptx,
-             ".version 7.0\n.target sm_50\n.address_size 64\n"
-             ".extern .func (.param .b64 func_retval0) malloc (.param .b64 p0);\n"
-             ".extern .func free (.param .b64 p0);\n"
-             ".extern .func (.param .b32 func_retval0) vprintf (.param .b64 p0, .param .b64 p1);\n"
-             ".global .align 1 .b8 fmt[4] = {104, 105, 10, 0};\n"
-             ".visible .entry nk()\n{\n\tret;\n}\n"
-             /* a per-thread local array written at an index the compiler cannot know */
-             ".visible .entry lk(.param .u64 out, .param .u32 idx)\n{\n"
-             "\t.local .align 4 .b8 buf[%zu];\n\t.reg .pred %%p<2>;\n\t.reg .b32 %%r<4>;\n\t.reg .b64 %%rd<6>;\n"
-             "\tld.param.u32 %%r1, [idx];\n\tmov.u32 %%r2, %%tid.x;\n\tmov.u64 %%rd1, buf;\n"
-             "\tcvt.u64.u32 %%rd2, %%r1;\n\tadd.s64 %%rd3, %%rd1, %%rd2;\n\tst.local.u32 [%%rd3], %%r2;\n"
-             "\tld.local.u32 %%r3, [%%rd1+4];\n\tsetp.ne.u32 %%p1, %%r1, 12345678;\n\t@%%p1 bra DONE;\n"
-             "\tld.param.u64 %%rd4, [out];\n\tcvta.to.global.u64 %%rd5, %%rd4;\n\tst.global.u32 [%%rd5], %%r3;\n"
-             "DONE:\n\tret;\n}\n"
-             ".visible .entry mk(.param .u64 sz)\n{\n\t.reg .b64 %%rd<3>;\n\tld.param.u64 %%rd1, [sz];\n"
-             "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %%rd1;\n\t.param .b64 retval0;\n"
-             "\tcall.uni (retval0), malloc, (param0);\n\tld.param.b64 %%rd2, [retval0+0];\n\t}\n"
-             "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %%rd2;\n\tcall.uni free, (param0);\n\t}\n"
-             "\tret;\n}\n"
-             ".visible .entry pk()\n{\n\t.reg .b32 %%r<2>;\n\t.reg .b64 %%rd<3>;\n\tmov.u64 %%rd1, fmt;\n"
-             "\tcvta.global.u64 %%rd2, %%rd1;\n\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %%rd2;\n"
-             "\t.param .b64 param1;\n\tst.param.b64 [param1+0], 0;\n\t.param .b32 retval0;\n"
-             "\tcall.uni (retval0), vprintf, (param0, param1);\n\tld.param.b32 %%r1, [retval0+0];\n\t}\n"
-             "\tret;\n}\n",
-             local_bytes ? local_bytes : 4);
     CUmodule m = NULL;
     CUresult rc = CU(cuModuleLoadData, (CUmodule *, const void *))(&m, ptx);
-    if (rc)
-        return rc;
-    rc = CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&local_kernel, m, "lk");
-    rc = rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&plain_kernel, m, "nk");
-    rc = rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&malloc_kernel, m, "mk");
-    rc = rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&printf_kernel, m, "pk");
-    return rc;
+    return rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(f, m, name);
+}
+
+/* The kernels of a scenario: with local_bytes of local memory a thread, a plain one, one that
+ * calls malloc and one that calls printf. */
+static CUresult load_module(size_t local_bytes)
+{
+    static const char printf_ptx[] =
+        ".version 7.0\n.target sm_50\n.address_size 64\n"
+        ".extern .func (.param .b32 func_retval0) vprintf (.param .b64 p0, .param .b64 p1);\n"
+        ".global .align 1 .b8 fmt[4] = {104, 105, 10, 0};\n"
+        ".visible .entry pk()\n{\n\t.reg .b32 %r<2>;\n\t.reg .b64 %rd<3>;\n\tmov.u64 %rd1, fmt;\n"
+        "\tcvta.global.u64 %rd2, %rd1;\n\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %rd2;\n"
+        "\t.param .b64 param1;\n\tst.param.b64 [param1+0], 0;\n\t.param .b32 retval0;\n"
+        "\tcall.uni (retval0), vprintf, (param0, param1);\n\tld.param.b32 %r1, [retval0+0];\n\t}\n"
+        "\tret;\n}\n";
+    CUresult rc = load(ptx_with_local(local_bytes, 0), "lk", &local_kernel);
+    rc = rc ? rc : load(ptx_with_local(8, 0), "lk", &plain_kernel);
+    rc = rc ? rc : load(ptx_with_local(8, 1), "lk", &malloc_kernel);
+    return rc ? rc : load(printf_ptx, "pk", &printf_kernel);
 }
 
 typedef CUresult launch_fn(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
@@ -178,6 +170,42 @@ static CUresult launch_plain(CUfunction f, void **params)
     CUresult rc = launch(f, 1, 1, params, "plain");
     CUresult rs = CU(cuCtxSynchronize, (void))();
     return rc ? rc : rs;
+}
+
+/* A parent kernel that launches a child from the device (dynamic parallelism, CUDA 12 ABI). */
+static const char cdp_ptx[] =
+    ".version 7.8\n.target sm_90\n.address_size 64\n"
+    ".extern .func (.param .b64 func_retval0) cudaGetParameterBufferV2 (.param .b64 p0, .param .align 4 .b8 "
+    "p1[12], .param .align 4 .b8 p2[12], .param .b32 p3);\n"
+    ".extern .func (.param .b32 func_retval0) cudaLaunchDeviceV2 (.param .b64 p0, .param .b64 p1);\n"
+    ".visible .entry child()\n{\n\tret;\n}\n"
+    ".visible .entry parent()\n{\n\t.reg .pred %p<2>;\n\t.reg .b64 %rd<4>;\n\tmov.u64 %rd1, child;\n"
+    "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %rd1;\n\t.param .align 4 .b8 param1[12];\n"
+    "\tst.param.b32 [param1+0], 1;\n\tst.param.b32 [param1+4], 1;\n\tst.param.b32 [param1+8], 1;\n"
+    "\t.param .align 4 .b8 param2[12];\n\tst.param.b32 [param2+0], 1;\n\tst.param.b32 [param2+4], 1;\n"
+    "\tst.param.b32 [param2+8], 1;\n\t.param .b32 param3;\n\tst.param.b32 [param3+0], 0;\n"
+    "\t.param .b64 retval0;\n\tcall.uni (retval0), cudaGetParameterBufferV2, (param0, param1, param2, param3);\n"
+    "\tld.param.b64 %rd2, [retval0+0];\n\t}\n\tsetp.eq.s64 %p1, %rd2, 0;\n\t@%p1 bra DONE;\n"
+    "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %rd2;\n\t.param .b64 param1;\n"
+    "\tst.param.b64 [param1+0], 0;\n\t.param .b32 retval0;\n\tcall.uni (retval0), cudaLaunchDeviceV2, (param0, "
+    "param1);\n\t}\nDONE:\n\tret;\n}\n";
+
+static CUresult load_cdp(const char *devrt, CUfunction *parent)
+{
+    void *state = NULL, *cubin = NULL;
+    size_t size = 0;
+    CUmodule m = NULL;
+    CUresult rc = CU(cuLinkCreate_v2, (unsigned, void *, void **, void **))(0, NULL, NULL, &state);
+    rc = rc ? rc : CU(cuLinkAddData_v2, (void *, int, void *, size_t, const char *, unsigned, void *, void **))(
+                       state, 1 /* PTX */, (void *)cdp_ptx, sizeof cdp_ptx, "cdp.ptx", 0, NULL, NULL);
+    rc = rc ? rc : CU(cuLinkAddFile_v2, (void *, int, const char *, unsigned, void *, void **))(
+                       state, 4 /* LIBRARY */, devrt, 0, NULL, NULL);
+    rc = rc ? rc : CU(cuLinkComplete, (void *, void **, size_t *))(state, &cubin, &size);
+    rc = rc ? rc : CU(cuModuleLoadData, (CUmodule *, const void *))(&m, cubin);
+    rc = rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(parent, m, "parent");
+    if (state)
+        CU(cuLinkDestroy, (void *))(state);
+    return rc;
 }
 
 static int attr(int which)
@@ -246,17 +274,30 @@ int main(int argc, char **argv)
         int heap = !strcmp(s, "heap");
         if (a1)
             step(heap ? "set-heap" : "set-fifo", CU(cuCtxSetLimit, (int, size_t))(heap ? 2 : 1, (size_t)a1 << 20));
-        step("plain-launch", launch_plain(plain_kernel, NULL));
-        unsigned long long sz = 1 << 20;
-        void *params[] = {&sz};
+        CUdeviceptr out = 0;
+        unsigned idx = 0;
+        void *params[] = {&out, &idx};
+        step("plain-launch", launch_plain(plain_kernel, params));
         step(heap ? "malloc-launch" : "printf-launch", launch_plain(heap ? malloc_kernel : printf_kernel, params));
         step("again", launch_plain(heap ? malloc_kernel : printf_kernel, params));
         if (a1)
             step(heap ? "set-heap-after" : "set-fifo-after",
                  CU(cuCtxSetLimit, (int, size_t))(heap ? 2 : 1, (size_t)(a1 + 64) << 20));
+    } else if (!strcmp(s, "cdp")) {
+        CUfunction parent = NULL;
+        CUresult rc2 = argc > 3 ? load_cdp(argv[3], &parent) : 1;
+        step("link-cdp", rc2);
+        if (rc2)
+            return 0;
+        step("set-pending", CU(cuCtxSetLimit, (int, size_t))(4, (size_t)a1));
+        step("cdp-launch", launch_plain(parent, NULL));
+        step("cdp-again", launch_plain(parent, NULL));
     } else if (!strcmp(s, "pending") || !strcmp(s, "syncdepth")) {
+        CUdeviceptr out = 0;
+        unsigned idx = 0;
+        void *params[] = {&out, &idx};
         step("set", CU(cuCtxSetLimit, (int, size_t))(!strcmp(s, "pending") ? 4 : 3, (size_t)a1));
-        step("plain-launch", launch_plain(plain_kernel, NULL));
+        step("plain-launch", launch_plain(plain_kernel, params));
     } else {
         return fprintf(stderr, "unknown scenario %s\n", s), 2;
     }

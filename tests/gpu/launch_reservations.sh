@@ -29,5 +29,12 @@ run() { echo "== $*"; env -u LD_PRELOAD timeout 120 "$BIN" "$@" 2>&1; echo "exit
     run pending 2048
     run pending 1000000
     run syncdepth 24
+    devrt=$(find / -xdev -name libcudadevrt.a 2>/dev/null | head -1)
+    if [ -n "$devrt" ]; then
+        run cdp 2048 "$devrt"
+        run cdp 100000 "$devrt"
+    else
+        echo "== cdp: no libcudadevrt.a on this host"
+    fi
     CUDA_MODULE_LOADING=EAGER run local 64 132 256 plain
 } 2>&1 | tee "$LOG"

@@ -2,9 +2,9 @@
 # Generate one library's hook tables from the hook definitions (src/hooks.def; its classes are
 # checked against the export lists by gen/check-classes.sh).
 #   gen-hooks.sh TAG DEF OUT.h OUT.txt        TAG: cuda (names cu*) or nvml (names nvml*)
-# OUT.h: a typedef vgpu_fn_<name> of every signature; X-macro lists VGPU_<TAG>_HOOKS, _AUDITS and
-# _CALLS; VGPU_<TAG>_ROUTES(Y), the cuGetProcAddress routes by name as Y(base, since, hook,
-# per-thread hook), highest version first so that the first match is the one to take.
+# OUT.h: a typedef vgpu_fn_<name> of every signature; X-macro lists VGPU_<TAG>_HOOKS and _CALLS;
+# VGPU_<TAG>_ROUTES(Y), the cuGetProcAddress routes by name as Y(base, since, hook, per-thread
+# hook), highest version first so that the first match is the one to take.
 # OUT.txt: the names libvgpu implements, which gen-forward.sh leaves out of the forwards.
 set -eu
 tag=$1 def=$2 out_h=$3 out_txt=$4
@@ -39,7 +39,7 @@ NF == 2 {
     if (!class_ok(class)) die(name ": class \"" class "\" is not allocates, keeps-alive, frees, imports or neutral")
     if (index(name, prefix) != 1) next
     if (name !~ /^[A-Za-z][A-Za-z0-9_]*$/) die("bad name \"" name "\"")
-    if (role != "hook" && role != "audit" && role != "call") die(name ": role \"" role "\" is not hook, audit or call")
+    if (role != "hook" && role != "call") die(name ": role \"" role "\" is not hook or call")
     if (name in seen) die(name " is defined twice")
     p = index(sig, "(")
     if (!p || substr(sig, length(sig)) != ")") die(name ": signature \"" sig "\" is not \"RET (PARAMS)\"")
@@ -48,11 +48,15 @@ NF == 2 {
     typedefs[n] = "typedef " trim(substr(sig, 1, p - 1)) " vgpu_fn_" name substr(sig, p) ";"
     sub(/\* vgpu_fn_/, "*vgpu_fn_", typedefs[n])
     if (route == "-") next
-    k = split(route, r, /[ \t]+/)
-    if (k < 2 || k > 3 || r[2] !~ /^[0-9]+$/) die(name ": route \"" route "\" is not \"base version [per-thread hook]\"")
     if (role == "call") die(name ": a call has no route")
-    nr++
-    rbase[nr] = r[1]; rsince[nr] = r[2] + 0; rhook[nr] = name; rptsz[nr] = k == 3 ? r[3] : name; rline[nr] = FNR
+    # one route, or several separated by commas (a name whose ABI this hook is from a version on)
+    nroutes = split(route, routes, /,/)
+    for (j = 1; j <= nroutes; j++) {
+        k = split(trim(routes[j]), r, /[ \t]+/)
+        if (k < 2 || k > 3 || r[2] !~ /^[0-9]+$/) die(name ": route \"" routes[j] "\" is not \"base version [per-thread hook]\"")
+        nr++
+        rbase[nr] = r[1]; rsince[nr] = r[2] + 0; rhook[nr] = name; rptsz[nr] = k == 3 ? r[3] : name; rline[nr] = FNR
+    }
 }
 END {
     if (failed) exit 1
@@ -75,7 +79,6 @@ END {
     print "#define " guard
     for (i = 1; i <= n; i++) print typedefs[i]
     list("hook", "VGPU_" upper "_HOOKS")
-    list("audit", "VGPU_" upper "_AUDITS")
     list("call", "VGPU_" upper "_CALLS")
     s = "#define VGPU_" upper "_ROUTES(Y)"
     for (i = 1; i <= nr; i++) s = s sprintf(" \\\n    Y(\"%s\", %d, %s, %s)", rbase[i], rsince[i], rhook[i], rptsz[i])

@@ -5,7 +5,7 @@
  * fit is destroyed again and the call returns CUDA_ERROR_OUT_OF_MEMORY (so a quota smaller than
  * one context cannot run CUDA). A created context is charged until it is destroyed; a primary
  * context from its first retain to its last release (or a reset); what belongs to a context
- * (modules, limits) goes with it. */
+ * (modules, limits) goes with it. Limits are cuda_limits.c's. */
 #include <pthread.h>
 #include <string.h>
 
@@ -48,6 +48,7 @@ static void context_gone(CUcontext ctx)
     if (vgpu_track_take_entry(VGPU_K_CTX, (uint64_t)(uintptr_t)ctx, &e) == 0)
         vgpu_release_overhead(e.dev, e.bytes);
     vgpu_overheads_forget_context(ctx);
+    vgpu_launches_forget(); /* a new context may come at its address */
 }
 
 static int accounted(CUdevice dev)
@@ -211,40 +212,3 @@ PRIMARY_RELEASE(cuDevicePrimaryCtxRelease, 0)
 PRIMARY_RELEASE(cuDevicePrimaryCtxRelease_v2, 0)
 PRIMARY_RELEASE(cuDevicePrimaryCtxReset, 1)
 PRIMARY_RELEASE(cuDevicePrimaryCtxReset_v2, 1)
-
-/* ---- limits: cuCtxSetLimit takes device memory (a 64 KiB stack: 16 GiB on an H200) ---- */
-VGPU_EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
-{
-    HOOK_ENTER(cuCtxSetLimit, limit, value);
-    int dev;
-    CUcontext ctx = vgpu_current_context();
-    if (vgpu_cuda.exiting || !ctx || vgpu_current_device(&dev) != 0 || limit < 0 || limit > 7)
-        return REAL(cuCtxSetLimit)(limit, value);
-    size_t old = 0;
-    int can_restore = REAL(cuCtxGetLimit) && REAL(cuCtxGetLimit)(&old, limit) == CUDA_SUCCESS;
-    struct vgpu_measure m;
-    vgpu_measure_begin(dev, &m);
-    CUresult rc = REAL(cuCtxSetLimit)(limit, value);
-    int64_t cost = 0;
-    int measured = vgpu_measure_end(&m, 0, &cost) == 0;
-    if (rc != CUDA_SUCCESS || !measured || cost == 0)
-        return rc;
-    uint64_t key = (uint64_t)(uintptr_t)ctx | (uint64_t)limit;
-    struct vgpu_track_entry e = {.key = key, .aux = (uint64_t)(uintptr_t)ctx, .dev = dev, .kind = VGPU_K_LIMIT}, old_e;
-    if (vgpu_track_take_entry(VGPU_K_LIMIT, key, &old_e) == 0)
-        e.bytes = old_e.bytes;
-    if (cost < 0) { /* a smaller limit gave memory back */
-        uint64_t down = (uint64_t)-cost < e.bytes ? (uint64_t)-cost : e.bytes;
-        vgpu_release_overhead(dev, down);
-        e.bytes -= down;
-    } else if (vgpu_admit_overhead(dev, (uint64_t)cost, &m.after) == 0) {
-        e.bytes += (uint64_t)cost;
-    } else {
-        if (can_restore)
-            REAL(cuCtxSetLimit)(limit, old);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (e.bytes)
-        vgpu_track_put_entry(&e, &old_e);
-    return rc;
-}

@@ -1,7 +1,7 @@
 /* The CUDA shim's core: loading the real driver and the configuration, the forwarding of every
  * driver export without a hook (gen/gen-forward.sh calls vgpu_fwd_resolve_cuda once per name),
  * cuInit, fork and exit. The hooks themselves live in cuda_memory.c, cuda_pools.c, cuda_vmm.c,
- * cuda_arrays.c, cuda_contexts.c, cuda_modules.c, cuda_graphs.c, cuda_reports.c, cuda_audit.c
+ * cuda_arrays.c, cuda_contexts.c, cuda_modules.c, cuda_graphs.c, cuda_reports.c, cuda_launch.c
  * and cuda_route.c. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -13,7 +13,7 @@
 
 #define NAME_ENTRY(n) #n,
 const char *const vgpu_cuda_names[H_COUNT] = {
-    VGPU_CUDA_HOOKS(NAME_ENTRY) VGPU_CUDA_AUDITS(NAME_ENTRY) VGPU_CUDA_CALLS(NAME_ENTRY)};
+    VGPU_CUDA_HOOKS(NAME_ENTRY) VGPU_CUDA_CALLS(NAME_ENTRY)};
 void *vgpu_cuda_real[H_COUNT];
 struct vgpu_cuda_state vgpu_cuda = {.slot = -1};
 
@@ -27,6 +27,13 @@ static CUresult fwd_not_initialised(void)
 }
 CUresult vgpu_cuda_not_supported(void)
 {
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+/* Every launch asks for the current context: a driver without cuCtxGetCurrent has none. */
+static CUresult no_current_context(CUcontext *ctx)
+{
+    if (ctx)
+        *ctx = NULL;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -62,9 +69,11 @@ static void load_real(void)
     for (int i = 0; i < H_COUNT; i++) {
         vgpu_cuda_real[i] = dlsym(real_lib, vgpu_cuda_names[i]);
         /* a hook whose driver function is missing (an older driver) answers "not supported" */
-        if (!vgpu_cuda_real[i] && i < H_INTERCEPTED)
+        if (!vgpu_cuda_real[i] && i < N_HOOKS)
             vgpu_cuda_real[i] = (void *)vgpu_cuda_not_supported;
     }
+    if (!vgpu_cuda_real[H_cuCtxGetCurrent])
+        vgpu_cuda_real[H_cuCtxGetCurrent] = (void *)no_current_context;
 }
 
 static void at_fork_child(void)
@@ -73,8 +82,10 @@ static void at_fork_child(void)
     vgpu_cuda.slot = -1;
     vgpu_contexts_forget();
     vgpu_graphs_forget();
+    vgpu_graph_kernels_forget();
     vgpu_pools_forget();
     vgpu_track_reset();
+    vgpu_launches_forget();
 }
 
 static void load_config(void)
@@ -92,8 +103,6 @@ static void load_config(void)
     }
     s->audit = s->cfg.compute_audit;
     s->cfg_ok = 1;
-    if (s->audit)
-        vgpu_audit_install();
     pthread_atfork(NULL, NULL, at_fork_child);
     vgpu_log(VGPU_INFO, "quota from %s, enforce=%d, virtual_memory=%d", s->cfg.source, s->cfg.limit_enforce,
              s->cfg.virtual_memory);
@@ -104,8 +113,8 @@ void vgpu_cuda_load_library(void)
     pthread_once(&load_once, load_real);
 }
 
-/* Runtimes resolve their entry points before cuInit, so routing needs the switches (audit)
- * before the first hook runs: cuGetProcAddress calls this too. */
+/* Runtimes resolve their entry points before cuInit, so the configuration is loaded before the
+ * first hook runs: cuGetProcAddress calls this too. */
 void vgpu_cuda_load(void)
 {
     pthread_once(&load_once, load_real);
@@ -132,11 +141,6 @@ void *vgpu_fwd_resolve_cuda(unsigned index)
     else if (!(p = dlsym(real_lib, vgpu_fwd_names_cuda[index]))) {
         vgpu_log(VGPU_DEBUG, "%s is not in the real driver", vgpu_fwd_names_cuda[index]);
         p = (void *)vgpu_cuda_not_supported;
-    }
-    if (vgpu_cuda.audit && vgpu_cuda.cfg_ok) {
-        void *h = vgpu_cuda_hook_for(p);
-        if (h)
-            p = h;
     }
     __atomic_store_n(&vgpu_fwd_table_cuda[index], p, __ATOMIC_RELEASE);
     return p;

@@ -83,13 +83,11 @@ static void give_back_taken(struct plan *p)
     memset(p->taken_count, 0, sizeof p->taken_count);
 }
 
-/* Add graph g's allocation nodes (child graphs included) to p; 0, or -1 when the driver cannot
- * list them. A node whose address is a charged allocation (captured) is taken out of the table. */
-static int walk(CUgraph g, struct plan *p, int depth)
+/* Every node of g, child graphs' included, to visit (which stops the walk with -1). */
+static int each_node(CUgraph g, int (*visit)(CUgraphNode node, int type, void *arg), void *arg, int depth)
 {
     size_t n = 0;
-    if (!REAL(cuGraphGetNodes) || !REAL(cuGraphNodeGetType) || !REAL(cuGraphMemAllocNodeGetParams)
-        || REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS)
+    if (!REAL(cuGraphGetNodes) || !REAL(cuGraphNodeGetType) || REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS)
         return -1;
     if (n == 0)
         return 0;
@@ -101,33 +99,55 @@ static int walk(CUgraph g, struct plan *p, int depth)
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         int type = -1;
+        CUgraph child = NULL;
         if (REAL(cuGraphNodeGetType)(nodes[i], &type) != CUDA_SUCCESS)
             rc = -1;
-        else if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-            CUDA_MEM_ALLOC_NODE_PARAMS a;
-            memset(&a, 0, sizeof a);
-            if (REAL(cuGraphMemAllocNodeGetParams)(nodes[i], &a) != CUDA_SUCCESS) {
-                rc = -1;
-                break;
-            }
-            int dev = a.poolProps.location.id;
-            if (a.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 || dev >= VGPU_MAX_DEVICES)
-                continue; /* host memory does not count */
-            p->any = 1;
-            p->bytes[dev] += a.bytesize;
-            uint64_t bytes;
-            int tdev;
-            if (vgpu_track_take(VGPU_K_PTR, a.dptr, &bytes, &tdev) == 0 && remember_taken(p, a.dptr, bytes, tdev) != 0) {
-                vgpu_commit(VGPU_K_PTR, a.dptr, bytes, tdev);
-                rc = -1;
-            }
-        } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && depth < 16 && REAL(cuGraphChildGraphNodeGetGraph)) {
-            CUgraph child = NULL;
-            rc = REAL(cuGraphChildGraphNodeGetGraph)(nodes[i], &child) == CUDA_SUCCESS ? walk(child, p, depth + 1) : -1;
-        }
+        else if (type == CU_GRAPH_NODE_TYPE_GRAPH && depth < 16 && REAL(cuGraphChildGraphNodeGetGraph))
+            rc = REAL(cuGraphChildGraphNodeGetGraph)(nodes[i], &child) == CUDA_SUCCESS
+                     ? each_node(child, visit, arg, depth + 1)
+                     : -1;
+        else
+            rc = visit(nodes[i], type, arg);
     }
     free(nodes);
     return rc;
+}
+
+int vgpu_graph_nodes(CUgraph g, int (*visit)(CUgraphNode node, int type, void *arg), void *arg)
+{
+    return each_node(g, visit, arg, 0);
+}
+
+/* An allocation node goes into p; one whose address is a charged allocation (captured) is taken
+ * out of the table. */
+static int plan_node(CUgraphNode node, int type, void *arg)
+{
+    struct plan *p = arg;
+    if (type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return 0;
+    CUDA_MEM_ALLOC_NODE_PARAMS a;
+    memset(&a, 0, sizeof a);
+    if (!REAL(cuGraphMemAllocNodeGetParams) || REAL(cuGraphMemAllocNodeGetParams)(node, &a) != CUDA_SUCCESS)
+        return -1;
+    int dev = a.poolProps.location.id;
+    if (a.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0; /* host memory does not count */
+    p->any = 1;
+    p->bytes[dev] += a.bytesize;
+    uint64_t bytes;
+    int tdev;
+    if (vgpu_track_take(VGPU_K_PTR, a.dptr, &bytes, &tdev) == 0 && remember_taken(p, a.dptr, bytes, tdev) != 0) {
+        vgpu_commit(VGPU_K_PTR, a.dptr, bytes, tdev);
+        return -1;
+    }
+    return 0;
+}
+
+/* Add graph g's allocation nodes (child graphs included) to p; 0, or -1 when the driver cannot
+ * list them. */
+static int walk(CUgraph g, struct plan *p)
+{
+    return each_node(g, plan_node, p, 0);
 }
 
 static void plan_free(struct plan *p)
@@ -153,7 +173,7 @@ static CUresult admit(CUgraph g, struct plan *p)
     memset(p, 0, sizeof *p);
     if (vgpu_cuda.exiting)
         return CUDA_SUCCESS;
-    if (walk(g, p, 0) != 0) {
+    if (walk(g, p) != 0) {
         /* a graph the driver cannot list: its instantiation will say why */
         give_back_taken(p);
         p->any = 0;
@@ -244,12 +264,21 @@ static void resync_locked(int dev, int64_t live_change)
         vgpu_adjust(dev, delta, 0, 0);
 }
 
-/* ---- instantiation: charge first, then the driver's instantiation of any ABI ---- */
+/* ---- instantiation: charge first (what its kernels make the driver reserve, then its memory
+ * nodes), then the driver's instantiation of any ABI ---- */
 #define INSTANTIATE(CALL)                                                                                             \
     do {                                                                                                              \
         struct plan p_;                                                                                               \
-        CUresult rc_ = admit(graph, &p_);                                                                             \
-        return rc_ ? rc_ : instantiated(CALL, exec, &p_);                                                             \
+        size_t stack_;                                                                                                \
+        CUresult rc_ = vgpu_graph_kernels_cover(graph, &stack_);                                                      \
+        if (rc_ == CUDA_SUCCESS)                                                                                      \
+            rc_ = admit(graph, &p_);                                                                                  \
+        if (rc_ != CUDA_SUCCESS)                                                                                      \
+            return rc_;                                                                                               \
+        rc_ = instantiated(CALL, exec, &p_);                                                                          \
+        if (rc_ == CUDA_SUCCESS && exec)                                                                              \
+            vgpu_graph_exec_needs(*exec, stack_);                                                                     \
+        return rc_;                                                                                                   \
     } while (0)
 
 VGPU_EXPORT CUresult cuGraphInstantiate(CUgraphExec *exec, CUgraph graph, CUgraphNode *err_node, char *log,
@@ -299,6 +328,8 @@ VGPU_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec)
         }
     pthread_mutex_unlock(&lock);
     CUresult rc = REAL(cuGraphExecDestroy)(exec);
+    if (rc == CUDA_SUCCESS)
+        vgpu_graph_exec_gone(exec);
     if (!e.exec || vgpu_cuda.exiting)
         return rc;
     pthread_mutex_lock(&lock);
@@ -338,7 +369,7 @@ VGPU_EXPORT CUresult cuGraphDestroy(CUgraph graph)
     HOOK_ENTER(cuGraphDestroy, graph);
     struct plan p;
     memset(&p, 0, sizeof p);
-    if (vgpu_cuda.exiting || walk(graph, &p, 0) != 0) {
+    if (vgpu_cuda.exiting || walk(graph, &p) != 0) {
         give_back_taken(&p);
         plan_free(&p);
         return REAL(cuGraphDestroy)(graph);

@@ -9,8 +9,7 @@
 #include "cuda_shim.h"
 
 #define HOOK_ADDR(n) (void *)n,
-#define AUDIT_ADDR(n) (void *)vgpu_audit_##n,
-static void *const hook_ptr[H_INTERCEPTED] = {VGPU_CUDA_HOOKS(HOOK_ADDR) VGPU_CUDA_AUDITS(AUDIT_ADDR)};
+static void *const hook_ptr[N_HOOKS] = {VGPU_CUDA_HOOKS(HOOK_ADDR)};
 
 #define ROUTE_ENTRY(base, since, legacy, ptsz) {base, since, H_##legacy, H_##ptsz},
 static const struct {
@@ -18,11 +17,6 @@ static const struct {
     int min_version;
     int legacy, ptsz; /* hook indexes */
 } by_name[] = {VGPU_CUDA_ROUTES(ROUTE_ENTRY)};
-
-static int is_launch(int h)
-{
-    return h >= H_AUDIT_FIRST && h < H_INTERCEPTED;
-}
 
 static int per_thread_stream(cuuint64_t flags)
 {
@@ -39,11 +33,9 @@ static void *route(const char *symbol, void *p, int version, cuuint64_t flags)
 {
     if (vgpu_cuda.defer)
         return p; /* libvgpu.so routed it already */
-    for (int i = 0; i < H_INTERCEPTED; i++) {
+    for (int i = 0; i < N_HOOKS; i++) {
         if (vgpu_cuda_real[i] != p)
             continue;
-        if (is_launch(i) && !vgpu_cuda.audit)
-            return p; /* launches are not intercepted unless audited */
         if (symbol)
             vgpu_log(VGPU_DEBUG, "cuGetProcAddress(%s, %d): hook by identity", symbol, version);
         return hook_ptr[i];
@@ -54,8 +46,6 @@ static void *route(const char *symbol, void *p, int version, cuuint64_t flags)
         if (strcmp(symbol, by_name[i].base) != 0 || version < by_name[i].min_version)
             continue;
         int h = per_thread_stream(flags) ? by_name[i].ptsz : by_name[i].legacy;
-        if (is_launch(h) && !vgpu_cuda.audit)
-            return p;
         vgpu_log(VGPU_DEBUG, "cuGetProcAddress(%s, %d): hook by name", symbol, version);
         return hook_ptr[h];
     }

@@ -8,20 +8,16 @@
 #include "region.h"
 #include "vgpu.h"
 
-/* H_<name>: index of every driver function named in hooks.def; hooks first, then audited
- * launches, then the functions only called. */
+/* H_<name>: index of every driver function named in hooks.def; hooks first, then the functions
+ * only called. */
 #define VGPU_H_ENUM(n) H_##n,
-enum { VGPU_CUDA_HOOKS(VGPU_H_ENUM) VGPU_CUDA_AUDITS(VGPU_H_ENUM) VGPU_CUDA_CALLS(VGPU_H_ENUM) H_COUNT };
+enum { VGPU_CUDA_HOOKS(VGPU_H_ENUM) VGPU_CUDA_CALLS(VGPU_H_ENUM) H_COUNT };
 #define VGPU_ONE(n) +1
-enum { N_HOOKS = 0 VGPU_CUDA_HOOKS(VGPU_ONE), N_AUDITS = 0 VGPU_CUDA_AUDITS(VGPU_ONE) };
-#define H_AUDIT_FIRST N_HOOKS
-#define H_INTERCEPTED (N_HOOKS + N_AUDITS) /* hooks and audit wrappers: what routing hands out */
+enum { N_HOOKS = 0 VGPU_CUDA_HOOKS(VGPU_ONE) };
 
 /* Every hook is declared from its hooks.def signature, so a definition that differs fails to build. */
 #define VGPU_DECLARE_HOOK(n) VGPU_EXPORT vgpu_fn_##n n;
 VGPU_CUDA_HOOKS(VGPU_DECLARE_HOOK)
-#define VGPU_DECLARE_AUDIT(n) VGPU_HIDDEN vgpu_fn_##n vgpu_audit_##n;
-VGPU_CUDA_AUDITS(VGPU_DECLARE_AUDIT)
 
 /* The real driver's functions; a hooked one the driver lacks answers CUDA_ERROR_NOT_SUPPORTED. */
 extern VGPU_HIDDEN void *vgpu_cuda_real[H_COUNT];
@@ -33,7 +29,7 @@ struct vgpu_cuda_state {
     int ready;   /* real library loaded and configuration good */
     int defer;   /* libvgpu.so is in this process too: this shim forwards everything to it */
     int cfg_ok;  /* configuration loaded and region mapped */
-    int audit;   /* GPU_COMPUTE_AUDIT */
+    int audit;   /* GPU_COMPUTE_AUDIT: launches counted in the slot */
     int exiting; /* after our destructor: no more accounting */
     int slot;    /* our slot in the region, -1 = none yet */
     struct vgpu_config cfg;
@@ -140,6 +136,17 @@ VGPU_HIDDEN void vgpu_pools_forget(void);
 VGPU_HIDDEN void vgpu_contexts_forget(void); /* in a fork child: it holds no primary context */
 
 /* ---- graph memory (cuda_graphs.c) ---- */
+/* Every node of g, child graphs' included (16 deep at most), to visit: 0, or -1 when the driver
+ * cannot list them or visit said -1. */
+VGPU_HIDDEN int vgpu_graph_nodes(CUgraph g, int (*visit)(CUgraphNode node, int type, void *arg), void *arg);
+/* ---- graph kernels (cuda_graph_kernels.c) ---- */
+/* g's kernel nodes covered in the current context (cuda_launch.c): CUDA_SUCCESS and *stack, the
+ * most local memory a thread of them needs, or CUDA_ERROR_OUT_OF_MEMORY. */
+VGPU_HIDDEN CUresult vgpu_graph_kernels_cover(CUgraph g, size_t *stack);
+VGPU_HIDDEN void vgpu_graph_exec_needs(CUgraphExec exec, size_t stack); /* remember what exec's launches need */
+VGPU_HIDDEN void vgpu_graph_exec_gone(CUgraphExec exec);
+VGPU_HIDDEN CUresult vgpu_graph_exec_cover(CUgraphExec exec); /* before a launch or an upload of exec */
+VGPU_HIDDEN void vgpu_graph_kernels_forget(void);              /* in a fork child */
 extern VGPU_HIDDEN int vgpu_capture_seen; /* a stream capture began in this process */
 VGPU_HIDDEN void vgpu_graphs_forget(void);  /* in a fork child */
 /* Whether a stream-ordered call on stream goes into a graph being captured (asked only once a
@@ -152,7 +159,20 @@ static inline int vgpu_stream_captured(vgpu_fn_cuStreamIsCapturing *is_capturing
     return is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* ---- launch audit (cuda_audit.c) ---- */
-VGPU_HIDDEN void vgpu_audit_install(void);
+/* ---- launches (cuda_launch.c) ---- */
+/* The local memory a thread of f needs, f being a function or a library's kernel (resolved in
+ * the current context, which loads it there: measured and charged, or CUDA_ERROR_OUT_OF_MEMORY);
+ * *bound (when not NULL): f is a module's function, which runs in its own context only. */
+VGPU_HIDDEN CUresult vgpu_launch_local(CUfunction f, size_t *local, int *bound);
+/* What a launch of f (a function or a library's kernel) would grow in the current context,
+ * charged first: CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY. *local: its local memory a thread. */
+VGPU_HIDDEN CUresult vgpu_launch_cover(CUfunction f, size_t *local);
+/* Forget which launch targets are covered (a limit lowered, a context, module or library gone). */
+VGPU_HIDDEN void vgpu_launches_forget(void);
+
+/* ---- limits (cuda_contexts.c) ---- */
+/* The current context's per-thread stack raised to bytes if it is lower, charged before the
+ * driver takes it: CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY past the quota. */
+VGPU_HIDDEN CUresult vgpu_stack_at_least(size_t bytes);
 
 #endif

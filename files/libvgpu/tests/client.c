@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "ptx.h"
 
 static void *cuda, *nvml;
 static void *fn(void *lib, const char *name)
@@ -79,18 +80,6 @@ static CUcontext contexts[64];
 static int ncontexts;
 static CUdeviceptr ipc_opened;
 
-
-/* A PTX module whose one .global array is MIB MiB, which a kernel writes. */
-static const char *ptx_with_global(size_t mib)
-{
-    static char ptx[1024];
-    snprintf(ptx, sizeof ptx,
-             ".version 7.0\n.target sm_50\n.address_size 64\n.visible .global .align 8 .b8 g[%zu];\n"
-             ".visible .entry k()\n{\n\t.reg .b64 %%rd<2>;\n\t.reg .b16 %%rs<2>;\n\tmov.u64 %%rd1, g;\n"
-             "\tmov.u16 %%rs1, 1;\n\tst.global.u8 [%%rd1], %%rs1;\n\tret;\n}\n",
-             mib << 20);
-    return ptx;
-}
 
 /* What the GPU holds for this process: the fake driver's own count (what fake NVML reports),
  * asked past libvgpu. */

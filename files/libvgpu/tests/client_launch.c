@@ -16,38 +16,15 @@
 #include <string.h>
 
 #include "client.h"
+#include "ptx.h"
 
 static CUfunction kernels[64];
 static int nkernels;
 static CUgraphExec last_exec;
 
-static const char *kernel_ptx(size_t kib, int heap)
-{
-    static char ptx[4096];
-    snprintf(ptx, sizeof ptx,
-             ".version 7.0\n.target sm_50\n.address_size 64\n"
-             ".extern .func (.param .b64 func_retval0) malloc (.param .b64 p0);\n"
-             ".extern .func free (.param .b64 p0);\n"
-             ".visible .entry lk(.param .u64 out, .param .u32 idx)\n{\n"
-             "\t.local .align 4 .b8 buf[%zu];\n\t.reg .pred %%p<2>;\n\t.reg .b32 %%r<4>;\n\t.reg .b64 %%rd<8>;\n"
-             /* written at an index the compiler cannot know, so the array stays in local memory */
-             "\tld.param.u32 %%r1, [idx];\n\tmov.u32 %%r2, %%tid.x;\n\tmov.u64 %%rd1, buf;\n"
-             "\tcvt.u64.u32 %%rd2, %%r1;\n\tadd.s64 %%rd3, %%rd1, %%rd2;\n\tst.local.u32 [%%rd3], %%r2;\n"
-             "\tld.local.u32 %%r3, [%%rd1+4];\n%s"
-             "\tsetp.ne.u32 %%p1, %%r1, 12345678;\n\t@%%p1 bra DONE;\n"
-             "\tld.param.u64 %%rd4, [out];\n\tcvta.to.global.u64 %%rd5, %%rd4;\n\tst.global.u32 [%%rd5], %%r3;\n"
-             "DONE:\n\tret;\n}\n",
-             kib ? kib << 10 : 4,
-             heap ? "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], 64;\n\t.param .b64 retval0;\n"
-                    "\tcall.uni (retval0), malloc, (param0);\n\tld.param.b64 %rd6, [retval0+0];\n\t}\n"
-                    "\t{\n\t.param .b64 param0;\n\tst.param.b64 [param0+0], %rd6;\n\tcall.uni free, (param0);\n\t}\n"
-                  : "");
-    return ptx;
-}
-
 static CUresult load_kernel(size_t kib, const char *mode, CUfunction *f)
 {
-    const char *ptx = kernel_ptx(kib, strstr(mode, "malloc") != NULL);
+    const char *ptx = ptx_with_local(kib << 10, strstr(mode, "malloc") != NULL);
     if (!strncmp(mode, "lib", 3)) {
         CUlibrary l = NULL;
         CUresult rc = CU(cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **,

@@ -644,10 +644,10 @@ expect_truth "a library's kernel (a CUkernel, as cudart 12+ launches): its stack
     "launch-k 0 plain rc=2" "launch-k 1 plain rc=0 sync=0 stack=32" "alloc 600 v2 rc=2"
 
 fresh 1000MiB
-run init heap:1200 heap:600 truth alloc:600 kernel:0:malloc launch-k:0 truth heap:700 alloc:300 truth
+run init heap:1200 heap:600 truth alloc:600 kernel:0:malloc launch-k:0 truth heap:700 alloc:400 alloc:300 truth
 expect_truth "the device heap is charged when it is set (its size + 2 MiB, taken at the first malloc kernel's launch)" \
     1000 "heap 1200 rc=2 now=8" "heap 600 rc=0 now=600" "alloc 600 v2 rc=2" "launch-k 0 plain rc=0" \
-    "heap 700 rc=1 now=600" "alloc 300 v2 rc=2"
+    "heap 700 rc=1 now=600" "alloc 400 v2 rc=2" "alloc 300 v2 rc=0"
 
 fresh 1000MiB
 run init heap:100 heap:50 alloc:900 kernel:0:malloc launch-k:0 truth
@@ -721,7 +721,7 @@ unset PRELOAD
 # says the GPU holds for them: never above the quota plus the allowance (the context reserve).
 fresh 1000MiB
 SEED=${VGPU_TRUTH_SEED:-24}
-export FAKE_STATE=$R/state FAKE_CTX_MIB=64 FAKE_ALLOC_ROUND_MIB=2 FAKE_POOL_GRANULE_MIB=32 FAKE_RESIDENT_THREADS=1024 \
+export FAKE_STATE=$R/state FAKE_CTX_MIB=64 FAKE_ALLOC_ROUND_MIB=2 FAKE_POOL_GRANULE_MIB=32 FAKE_RESIDENT_THREADS=16384 \
     VGPU_CONTEXT_RESERVE=64MiB
 preload=$B/libvgpu.so
 if [[ $V == *asan* ]]; then preload="$(${CC:-cc} -print-file-name=libasan.so) $preload"; fi

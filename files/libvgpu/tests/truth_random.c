@@ -1,7 +1,8 @@
 /* The invariant under a seeded random sequence (issue 24): two worker processes of one container
  * take turns making driver calls through libcuda.so.1 as the loader finds it (libvgpu), mixing
  * every allocation path, frees, pool trims and release thresholds, contexts, modules and
- * libraries, graphs, virtual memory; after every step a checker process that does not load
+ * libraries, graphs, virtual memory, launches of kernels with growing local memory, of kernels
+ * that use the device heap, and of graphs with kernel nodes (issue 37); after every step a checker process that does not load
  * libvgpu reads the GPU's own count (NVML) of the two workers and checks it stays within the
  * quota plus the allowance. Every refusal must be CUDA_ERROR_OUT_OF_MEMORY. The fake driver's
  * suite (run-tests.sh) and the H200's (tests/gpu/charge_truth.sh) run the same program.
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "abi.h"
+#include "ptx.h"
 
 struct turns {
     uint64_t turn;      /* 2k: worker k % 2 makes step k; 2k + 1: the checker checks it */
@@ -89,6 +91,7 @@ static unsigned seed;
 static CUcontext primary;
 static CUmemoryPool made_pool;
 static long ok, oom, other, unserved;
+static int heap_fixed; /* a kernel that calls malloc ran: the heap cannot be set again */
 
 /* h holds what a call made, when it succeeded */
 #define KEEP(KIND, A, B, C)                                                                                           \
@@ -108,17 +111,6 @@ static struct held *free_slot(void)
         if (held[i].kind == NONE)
             return &held[i];
     return NULL;
-}
-
-static const char *ptx_with_global(size_t mib)
-{
-    static char ptx[1024];
-    snprintf(ptx, sizeof ptx,
-             ".version 7.0\n.target sm_50\n.address_size 64\n.visible .global .align 8 .b8 g[%zu];\n"
-             ".visible .entry k()\n{\n\t.reg .b64 %%rd<2>;\n\t.reg .b16 %%rs<2>;\n\tmov.u64 %%rd1, g;\n"
-             "\tmov.u16 %%rs1, 1;\n\tst.global.u8 [%%rd1], %%rs1;\n\tret;\n}\n",
-             mib << 20);
-    return ptx;
 }
 
 /* Release what h holds; the call's result. */
@@ -165,16 +157,54 @@ static CUresult release(struct held *h)
     return rc;
 }
 
+/* Load a kernel with local_kib KiB of local memory a thread (calling malloc when heap), kept as
+ * a module in h, and launch it once: directly, or as the one kernel node of a graph. */
+static CUresult load_and_launch(struct held *h, size_t local_kib, int heap, int graph)
+{
+    CUmodule m = NULL;
+    CUfunction f = NULL;
+    CUdeviceptr out = 0;
+    unsigned idx = 0;
+    void *params[] = {&out, &idx};
+    CUresult rc = CU(cuModuleLoadData, (CUmodule *, const void *))(&m, ptx_with_local(local_kib << 10, heap));
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    *h = (struct held){MODULE, (uint64_t)(uintptr_t)m, 0, 0};
+    rc = CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&f, m, "lk");
+    if (rc == CUDA_SUCCESS && !graph)
+        rc = CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 CUstream, void **, void **))(f, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL);
+    if (rc == CUDA_SUCCESS && graph) {
+        CUDA_KERNEL_NODE_PARAMS_v1 node = {f, 1, 1, 1, 32, 1, 1, 0, params, NULL};
+        CUgraph g = NULL;
+        CUgraphNode n = NULL;
+        CUgraphExec e = NULL;
+        CU(cuGraphCreate, (CUgraph *, unsigned))(&g, 0);
+        rc = CU(cuGraphAddKernelNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *))(&n, g, NULL,
+                                                                                                          0, &node);
+        if (rc == CUDA_SUCCESS)
+            rc = CU(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))(&e, g, 0);
+        if (rc == CUDA_SUCCESS) {
+            rc = CU(cuGraphLaunch, (CUgraphExec, CUstream))(e, NULL);
+            CU(cuGraphExecDestroy, (CUgraphExec))(e);
+        }
+        CU(cuGraphDestroy, (CUgraph))(g);
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = CU(cuCtxSynchronize, (void))();
+    return rc;
+}
+
 /* One random step; returns the name of what it did, *rc its result. */
 static const char *step(size_t maxmib, CUresult *rc)
 {
     size_t mib = 1 + pick((unsigned)maxmib);
     size_t bytes = mib << 20;
     struct held *h = free_slot();
-    unsigned op = pick(20);
+    unsigned op = pick(24);
     *rc = CUDA_SUCCESS;
     if (!h)
-        op = 19; /* full: free something */
+        op = 23; /* full: free something */
     CUdeviceptr p = 0;
     switch (op) {
     case 0:
@@ -320,6 +350,21 @@ static const char *step(size_t maxmib, CUresult *rc)
     case 17:
         *rc = CU(cuCtxSetLimit, (int, size_t))(CU_LIMIT_STACK_SIZE, pick(2) ? 1024 : (size_t)(1 + pick(8)) << 10);
         return "cuCtxSetLimit(STACK_SIZE)";
+    case 18: /* a kernel's local memory: the launch grows the stack of every resident thread */
+        *rc = load_and_launch(h, 1 + pick(16), 0, 0);
+        return "kernel with local memory: load+launch";
+    case 19:
+        *rc = load_and_launch(h, 1 + pick(16), 0, 1);
+        return "kernel with local memory: graph instantiate+launch";
+    case 20: /* the device heap: set (while it can be), then taken by a kernel that calls malloc */
+        if (!heap_fixed) {
+            *rc = CU(cuCtxSetLimit, (int, size_t))(CU_LIMIT_MALLOC_HEAP_SIZE, bytes);
+            if (*rc != CUDA_SUCCESS || pick(2))
+                return "cuCtxSetLimit(MALLOC_HEAP_SIZE)";
+        }
+        *rc = load_and_launch(h, 1, 1, 0);
+        heap_fixed |= *rc == CUDA_SUCCESS;
+        return "kernel that calls malloc: load+launch";
     default: { /* free a random held thing */
         int n = 0, live[HELD];
         for (int i = 0; i < HELD; i++)
