@@ -3,7 +3,7 @@
  * PyTorch's cudaMallocAsync backend sets), until cuMemPoolTrimTo. So a pool is charged
  * max(its live allocations, its last known CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT):
  *  - an allocation the pool's charge covers costs nothing more and touches nothing shared (the
- *    fast path: one process-local lock);
+ *    fast path: one process-local lock for the pool, one for the table of charged pointers);
  *  - one that may grow the pool is admitted for the growth first, then the reserve is read
  *    back (one cuMemPoolGetAttribute) and the charge settled to what the driver holds;
  *  - a free lowers the live count only: the charge stays until the reserve is read again, which
@@ -13,7 +13,6 @@
  * The pool of cuMemAllocAsync is the device's current pool (cuDeviceSetMemPool, cuMemSetMemPool,
  * else the default one). Imported pools allocate nothing; pointers imported from another process
  * are the exporter's (not charged). */
-#include <pthread.h>
 #include <string.h>
 
 #include "cuda_shim.h"
@@ -27,14 +26,14 @@ struct pool {
 static struct pool pools[MAX_POOLS];
 static int npools;
 static CUmemoryPool current[VGPU_MAX_DEVICES], defaults[VGPU_MAX_DEVICES];
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static vgpu_spin lock = VGPU_SPIN_INIT; /* every stream-ordered allocation and free takes it */
 
 void vgpu_pools_forget(void)
 {
     memset(pools, 0, sizeof pools);
     npools = 0;
     memset(current, 0, sizeof current);
-    pthread_mutex_init(&lock, NULL);
+    vgpu_spin_init(&lock);
 }
 
 static CUmemoryPool default_of_locked(int dev)
@@ -87,7 +86,7 @@ static void read_reserve_locked(struct pool *p)
 void vgpu_pools_reread(int dev)
 {
     int64_t delta = 0;
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     for (int i = 0; i < npools; i++) {
         struct pool *p = &pools[i];
         if (p->dev != dev || p->imported || p->charged <= p->live)
@@ -95,7 +94,7 @@ void vgpu_pools_reread(int dev)
         read_reserve_locked(p);
         delta += settle_locked(p);
     }
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     vgpu_adjust(dev, delta, 0, 0);
 }
 
@@ -106,13 +105,16 @@ struct ticket {
     uint64_t size, growth;
 };
 
-/* 0: go on with the driver call; 1: not a charged pool (plain forward); -1: over the quota. */
+/* 0: go on with the driver call; 1: not a charged pool (plain forward); -1: over the quota.
+ * h NULL: dev's current pool (cuDeviceSetMemPool, cuMemSetMemPool, else its default one). */
 static int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
+    if (!h)
+        h = current[dev] ? current[dev] : default_of_locked(dev);
     struct pool *p = h ? find_locked(h, dev) : NULL;
     if (!p || p->imported || p->destroyed) {
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         return 1;
     }
     p->live += size;
@@ -120,12 +122,12 @@ static int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
     uint64_t growth = target > p->charged ? target - p->charged : 0;
     p->charged += growth;
     *t = (struct ticket){p, p->dev, size, growth};
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     if (growth && vgpu_adjust(t->dev, (int64_t)growth, 0, 1) != 0) {
-        pthread_mutex_lock(&lock);
+        vgpu_spin_lock(&lock);
         p->live -= size;
         p->charged -= growth;
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         return -1;
     }
     return 0;
@@ -133,15 +135,19 @@ static int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
 
 static void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
 {
-    pthread_mutex_lock(&lock);
     struct pool *p = t->p;
-    if (rc != CUDA_SUCCESS)
-        p->live -= t->size;
-    else if (t->growth)
-        read_reserve_locked(p);
-    int64_t delta = settle_locked(p);
-    pthread_mutex_unlock(&lock);
-    vgpu_adjust(t->dev, delta, 0, 0); /* what the driver holds, whatever its rounding */
+    /* A success the charge covered changes nothing: the charge is max(live, reserve) after
+     * every settle, so it was the reserve, which covers the new live count too. */
+    if (rc != CUDA_SUCCESS || t->growth) {
+        vgpu_spin_lock(&lock);
+        if (rc != CUDA_SUCCESS)
+            p->live -= t->size;
+        else
+            read_reserve_locked(p);
+        int64_t delta = settle_locked(p);
+        vgpu_spin_unlock(&lock);
+        vgpu_adjust(t->dev, delta, 0, 0); /* what the driver holds, whatever its rounding */
+    }
     if (rc == CUDA_SUCCESS) {
         struct vgpu_track_entry e = {.key = ptr, .bytes = t->size, .aux = (uint64_t)(uintptr_t)p->h, .dev = t->dev,
                                      .kind = VGPU_K_PTR},
@@ -154,14 +160,14 @@ static void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
 /* A pool allocation freed (aux of its entry is the pool): its memory stays in the pool. */
 void vgpu_pool_freed(const struct vgpu_track_entry *e)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     struct pool *p = find_locked((CUmemoryPool)(uintptr_t)e->aux, e->dev);
     int64_t delta = 0;
     if (p) {
         p->live -= e->bytes < p->live ? e->bytes : p->live;
         delta = settle_locked(p);
     }
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     vgpu_adjust(e->dev, delta, 0, 0);
 }
 
@@ -179,14 +185,6 @@ void vgpu_pool_freed(const struct vgpu_track_entry *e)
         return rc;                                                                                                    \
     } while (0)
 
-static CUmemoryPool current_pool(int dev)
-{
-    pthread_mutex_lock(&lock);
-    CUmemoryPool h = current[dev] ? current[dev] : default_of_locked(dev);
-    pthread_mutex_unlock(&lock);
-    return h;
-}
-
 /* Under stream capture the allocation is a graph's (cuda_graphs.c): charged as one allocation. */
 #define ASYNC_ALLOC(NAME, IS_CAPTURING)                                                                               \
     VGPU_EXPORT CUresult NAME(CUdeviceptr *dptr, size_t size, CUstream stream)                                        \
@@ -197,7 +195,7 @@ static CUmemoryPool current_pool(int dev)
             return REAL(NAME)(dptr, size, stream);                                                                    \
         if (vgpu_stream_captured(REAL(IS_CAPTURING), stream))                                                         \
             ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
-        POOL_ALLOC_BODY(current_pool(dev), REAL(NAME)(dptr, size, stream));                                           \
+        POOL_ALLOC_BODY(NULL, REAL(NAME)(dptr, size, stream));                                                        \
     }
 ASYNC_ALLOC(cuMemAllocAsync, cuStreamIsCapturing)
 ASYNC_ALLOC(cuMemAllocAsync_ptsz, cuStreamIsCapturing_ptsz)
@@ -206,7 +204,7 @@ ASYNC_ALLOC(cuMemAllocAsync_ptsz, cuStreamIsCapturing_ptsz)
  * of one of the devices, or charged to the current device. */
 static int pool_device(CUmemoryPool pool, int fallback)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     int dev = fallback;
     struct pool *known = NULL;
     for (int i = 0; i < npools && !known; i++)
@@ -220,7 +218,7 @@ static int pool_device(CUmemoryPool pool, int fallback)
                 dev = d;
                 break;
             }
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     return dev;
 }
 
@@ -246,11 +244,11 @@ VGPU_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *p
     CUresult rc = REAL(cuMemPoolCreate)(pool, props);
     if (rc == CUDA_SUCCESS && pool && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE
         && props->location.id >= 0 && props->location.id < VGPU_MAX_DEVICES) {
-        pthread_mutex_lock(&lock);
+        vgpu_spin_lock(&lock);
         struct pool *p = find_locked(*pool, props->location.id);
         if (p) /* a new pool at an address the driver reused */
             *p = (struct pool){.h = *pool, .dev = props->location.id, .charged = p->charged, .live = p->live};
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
     }
     return rc;
 }
@@ -262,7 +260,7 @@ VGPU_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     CUresult rc = REAL(cuMemPoolDestroy)(pool);
     if (rc != CUDA_SUCCESS)
         return rc;
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     int64_t delta = 0;
     int dev = 0;
     for (int i = 0; i < npools; i++)
@@ -275,14 +273,14 @@ VGPU_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     for (int d = 0; d < VGPU_MAX_DEVICES; d++)
         if (current[d] == pool)
             current[d] = NULL;
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     vgpu_adjust(dev, delta, 0, 0);
     return rc;
 }
 
 static void reread_pool(CUmemoryPool pool)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     int64_t delta = 0;
     int dev = 0;
     for (int i = 0; i < npools; i++)
@@ -291,7 +289,7 @@ static void reread_pool(CUmemoryPool pool)
             delta = settle_locked(&pools[i]);
             dev = pools[i].dev;
         }
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     vgpu_adjust(dev, delta, 0, 0);
 }
 
@@ -317,10 +315,10 @@ static void set_current(int dev, CUmemoryPool pool)
 {
     if (dev < 0 || dev >= VGPU_MAX_DEVICES)
         return;
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     current[dev] = pool;
     find_locked(pool, dev);
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
 }
 
 VGPU_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
@@ -350,11 +348,11 @@ VGPU_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool, void
     HOOK_ENTER(cuMemPoolImportFromShareableHandle, pool, handle, type, flags);
     CUresult rc = REAL(cuMemPoolImportFromShareableHandle)(pool, handle, type, flags);
     if (rc == CUDA_SUCCESS && pool) {
-        pthread_mutex_lock(&lock);
+        vgpu_spin_lock(&lock);
         struct pool *p = find_locked(*pool, 0);
         if (p)
             p->imported = 1;
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
     }
     return rc;
 }

@@ -1,13 +1,21 @@
 /* Process-local table of what this process charged: (kind, key) -> entry (bytes, device and the
- * kind's own fields). Open addressing with backward-shift deletion, one mutex (allocation calls
- * are not hot enough to need more), grows by doubling. */
-#include <pthread.h>
+ * kind's own fields). Open addressing with backward-shift deletion, one lock (vgpu_spin: every
+ * allocation and free takes it, a stream-ordered pair twice), grows by doubling. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vgpu.h"
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+void vgpu_spin_wait(vgpu_spin *l)
+{
+    do {
+        while (__atomic_load_n(&l->held, __ATOMIC_RELAXED))
+            sched_yield();
+    } while (__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE));
+}
+
+static vgpu_spin lock = VGPU_SPIN_INIT;
 static struct vgpu_track_entry *table;
 static size_t cap, count;
 
@@ -74,9 +82,9 @@ static void remove_locked(size_t i)
 
 int vgpu_track_put_entry(const struct vgpu_track_entry *e, struct vgpu_track_entry *old)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     if ((count + 1) * 4 > cap * 3 && grow() != 0) {
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         return -1;
     }
     /* replace a stale entry with the same key (the driver reused an address we missed freeing) */
@@ -84,12 +92,12 @@ int vgpu_track_put_entry(const struct vgpu_track_entry *e, struct vgpu_track_ent
     if (at >= 0) {
         *old = table[at];
         table[at] = *e;
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         return 1;
     }
     insert_raw(table, cap, e);
     count++;
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     return 0;
 }
 
@@ -106,15 +114,15 @@ int vgpu_track_put(int kind, uint64_t key, uint64_t bytes, int dev, uint64_t *ol
 
 int vgpu_track_take_entry(int kind, uint64_t key, struct vgpu_track_entry *out)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     long at = find_locked(kind, key);
     if (at < 0) {
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         return -1;
     }
     *out = table[at];
     remove_locked((size_t)at);
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     return 0;
 }
 
@@ -131,10 +139,10 @@ int vgpu_track_take(int kind, uint64_t key, uint64_t *bytes, int *dev)
 int vgpu_track_with(int kind, uint64_t key, int (*fn)(struct vgpu_track_entry *, void *), void *arg,
                     struct vgpu_track_entry *out)
 {
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     long at = find_locked(kind, key);
     if (at < 0) {
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         return -1;
     }
     int rc = fn(&table[at], arg);
@@ -142,7 +150,7 @@ int vgpu_track_with(int kind, uint64_t key, int (*fn)(struct vgpu_track_entry *,
         *out = table[at];
     if (rc == 1)
         remove_locked((size_t)at);
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     return rc;
 }
 
@@ -152,14 +160,14 @@ void vgpu_track_drain(int kind, int (*pick)(const struct vgpu_track_entry *, voi
     for (;;) {
         struct vgpu_track_entry e;
         int found = 0;
-        pthread_mutex_lock(&lock);
+        vgpu_spin_lock(&lock);
         for (size_t i = 0; i < cap && !found; i++)
             if (table[i].kind == kind && pick(&table[i], arg)) {
                 e = table[i];
                 remove_locked(i);
                 found = 1;
             }
-        pthread_mutex_unlock(&lock);
+        vgpu_spin_unlock(&lock);
         if (!found)
             return;
         done(&e, arg);
@@ -170,20 +178,20 @@ int vgpu_track_find(int kind, int (*pick)(const struct vgpu_track_entry *, void 
                     struct vgpu_track_entry *out)
 {
     int rc = -1;
-    pthread_mutex_lock(&lock);
+    vgpu_spin_lock(&lock);
     for (size_t i = 0; i < cap && rc != 0; i++)
         if (table[i].kind == kind && pick(&table[i], arg)) {
             *out = table[i];
             rc = 0;
         }
-    pthread_mutex_unlock(&lock);
+    vgpu_spin_unlock(&lock);
     return rc;
 }
 
 /* After fork(): the child owns no GPU memory of its parent. */
 void vgpu_track_reset(void)
 {
-    pthread_mutex_init(&lock, NULL);
+    vgpu_spin_init(&lock);
     if (table)
         memset(table, 0, cap * sizeof *table);
     count = 0;

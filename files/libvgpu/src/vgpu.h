@@ -22,6 +22,29 @@
 #define VGPU_QUOTA_FILE VGPU_CONTRACT_ROOT "/etc/vgpu/quota.conf" /* the device plugin's, read-only */
 #define VGPU_CONTRACT_REGION_DIR VGPU_CONTRACT_ROOT "/var/run/vgpu"
 
+/* ---- a lock for the hot paths' process-local tables ---- */
+/* Test-and-set, yielding while another thread holds it: an uncontended lock and unlock are two
+ * atomic instructions, a quarter of a pthread mutex pair, and the critical sections it guards are
+ * a few table operations. Not recursive; a fork child starts with it free (vgpu_spin_init). */
+typedef struct {
+    int held;
+} vgpu_spin;
+#define VGPU_SPIN_INIT {0}
+VGPU_HIDDEN void vgpu_spin_wait(vgpu_spin *l); /* track.c: the contended path */
+static inline void vgpu_spin_lock(vgpu_spin *l)
+{
+    if (__builtin_expect(__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE), 0))
+        vgpu_spin_wait(l);
+}
+static inline void vgpu_spin_unlock(vgpu_spin *l)
+{
+    __atomic_store_n(&l->held, 0, __ATOMIC_RELEASE);
+}
+static inline void vgpu_spin_init(vgpu_spin *l)
+{
+    __atomic_store_n(&l->held, 0, __ATOMIC_RELEASE);
+}
+
 /* ---- numbers ---- */
 /* A decimal integer as the C library's strtol with base 10 reads it: blanks, an optional sign,
  * digits; *end (when given) is set after the last digit, or to text when there is none; saturates
