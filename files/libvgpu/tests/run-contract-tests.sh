@@ -19,7 +19,8 @@ container() { # quota file lines...
     mkdir -p "$(dirname "$QUOTA")" "$FIXED"
     printf '%s\n' "$@" >"$QUOTA"
     chmod 0444 "$QUOTA"
-    unset VGPU_REGION_DIR VGPU_CONFIG_FILE VGPU_MEMORY_LIMIT
+    unset VGPU_REGION_DIR VGPU_CONFIG_FILE VGPU_MEMORY_LIMIT VGPU_REAL_LIBCUDA VGPU_REAL_LIBNVML
+    export LD_LIBRARY_PATH=$B:$B/fake # the real driver where a node's loader would find it
 }
 
 container memory_limit=0:100MiB context_reserve=0
@@ -54,6 +55,22 @@ export VGPU_CONTEXT_RESERVE=0 LIMIT=0 FAKE_NVML_PROCS=0
 run init info alloc:600
 expect "nor one the file leaves out: the built-in defaults apply (512 MiB per context, enforcement on)" \
     "info rc=0 free=488 total=1000" "alloc 600 v2 rc=2"
+
+# issue 38: the quota file is the root of trust for every override, the real driver's path too
+container memory_limit=0:1000MiB context_reserve=0
+export VGPU_REAL_LIBNVML=$B/liblinger.so # a library that is no NVML: nothing could be measured
+run init module:700 module:700 info
+if expect "VGPU_REAL_LIBNVML cannot blind libvgpu's measurements: the second 700 MiB module is refused" \
+    "module 700 data rc=0" "module 700 data rc=2"; then
+    grep -q "VGPU_REAL_LIBNVML=.* ignored: the device plugin's quota file" "$ERR" \
+        && pass "the ignored VGPU_REAL_LIBNVML is said on stderr" || fail "no warning for the ignored VGPU_REAL_LIBNVML"
+fi
+
+container memory_limit=0:100MiB context_reserve=0
+export VGPU_REAL_LIBCUDA=/nonexistent/libcuda.so.1
+run init alloc:60 alloc:60
+expect "VGPU_REAL_LIBCUDA cannot choose the driver under the quota file: the node's driver is found, the quota holds" \
+    "init rc=0" "alloc 60 v2 rc=0" "alloc 60 v2 rc=2"
 
 container memory_limit=0:100MiB
 rmdir "$FIXED"
