@@ -258,10 +258,15 @@ static int load_by_hand(struct vgpu_config *cfg, char *err, size_t errlen)
     return 0;
 }
 
+int vgpu_config_contract(void)
+{
+    return access(VGPU_QUOTA_FILE, F_OK) == 0 || errno != ENOENT;
+}
+
 int vgpu_config_region_dir(char *out, size_t len, int *explicit_dir)
 {
     const char *dir = getenv("VGPU_REGION_DIR");
-    int contract = access(VGPU_QUOTA_FILE, F_OK) == 0 || errno != ENOENT;
+    int contract = vgpu_config_contract();
     *explicit_dir = contract || (dir && *dir);
     snprintf(out, len, "%s", !contract && dir && *dir ? dir : VGPU_CONTRACT_REGION_DIR);
     return contract;

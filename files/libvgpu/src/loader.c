@@ -157,6 +157,13 @@ static int try_ld_cache(struct search *s)
 void *vgpu_open_real(const char *soname, const char *override_env, char *err, size_t errlen)
 {
     const char *override = getenv(override_env);
+    /* Under the device plugin's quota file the driver is the node's: a library of the
+     * container's choosing could hide every call from the hooks or blind the GPU's count. */
+    if (override && *override && vgpu_config_contract()) {
+        vgpu_log(VGPU_WARN, "%s=\"%s\" ignored: the device plugin's quota file %s is present", override_env, override,
+                 VGPU_QUOTA_FILE);
+        override = NULL;
+    }
     if (override && *override) {
         void *h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
         if (!h)

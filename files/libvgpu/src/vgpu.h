@@ -91,6 +91,9 @@ struct vgpu_config {
 VGPU_HIDDEN int vgpu_parse_size(const char *text, uint64_t *bytes);
 VGPU_HIDDEN int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *err, size_t errlen);
 VGPU_HIDDEN int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen);
+/* Whether the device plugin's quota file is present (or there but unreadable): then it is the
+ * whole configuration and no environment variable overrides anything (issue 38). */
+VGPU_HIDDEN int vgpu_config_contract(void);
 /* The region folder: the contract's when the device plugin's quota file is present (returns 1),
  * else VGPU_REGION_DIR or the contract's default; *explicit_dir when it must be usable. */
 VGPU_HIDDEN int vgpu_config_region_dir(char *out, size_t len, int *explicit_dir);
