@@ -13,6 +13,7 @@
  *   module:MIB[:data|ex|fatbin|file] | unload:N | library:MIB[:get|module|lazy|file] | lib-unload:N |
  *   stack:KIB | heap:MIB | ipc-get:N:FILE | ipc-open:FILE | ipc-close | hostalloc:MIB | abs-alloc:MIB |
  *   linger:SEC (at exit, alive SEC s more after libvgpu's destructor: $VGPU_TEST_LINGER_LIB) |
+ *   fork-orphan:SEC (a child holding the driver's file descriptors SEC s, the parent going on) |
  *   kernel:KIB[:MODE] | launch-k:N[:HOW] (client_launch.c)
  * api: v2 managed async async_ptsz pool pool_ptsz mypool create create_host array array3d mipmap
  *      v1 pitch1 array1 array3d1 (the 32-bit entry points without _v2)
@@ -575,6 +576,15 @@ int main(int argc, char **argv)
                 bad += r1 != CUDA_SUCCESS || r2 != CUDA_SUCCESS;
             }
             printf("launch n=%d failures=%d\n", 2 * n, bad);
+        } else if (!strcmp(step, "fork-orphan")) {
+            /* a child that keeps the driver's file descriptors for SEC s; the parent goes on (and
+             * exits after its last step), so its memory is held by a process it no longer is */
+            pid_t child = fork();
+            if (child == 0) {
+                sleep((unsigned)atoi(arg1));
+                _exit(0);
+            }
+            printf("fork-orphan child=%d\n", (int)child);
         } else if (!strcmp(step, "linger")) {
             /* at exit, after libvgpu's destructor, stay alive SEC s (tests/linger.c) */
             setenv("VGPU_TEST_LINGER", arg1, 1);

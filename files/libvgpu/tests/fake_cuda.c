@@ -348,9 +348,20 @@ void fake_device_release(int dev, uint64_t bytes)
     pthread_mutex_unlock(&lock);
 }
 
-/* After fork() the child holds no device memory of its parent (as with the driver). */
+/* The entry whose memory this process holds the file descriptors of without having taken it:
+ * its parent's, after a fork. */
+static struct fake_proc *inherited;
+
+/* After fork() the child holds no device memory of its own, but its parent's lives while it
+ * does (it holds the driver's file descriptors), as with the driver. */
 static void forget_in_child(void)
 {
+    if (state && (me || inherited)) {
+        inherited = me ? me : inherited;
+        fake_state_lock(state);
+        fake_state_add_heir_locked(inherited);
+        fake_state_unlock(state);
+    }
     me = NULL;
     memset(used, 0, sizeof used);
     memset(blocks, 0, sizeof blocks);

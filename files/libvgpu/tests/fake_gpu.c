@@ -322,6 +322,16 @@ uint32_t fake_proc_local_pid(const struct fake_proc *p)
     return find_in_other_ns(p);
 }
 
+void fake_state_add_heir_locked(struct fake_proc *p)
+{
+    uint32_t pid = (uint32_t)getpid();
+    int k = 0;
+    while (k < FAKE_HEIRS - 1 && p->heir_pid[k] && fake_start_time(p->heir_pid[k]) == p->heir_start[k])
+        k++; /* a free or dead heir's place, else the last */
+    p->heir_pid[k] = pid;
+    p->heir_start[k] = fake_start_time(pid);
+}
+
 void fake_state_reap_locked(struct fake_state *s)
 {
     uint64_t self_ns = fake_self_pidns();
@@ -332,6 +342,8 @@ void fake_state_reap_locked(struct fake_state *s)
         uint32_t pid = fake_proc_local_pid(p);
         /* from the node's own namespace every process is visible: not found means gone */
         int dead = pid ? fake_start_time(pid) != p->start_time : self_ns == ROOT_PIDNS;
+        for (int k = 0; dead && k < FAKE_HEIRS && p->pidns == self_ns; k++)
+            dead = !p->heir_pid[k] || fake_start_time(p->heir_pid[k]) != p->heir_start[k];
         if (!dead)
             continue;
         for (int g = 0; g < FAKE_MAX_GPUS; g++) {

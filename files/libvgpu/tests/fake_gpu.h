@@ -24,7 +24,10 @@ struct fake_config {
     int visible[FAKE_MAX_GPUS];    /* their physical indexes */
 };
 
-/* One process that holds fake GPU memory (pid as its own pid namespace sees it). */
+/* One process that holds fake GPU memory (pid as its own pid namespace sees it). Its memory
+ * lives as long as it or a process it forked (an heir: it holds the driver's file descriptors)
+ * does, as with the driver: NVML lists it under the pid of the process that took it. */
+#define FAKE_HEIRS 8
 struct fake_proc {
     uint32_t pid;
     uint32_t live;
@@ -32,6 +35,8 @@ struct fake_proc {
     uint64_t start_time; /* field 22 of /proc/<pid>/stat: the same in every namespace */
     uint64_t bytes[FAKE_MAX_GPUS];
     uint32_t contexts[FAKE_MAX_GPUS]; /* NVML lists a process that has a context, whatever it holds */
+    uint32_t heir_pid[FAKE_HEIRS];    /* forked processes that hold its file descriptors (same namespace) */
+    uint64_t heir_start[FAKE_HEIRS];
 };
 
 /* The node-wide state: what every process of the node holds on every fake GPU. now and peak
@@ -56,10 +61,14 @@ __attribute__((visibility("hidden"))) void fake_uuid_text(int phys, char *out, s
 __attribute__((visibility("hidden"))) struct fake_state *fake_state(void);
 __attribute__((visibility("hidden"))) void fake_state_lock(struct fake_state *s);
 __attribute__((visibility("hidden"))) void fake_state_unlock(struct fake_state *s);
-/* Free what dead processes held (the real driver does it at their exit); caller holds the lock. */
+/* Free what dead processes held once no heir of theirs lives (the real driver does it when the
+ * last holder of its file descriptors exits); caller holds the lock. */
 __attribute__((visibility("hidden"))) void fake_state_reap_locked(struct fake_state *s);
 /* The pid of an entry as this process's pid namespace sees it; 0 = not visible from here. */
 __attribute__((visibility("hidden"))) uint32_t fake_proc_local_pid(const struct fake_proc *p);
 __attribute__((visibility("hidden"))) uint64_t fake_self_pidns(void);
 __attribute__((visibility("hidden"))) uint64_t fake_start_time(uint32_t pid);
+/* In a fork child: it holds the file descriptors of entry p (its parent's, or what its parent
+ * inherited), so p's memory lives while it does. Caller holds the lock. */
+__attribute__((visibility("hidden"))) void fake_state_add_heir_locked(struct fake_proc *p);
 #endif

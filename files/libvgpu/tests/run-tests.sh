@@ -694,6 +694,38 @@ unset FAKE_STATE
 expect_in_order "a process past its destructor still holds its memory: counted until it is gone, then it fits" \
     "alloc 600 v2 rc=2" "truth used=0" "alloc 600 v2 rc=0"
 
+# issue 38: a forked child keeps the driver's file descriptors, so its parent's memory outlives the
+# parent: NVML lists it under the dead pid until the child exits. Three rounds of 600 MiB each,
+# every parent gone, on a 1000 MiB quota: the second is refused, in both library modes.
+for mode in shim preload; do
+    fresh 1000MiB
+    export FAKE_STATE=$R/state
+    [ $mode = preload ] && PRELOAD=$B/libvgpu.so && export LD_LIBRARY_PATH=$B/fake
+    run init alloc:600 fork-orphan:30
+    orphan=$(sed -n 's/fork-orphan child=//p' "$OUT")
+    run init alloc:600 fork-orphan:30 truth
+    second=$(cat "$OUT")
+    run init alloc:600 truth
+    printf '%s\n' "$second" >>"$OUT"
+    kill "$orphan" $(sed -n 's/fork-orphan child=//p' "$OUT") 2>/dev/null
+    unset FAKE_STATE PRELOAD
+    expect "$mode: a parent gone while its forked child holds its memory: the container's next 600 MiB are refused" \
+        "alloc 600 v2 rc=2"
+done
+
+fresh 1000MiB
+export FAKE_STATE=$R/state
+run init alloc:600 fork-orphan:30 alloc:300 info
+orphan=$(sed -n 's/fork-orphan child=//p' "$OUT")
+first=$(cat "$OUT")
+kill "$orphan"
+for _ in $(seq 100); do kill -0 "$orphan" 2>/dev/null || break; sleep 0.1; done
+run init alloc:600
+printf '%s\n%s\n' "$first" "$(cat "$OUT")" >"$OUT"
+unset FAKE_STATE
+expect_in_order "a forked child beside its live parent counts nothing twice; once the child is gone too, the memory fits again" \
+    "alloc 300 v2 rc=0" "info rc=0 free=100 total=1000" "alloc 600 v2 rc=0"
+
 # 5. both library modes, and both at once
 fresh 100MiB
 PRELOAD=$B/libvgpu.so
