@@ -18,6 +18,7 @@ void *vgpu_cuda_real[H_COUNT];
 struct vgpu_cuda_state vgpu_cuda = {.slot = -1};
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static int attached_pid; /* the process whose slot vgpu_cuda.slot is */
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static void *real_lib;
 
@@ -78,8 +79,11 @@ static void load_real(void)
 
 static void at_fork_child(void)
 {
-    /* the child holds no GPU memory; it takes its own slot on first use */
-    vgpu_cuda.slot = -1;
+    /* the child holds no GPU memory of its own, but the driver's file descriptors of its parent's:
+     * a slot of its own says so, so that memory counts until the child is gone too (issue 38) */
+    vgpu_cuda.slot = vgpu_region_fork_child(vgpu_cuda.region, vgpu_cuda.slot);
+    if (vgpu_cuda.slot >= 0)
+        attached_pid = getpid(); /* its cuInit must not take that slot as a previous image's */
     vgpu_contexts_forget();
     vgpu_graphs_forget();
     vgpu_graph_kernels_forget();
@@ -162,7 +166,6 @@ static void record_uuids(void)
 }
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
-static int attached_pid;
 
 VGPU_EXPORT CUresult cuInit(unsigned int flags)
 {

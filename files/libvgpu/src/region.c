@@ -23,6 +23,27 @@ static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
 static struct vgpu_slot_device mine[VGPU_MAX_DEVICES];
 static int told_restored;
 
+/* Whose driver file descriptors this process holds without having taken memory with them: its
+ * parent's, after a fork (0: none). Inherited by its own children when it holds nothing. */
+static uint32_t heir_of_pid;
+static uint64_t heir_of_start, own_start;
+
+/* What a fork child needs of its parent, taken in the parent just before the fork (the child's
+ * handlers may run after the parent is gone, and in any order). */
+static struct {
+    uint32_t pid;
+    uint64_t start;
+} parent;
+
+static void before_fork(void)
+{
+    int holds = 0;
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++)
+        holds |= mine[d].used_bytes + mine[d].ctx_bytes > 0;
+    parent.pid = holds || !heir_of_pid ? (uint32_t)getpid() : heir_of_pid;
+    parent.start = holds || !heir_of_pid ? own_start : heir_of_start;
+}
+
 static void forget_pid(void)
 {
     cached_pid = 0;
@@ -30,7 +51,7 @@ static void forget_pid(void)
 }
 static void register_forget(void)
 {
-    pthread_atfork(NULL, NULL, forget_pid);
+    pthread_atfork(before_fork, NULL, forget_pid);
 }
 static pid_t my_pid(void)
 {
@@ -307,7 +328,27 @@ static void slot_sums_locked(const struct vgpu_region *r, int dev, uint64_t *use
  * and this process's own holdings. A process of the container that lowers the total (or its
  * slots) gets no other process past the quota: the totals are taken from the slots again, and
  * no process ever passes the quota by its own count. */
-/* What processes that exited still hold on dev until they are gone (dead ones' entries cleared). */
+/* Whether a live process of the container holds the driver's file descriptors of (pid, start)
+ * (it was forked from that process, or from one of its heirs that held nothing of its own). */
+static int heir_lives_locked(const struct vgpu_region *r, uint32_t pid, uint64_t start)
+{
+    for (unsigned i = 0, n = slot_high(r); i < n; i++) {
+        const struct vgpu_region_slot *s = &r->slots[i];
+        if (s->state == 1 && s->heir_of_pid == pid && s->heir_of_start == start
+            && vgpu_proc_alive((int)s->pid, s->start_time, NULL))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the memory of (pid, start) is still held: the process lives, or an heir of it does. */
+static int held_on_locked(const struct vgpu_region *r, uint32_t pid, uint64_t start)
+{
+    return vgpu_proc_alive((int)pid, start, NULL) || heir_lives_locked(r, pid, start);
+}
+
+/* What processes that exited still hold on dev until they and their heirs are gone (the others'
+ * entries cleared). */
 static uint64_t exiting_locked(struct vgpu_region *r, int dev)
 {
     uint64_t held = 0;
@@ -315,7 +356,7 @@ static uint64_t exiting_locked(struct vgpu_region *r, int dev)
         struct vgpu_region_exit *e = &r->hdr.exits[i];
         if (!e->pid)
             continue;
-        if (!vgpu_proc_alive((int)e->pid, e->start_time, NULL)) {
+        if (!held_on_locked(r, e->pid, e->start_time)) {
             write_begin(r);
             memset(e, 0, sizeof *e);
             write_end(r);
@@ -386,6 +427,8 @@ static void reclaim_slot_locked(struct vgpu_region *r, struct vgpu_region_slot *
     memset(s, 0, sizeof *s);
 }
 
+static int leave_exits_locked(struct vgpu_region *r, struct vgpu_region_slot *s);
+
 int vgpu_region_sweep_locked(struct vgpu_region *r)
 {
     int reclaimed = 0;
@@ -397,7 +440,9 @@ int vgpu_region_sweep_locked(struct vgpu_region *r)
         if (s->state == 1 && vgpu_proc_alive((int)s->pid, s->start_time, cg))
             continue;
         write_begin(r);
-        reclaim_slot_locked(r, s);
+        /* killed with memory that a process it forked still holds: counted on as exit records */
+        if (!(s->state == 1 && heir_lives_locked(r, s->pid, s->start_time) && leave_exits_locked(r, s)))
+            reclaim_slot_locked(r, s);
         write_end(r);
         reclaimed++;
     }
@@ -442,6 +487,7 @@ static int attach_locked(struct vgpu_region *r)
         memset(s, 0, sizeof *s);
         s->pid = (uint32_t)me;
         s->start_time = start;
+        own_start = start;
         s->attach_ns = now_ns();
         read_comm(s->comm, sizeof s->comm);
         s->state = 1;
@@ -482,6 +528,52 @@ int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg)
     return slot;
 }
 
+/* Slot s's memory as exit records (one per device it holds memory on), counted until its process
+ * and its heirs are gone, and s reclaimed; nothing done (0) when the records have no room. Inside
+ * a write. */
+static int leave_exits_locked(struct vgpu_region *r, struct vgpu_region_slot *s)
+{
+    unsigned free_entries = 0, need = 0;
+    for (unsigned i = 0; i < VGPU_MAX_EXITS; i++)
+        free_entries += !r->hdr.exits[i].pid || !held_on_locked(r, r->hdr.exits[i].pid, r->hdr.exits[i].start_time);
+    for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++)
+        need += s->devices[d].used_bytes + s->devices[d].ctx_bytes > 0;
+    if (need > free_entries)
+        return 0;
+    for (unsigned d = 0, i = 0; d < VGPU_MAX_DEVICES; d++) {
+        uint64_t held = sat_add(s->devices[d].used_bytes, s->devices[d].ctx_bytes);
+        if (!held)
+            continue;
+        while (r->hdr.exits[i].pid && held_on_locked(r, r->hdr.exits[i].pid, r->hdr.exits[i].start_time))
+            i++;
+        r->hdr.exits[i] = (struct vgpu_region_exit){s->pid, (int32_t)d, s->start_time, held};
+        i++;
+    }
+    reclaim_slot_locked(r, s);
+    trim_slot_high_locked(r);
+    return 1;
+}
+
+int vgpu_region_fork_child(struct vgpu_region *r, int parent_slot)
+{
+    forget_pid(); /* whichever fork handler runs first, this process is not its parent */
+    if (!r || parent_slot < 0 || !parent.pid)
+        return -1;
+    vgpu_region_lock(r);
+    int slot = attach_locked(r);
+    if (slot >= 0) {
+        /* the parent's memory, or what the parent kept alive without holding any of its own */
+        heir_of_pid = parent.pid;
+        heir_of_start = parent.start;
+        write_begin(r);
+        r->slots[slot].heir_of_pid = heir_of_pid;
+        r->slots[slot].heir_of_start = heir_of_start;
+        write_end(r);
+    }
+    vgpu_region_unlock(r);
+    return slot;
+}
+
 void vgpu_region_detach(struct vgpu_region *r, int slot)
 {
     if (slot < 0 || (unsigned)slot >= VGPU_MAX_SLOTS)
@@ -489,26 +581,11 @@ void vgpu_region_detach(struct vgpu_region *r, int slot)
     vgpu_region_lock(r);
     struct vgpu_region_slot *s = &r->slots[slot];
     if ((int)s->pid == getpid() && s->state == 1) {
-        /* the driver frees our memory after this: admission counts it until we are gone */
-        unsigned free_entries = 0, need = 0;
-        for (unsigned i = 0; i < VGPU_MAX_EXITS; i++)
-            free_entries += !r->hdr.exits[i].pid || !vgpu_proc_alive((int)r->hdr.exits[i].pid, r->hdr.exits[i].start_time, NULL);
-        for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++)
-            need += s->devices[d].used_bytes + s->devices[d].ctx_bytes > 0;
+        /* the driver frees our memory after this: admission counts it until we (and any process
+         * we forked, which holds the driver's file descriptors too) are gone; else the slot stays,
+         * reclaimed once we are gone */
         write_begin(r);
-        if (need <= free_entries) { /* else the slot stays, reclaimed once we are gone */
-            for (unsigned d = 0, i = 0; d < VGPU_MAX_DEVICES; d++) {
-                uint64_t held = sat_add(s->devices[d].used_bytes, s->devices[d].ctx_bytes);
-                if (!held)
-                    continue;
-                while (r->hdr.exits[i].pid && vgpu_proc_alive((int)r->hdr.exits[i].pid, r->hdr.exits[i].start_time, NULL))
-                    i++;
-                r->hdr.exits[i] = (struct vgpu_region_exit){s->pid, (int32_t)d, s->start_time, held};
-                i++;
-            }
-            reclaim_slot_locked(r, s);
-            trim_slot_high_locked(r);
-        }
+        leave_exits_locked(r, s);
         write_end(r);
     }
     vgpu_region_unlock(r);
@@ -551,6 +628,16 @@ static uint64_t truth_sum_locked(struct vgpu_region *r, int dev, const struct vg
         s->nvml_bytes[dev] = held;
         s->nvml_ns = t->ns;
         sum = sat_add(sum, held);
+    }
+    /* processes gone from the slots whose memory is still held (exited; or killed, with heirs) */
+    for (unsigned i = 0; i < VGPU_MAX_EXITS; i++) {
+        const struct vgpu_region_exit *e = &r->hdr.exits[i];
+        int seen = 0;
+        for (unsigned j = 0; j < i && !seen; j++)
+            seen = r->hdr.exits[j].pid == e->pid;
+        for (unsigned k = 0; e->pid && !seen && e->dev == dev && k < t->n && k < VGPU_TRUTH_ROWS; k++)
+            if (t->pid[k] == e->pid)
+                sum = sat_add(sum, t->bytes[k]);
     }
     return sum;
 }

@@ -107,7 +107,12 @@ struct vgpu_region_slot {
     struct vgpu_slot_device devices[VGPU_MAX_DEVICES];
     uint64_t nvml_bytes[VGPU_MAX_DEVICES]; /* what NVML said this process held, per device, at nvml_ns */
     uint64_t nvml_ns;                      /* CLOCK_REALTIME of that check; 0 = never */
-    uint8_t reserved2[312];
+    /* A process forked from one holding GPU memory holds the driver's file descriptors too, so
+     * that memory lives as long as it does: the process it inherited them from (0 = none). */
+    uint32_t heir_of_pid;
+    uint32_t reserved3;
+    uint64_t heir_of_start;
+    uint8_t reserved2[296];
 };
 
 struct vgpu_region {
@@ -141,6 +146,10 @@ VGPU_HIDDEN void vgpu_region_unlock(struct vgpu_region *r);
  * rebuild the lock (1 returned; the caller recomputes). Tools only: the hooks never time out. */
 VGPU_HIDDEN int vgpu_region_lock_timed(struct vgpu_region *r, unsigned seconds);
 
+/* In a fork child: take a slot for this process that says whose memory it keeps alive (the
+ * parent's, in parent_slot, or what the parent itself inherited), so that memory counts until
+ * this process is gone. The slot index, or -1 (the parent had none, or the region is full). */
+VGPU_HIDDEN int vgpu_region_fork_child(struct vgpu_region *r, int parent_slot);
 /* Register this process (slot), write limits and switches; reclaims dead slots. -1 if full. */
 VGPU_HIDDEN int vgpu_region_attach(struct vgpu_region *r, const struct vgpu_config *cfg);
 VGPU_HIDDEN void vgpu_region_detach(struct vgpu_region *r, int slot);
