@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../files/libvgpu/tests/ptx.h"
+#include "../../files/libvgpu/src/ptx.h"
 
 typedef int CUresult;
 typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUgraph, *CUgraphNode, *CUgraphExec;

@@ -408,6 +408,29 @@ timeout 30 "$B/vgpu-memory-usage" 120 0 >>"$OUT" 2>>"$ERR"; b=$?
 if [ $a = 0 ] && [ $b = 2 ] && grep -q "allocated 60 MiB on device 0; cuMemGetInfo: free 40 MiB, total 100 MiB" "$OUT" \
     && sanitizer_clean; then pass "vgpu-memory-usage holds within the quota and exits 2 past it"; else fail "vgpu-memory-usage a=$a b=$b"; fi
 
+# (16384 fake threads: a 64 KiB kernel takes 1008 MiB, an 8 KiB one 112 MiB)
+fresh 1000MiB
+timeout 30 "$B/vgpu-memory-usage" 100 0 --local 64 >"$OUT" 2>"$ERR"; a=$?
+timeout 30 "$B/vgpu-memory-usage" 100 0 --local 8 >>"$OUT" 2>>"$ERR"; b=$?
+timeout 30 "$B/vgpu-memory-usage" 100 0 --heap 1200 >>"$OUT" 2>>"$ERR"; c=$?
+timeout 30 "$B/vgpu-memory-usage" 100 0 --heap 100 >>"$OUT" 2>>"$ERR"; d=$?
+if [ $a = 2 ] && [ $b = 0 ] && [ $c = 2 ] && [ $d = 0 ] \
+    && grep -q "launching a kernel of 64 KiB local memory a thread: CUDA_ERROR_OUT_OF_MEMORY (2)" "$OUT" \
+    && grep -q "setting the device heap to 1200 MiB: CUDA_ERROR_OUT_OF_MEMORY (2)" "$OUT" \
+    && grep -q "launching a kernel that calls malloc: CUDA_SUCCESS (0)" "$OUT" && sanitizer_clean; then
+    pass "vgpu-memory-usage --local and --heap: past the quota out of memory at the call (exit 2), within it they run"
+else fail "vgpu-memory-usage --local/--heap: exits $a $b $c $d"; fi
+
+fresh 1000MiB
+export FAKE_STATE=$R/state
+timeout 30 "$B/vgpu-memory-usage" 600 30 --fork-orphan >"$OUT" 2>"$ERR"; a=$?
+timeout 30 "$B/vgpu-memory-usage" 600 0 >>"$OUT" 2>>"$ERR"; b=$?
+pkill -f "vgpu-memory-usage 600 30 --fork-orphan"
+unset FAKE_STATE
+if [ $a = 0 ] && [ $b = 2 ] && grep -q "forked [0-9]*, which holds the memory 30 s; exiting" "$OUT"; then
+    pass "vgpu-memory-usage --fork-orphan: the forked child holds the memory, the next 600 MiB are refused"
+else fail "vgpu-memory-usage --fork-orphan: exits $a $b"; fi
+
 # ---------------------------------------------------------------- the fake driver (tests/README.md)
 U0=GPU-10111213-1415-1617-1819-1a1b1c1d1e1f U1=GPU-11111213-1415-1617-1819-1a1b1c1d1e1f
 fresh "0:100MiB,1:50MiB"

@@ -1,7 +1,8 @@
-/* The PTX kernels of the tests (real PTX: the fake driver reads it, a GPU compiles it), shared by
- * client.c, client_launch.c, truth_random.c and tests/gpu/launch_reservations.c. */
-#ifndef VGPU_TEST_PTX_H
-#define VGPU_TEST_PTX_H
+/* The PTX kernels that vgpu-memory-usage and the tests launch (real PTX: a GPU compiles it, the
+ * fake driver reads it): src/memory_usage.c, tests/client.c, tests/client_launch.c,
+ * tests/truth_random.c and tests/gpu/launch_reservations.c. */
+#ifndef VGPU_PTX_H
+#define VGPU_PTX_H
 #include <stdio.h>
 
 /* A module whose one .global array is mib MiB, which its kernel k writes. */
