@@ -3,10 +3,11 @@
  *   libvgpu_bench alloc N        ns per cuMemAlloc_v2(1 MiB) + cuMemFree_v2 (median of 5 batches of N)
  *   libvgpu_bench launch N       ns per launch of an empty kernel, JIT from PTX (median of 10 batches of N)
  *   libvgpu_bench first-alloc    CLOCK_REALTIME ns at which the first allocation succeeded
- *   libvgpu_bench ab-alloc|ab-launch|ab-async|ab-module SHIM REAL N PAIRS
+ *   libvgpu_bench ab-alloc|ab-launch|ab-launch-lib|ab-async|ab-module SHIM REAL N PAIRS
  *       the same process calls the driver directly (REAL, absolute path) and through the
  *       interposer (SHIM), in alternating batches of N: prints "native_ns interposer_ns", the
  *       medians over PAIRS batches each. The shim must be set to load REAL (VGPU_REAL_LIBCUDA).
+ *       ab-launch-lib: the empty kernel of a library, launched by its CUkernel (as cudart 12+ does);
  *       ab-async: cuMemAllocAsync + cuMemFreeAsync of 1 MiB (then one synchronize per batch);
  *       ab-module: cuModuleLoadData + cuModuleUnload of an empty PTX module (JIT included). */
 #include <dlfcn.h>
@@ -110,7 +111,7 @@ static double batch_module(void *h, long n)
 
 static double batch_of(const char *mode, void *h, CUfunction fn, long n)
 {
-    if (!strcmp(mode, "ab-launch"))
+    if (!strncmp(mode, "ab-launch", 9))
         return batch_launch(h, fn, n);
     if (!strcmp(mode, "ab-async"))
         return batch_async(h, n);
@@ -144,11 +145,15 @@ static int ab(const char *mode, const char *shim_path, const char *real_path, lo
     CHECK(CU(cuDevicePrimaryCtxRetain, (CUcontext *, int))(&ctx, 0));
     CHECK(CU(cuCtxSetCurrent, (CUcontext))(ctx));
     CUfunction fn = NULL;
-    int launch = !strcmp(mode, "ab-launch");
-    if (launch) {
+    if (!strcmp(mode, "ab-launch")) {
         CUmodule mod;
         CHECK(CU(cuModuleLoadData, (CUmodule *, const void *))(&mod, ptx));
         CHECK(CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(&fn, mod, "empty"));
+    } else if (!strcmp(mode, "ab-launch-lib")) {
+        void *library;
+        CHECK(CU(cuLibraryLoadData, (void **, const void *, void *, void **, unsigned, void *, void **, unsigned))(
+            &library, ptx, NULL, NULL, 0, NULL, NULL, 0));
+        CHECK(CU(cuLibraryGetKernel, (void **, void *, const char *))((void **)&fn, library, "empty"));
     }
     double nat[200], vg[200];
     for (int w = 0; w < 2; w++) { /* warm both paths */

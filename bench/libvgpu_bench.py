@@ -55,6 +55,7 @@ print(sorted(batches)[2])
 IN_PROCESS: tuple[tuple[str, str, int, Env], ...] = (
     ("ab-alloc", "in_process_alloc_free_1MiB_us", 1000, {}),
     ("ab-launch", "in_process_launch_us", 5000, {}),
+    ("ab-launch-lib", "in_process_launch_library_kernel_us", 5000, {}),
     ("ab-async", "in_process_async_alloc_free_1MiB_us", 1000, {}),
     ("ab-module", "in_process_module_load_unload_us", 20, {}),
     # a 1024 MiB quota: context + 1 MiB is within the 512 MiB allowance, so every allocation asks NVML

@@ -5,7 +5,8 @@
 # libvgpu.so), and what the GPU holds for the container's processes is read WITHOUT libvgpu
 # (nvidia-smi --query-compute-apps, or NVML from a process that does not load it): it must stay
 # within the quota plus the allowance (4608 MiB), and every refusal must be
-# CUDA_ERROR_OUT_OF_MEMORY. Then the seeded random sequence of the fake driver's suite (240 steps,
+# CUDA_ERROR_OUT_OF_MEMORY. Launches that grow what the driver reserves (issue 37) and forked
+# children that keep a gone parent's memory (issue 38) too. Then the seeded random sequence of the fake driver's suite (240 steps,
 # 2 processes, one per library mode) checked against NVML after every step, and PyTorch on
 # PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync with cuBLAS and CuPy in one process, which must
 # get an out-of-memory error and never go over. Needs gcc, make, nvidia-smi, python3 with torch
@@ -163,6 +164,37 @@ for MODE in shim preload; do
     kill "$exporter"; wait "$exporter" 2>/dev/null
     within && grep -q 'ipc-open read=1 rc=0' "$C/out" && grep -q 'alloc 1024 v2 rc=0' "$C/out"
     result $? "$MODE: a second process opening a cuIpcGetMemHandle handle is not charged again (exporter $both MiB)"
+
+    # 7. launches (issue 37): what a launch makes the driver reserve, charged before it (a kernel of
+    # 64 KiB local memory a thread: 16632 MiB here; 8 KiB: 1848 MiB, which fits)
+    for how in plain ptsz ex coop gpa graph graph-set; do
+        container
+        scenario "launch-$how" init kernel:0 kernel:8 kernel:64 launch-k:1:$how launch-k:2:$how
+        within && grep -q "launch-k 1 $how rc=0" "$C/out" && grep -q "launch-k 2 $how rc=2" "$C/out"
+        result $? "$MODE: a kernel of 64 KiB local memory a thread ($how): CUDA_ERROR_OUT_OF_MEMORY at the call; one of 8 KiB runs (GPU $held MiB)"
+    done
+    container
+    scenario launch-lib init kernel:64:lib launch-k:0 kernel:8:lib launch-k:1
+    within && grep -q "launch-k 0 plain rc=2" "$C/out" && grep -q "launch-k 1 plain rc=0" "$C/out"
+    result $? "$MODE: a library's kernel (CUkernel, as cudart launches): 64 KiB refused, 8 KiB runs (GPU $held MiB)"
+    container
+    scenario heap init heap:6144 heap:2048 kernel:0:malloc launch-k:0 alloc:1024
+    within && grep -q "heap 6144 rc=2" "$C/out" && grep -q "heap 2048 rc=0" "$C/out" \
+        && grep -q "launch-k 0 plain rc=0" "$C/out" && grep -q "alloc 1024 v2 rc=2" "$C/out"
+    result $? "$MODE: a 6144 MiB device heap refused when set; 2048 MiB charged then, so 1024 MiB more is refused (GPU $held MiB)"
+
+    # 8. a forked child keeps its parent's memory (issue 38): three rounds of 1000 MiB, each parent gone
+    container
+    "$CLIENT" init alloc:1000 fork-orphan:60 >"$C/r1" 2>&1
+    "$CLIENT" init alloc:1000 fork-orphan:60 >"$C/r2" 2>&1
+    scenario fork-orphan init alloc:1000
+    orphans=$(sed -n 's/fork-orphan child=//p' "$C/r1" "$C/r2")
+    all=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr -d ' ' \
+        | awk -F, '{ s += $2 } END { print s + 0 }')
+    kill $orphans 2>/dev/null
+    cat "$C/r1" "$C/r2" >>"$LOG"
+    grep -q "alloc 1000 v2 rc=0" "$C/r1" && grep -q "alloc 1000 v2 rc=0" "$C/r2" && grep -q "alloc 1000 v2 rc=2" "$C/out"
+    result $? "$MODE: a parent gone while its forked child holds its memory: the third 1000 MiB refused (the whole GPU held $all MiB for all processes)"
 done
 
 # ---------------------------------------------------------------- both modes at once

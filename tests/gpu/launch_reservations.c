@@ -20,6 +20,10 @@
  *                                      then a plain launch
  *   cdp N DEVRT                        the pending launch count set to N, then a kernel that launches a
  *                                      kernel (linked with DEVRT, the toolkit's libcudadevrt.a)
+ *   kernel-attr                        what cuFuncGetAttribute says of a library's CUkernel handle
+ *   fork-exec MIB                      MIB allocated, then a child that execs sleep 5 while this
+ *                                      process exits: does the memory outlive it (are the driver's
+ *                                      descriptors inherited across exec)?
  * Built with gcc alone (no CUDA toolkit: kernels are PTX the driver compiles). */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -283,6 +287,25 @@ int main(int argc, char **argv)
         if (a1)
             step(heap ? "set-heap-after" : "set-fifo-after",
                  CU(cuCtxSetLimit, (int, size_t))(heap ? 2 : 1, (size_t)(a1 + 64) << 20));
+    } else if (!strcmp(s, "kernel-attr")) {
+        void *lib = NULL, *kernel = NULL;
+        int v = -1;
+        CUresult r1 = CU(cuLibraryLoadData, (void **, const void *, void *, void **, unsigned, void *, void **,
+                                             unsigned))(&lib, ptx_with_local(16 << 10, 0), NULL, NULL, 0, NULL, NULL, 0);
+        CUresult r2 = r1 ? r1 : CU(cuLibraryGetKernel, (void **, void *, const char *))(&kernel, lib, "lk");
+        CUresult r3 = r2 ? r2 : CU(cuFuncGetAttribute, (int *, int, CUfunction))(&v, 3, kernel);
+        printf("kernel-attr load=%d kernel=%d cuFuncGetAttribute(CUkernel)=%d local=%d\n", r1, r2, r3, v);
+    } else if (!strcmp(s, "fork-exec")) {
+        CUdeviceptr p = 0;
+        step("alloc", CU(cuMemAlloc_v2, (CUdeviceptr *, size_t))(&p, (size_t)a1 << 20));
+        pid_t child = fork();
+        if (child == 0) {
+            execlp("sleep", "sleep", "5", (char *)NULL);
+            _exit(127);
+        }
+        printf("fork-exec parent=%d child=%d\n", (int)getpid(), (int)child);
+        fflush(stdout);
+        _exit(0);
     } else if (!strcmp(s, "cdp")) {
         CUfunction parent = NULL;
         CUresult rc2 = argc > 3 ? load_cdp(argv[3], &parent) : 1;

@@ -37,4 +37,10 @@ run() { echo "== $*"; env -u LD_PRELOAD timeout 120 "$BIN" "$@" 2>&1; echo "exit
         echo "== cdp: no libcudadevrt.a on this host"
     fi
     CUDA_MODULE_LOADING=EAGER run local 64 132 256 plain
+    run kernel-attr
+    run fork-exec 1000 >"$LOG_DIR/fork-exec.out"
+    cat "$LOG_DIR/fork-exec.out"
+    parent=$(sed -n 's/fork-exec parent=\([0-9]*\).*/\1/p' "$LOG_DIR/fork-exec.out")
+    sleep 1
+    echo "after fork+exec, the exited parent $parent holds: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | grep "^$parent," || echo nothing)"
 } 2>&1 | tee "$LOG"

@@ -12,6 +12,12 @@
 #include "cuda_shim.h"
 
 static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+static int live_contexts; /* contexts (created, or primary from first retain to last release) */
+
+int vgpu_contexts_single(void)
+{
+    return __atomic_load_n(&live_contexts, __ATOMIC_ACQUIRE) <= 1;
+}
 static unsigned primary_refs[VGPU_MAX_DEVICES];
 static CUcontext primary_ctx[VGPU_MAX_DEVICES];
 
@@ -19,6 +25,7 @@ void vgpu_contexts_forget(void)
 {
     memset(primary_refs, 0, sizeof primary_refs);
     memset(primary_ctx, 0, sizeof primary_ctx);
+    live_contexts = 0;
 }
 
 /* After a successful creation of ctx on dev, measured by m: charge it, or 0 when it does not fit
@@ -39,14 +46,18 @@ static int charge_context(struct vgpu_measure *m, CUcontext ctx, int dev)
     struct vgpu_track_entry e = {.key = (uint64_t)(uintptr_t)ctx, .bytes = bytes, .dev = dev, .kind = VGPU_K_CTX}, old;
     if (vgpu_track_put_entry(&e, &old) == 1)
         vgpu_release_overhead(old.dev, old.bytes);
+    else if (__atomic_add_fetch(&live_contexts, 1, __ATOMIC_ACQ_REL) == 2)
+        vgpu_launches_forget(); /* kernels covered in the only context may run in this one too */
     return 1;
 }
 
 static void context_gone(CUcontext ctx)
 {
     struct vgpu_track_entry e;
-    if (vgpu_track_take_entry(VGPU_K_CTX, (uint64_t)(uintptr_t)ctx, &e) == 0)
+    if (vgpu_track_take_entry(VGPU_K_CTX, (uint64_t)(uintptr_t)ctx, &e) == 0) {
         vgpu_release_overhead(e.dev, e.bytes);
+        __atomic_sub_fetch(&live_contexts, 1, __ATOMIC_ACQ_REL);
+    }
     vgpu_overheads_forget_context(ctx);
     vgpu_launches_forget(); /* a new context may come at its address */
 }

@@ -9,8 +9,9 @@
  *    (cuda_modules.c), asks the function's local size and raises the context's stack to it
  *    through the charged limit path (cuda_limits.c), which grows nothing if it is high enough;
  *  - later launches of a covered target cost one lookup in a table of hashed keys, read without
- *    a lock: a module's function (bound to its context) by itself, a library's kernel with the
- *    current context and the stream (it runs in whichever context launches it). The key holds a
+ *    a lock: a module's function (bound to its context) by itself, and so a library's kernel
+ *    while the process has one context; with several, a kernel with the current context and
+ *    the stream (it runs in whichever context launches it). The key holds a
  *    generation: a lowered stack limit, a context, module or library gone (an address may then
  *    name something else) forget every target at once.
  * Graph launches and uploads are covered by what their executable graph needs
@@ -133,7 +134,8 @@ __attribute__((noinline)) static CUresult first_launch(const void *f, CUstream s
     int bound = 0;
     CUresult rc = cover_on((CUfunction)f, stream, &bound);
     if (rc == CUDA_SUCCESS) {
-        uint64_t remembered = bound ? bound_key : key;
+        /* by itself: a module's function, or any target while the process has one context */
+        uint64_t remembered = bound || vgpu_contexts_single() ? bound_key : key;
         __atomic_store_n(entry_of(remembered), remembered, __ATOMIC_RELAXED);
     }
     return rc;

@@ -134,6 +134,9 @@ VGPU_HIDDEN void vgpu_pools_forget(void);
 
 /* ---- contexts (cuda_contexts.c) ---- */
 VGPU_HIDDEN void vgpu_contexts_forget(void); /* in a fork child: it holds no primary context */
+/* Whether the process has at most one context: a library's kernel can then run in that one only
+ * (a second one forgets every covered launch target). */
+VGPU_HIDDEN int vgpu_contexts_single(void);
 
 /* ---- graph memory (cuda_graphs.c) ---- */
 /* Every node of g, child graphs' included (16 deep at most), to visit: 0, or -1 when the driver

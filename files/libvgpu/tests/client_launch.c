@@ -10,7 +10,8 @@
  *                       gpa_ptsz legacy grid multi, or a graph: graph (a kernel node), graph-set
  *                       (kernel 0's graph, its node then given kernel N), graph-set2, graph-node,
  *                       graph-update (kernel 0's graph updated to kernel N's), graph-again (the
- *                       last graph launched again) */
+ *                       last graph launched again)
+ *   ctx-new             a new context on device 0, left current (a library's kernel then runs in it) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,11 @@ int client_launch_step(const char *step, const char *arg1, const char *arg2)
                 CU(cuFuncGetAttribute, (int *, int, CUfunction))(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
         }
         printf("kernel %s %s rc=%d local=%d\n", arg1, mode, rc, local);
+        return 1;
+    }
+    if (!strcmp(step, "ctx-new")) {
+        CUcontext c = NULL;
+        printf("ctx-new rc=%d\n", CU(cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))(&c, 0, 0));
         return 1;
     }
     if (!strcmp(step, "launch-k")) {

@@ -667,6 +667,11 @@ expect_truth "a library's kernel (a CUkernel, as cudart 12+ launches): its stack
     "launch-k 0 plain rc=2" "launch-k 1 plain rc=0 sync=0 stack=32" "alloc 600 v2 rc=2"
 
 fresh 1000MiB
+run init kernel:40:lib launch-k:0 truth ctx-new launch-k:0 truth
+expect_truth "a library's kernel covered while the process had one context is covered again in a second one" 1000 \
+    "launch-k 0 plain rc=0 sync=0 stack=40" "ctx-new rc=0" "launch-k 0 plain rc=2"
+
+fresh 1000MiB
 run init heap:1200 heap:600 truth alloc:600 kernel:0:malloc launch-k:0 truth heap:700 alloc:400 alloc:300 truth
 expect_truth "the device heap is charged when it is set (its size + 2 MiB, taken at the first malloc kernel's launch)" \
     1000 "heap 1200 rc=2 now=8" "heap 600 rc=0 now=600" "alloc 600 v2 rc=2" "launch-k 0 plain rc=0" \
