@@ -131,6 +131,18 @@ def test_no_quota_means_no_allowance_either() -> None:
     assert "holds 1 MiB of GPU memory" in violation.describe() and "no GPU-memory quota" in violation.describe()
 
 
+def test_the_allowance_is_per_container_so_many_small_contexts_are_caught() -> None:
+    """Issue 38 item 5: at 512 MiB per process, 60 processes whose contexts were made 270 MiB
+    (a tiny stack limit) held 16200 MiB on a 1000 MiB quota and stayed under 1000 + 60 x 512.
+    libvgpu keeps a container's processes within its quota plus one context (design.md, "The
+    invariant"), so the allowance is one per container, however many processes it runs."""
+    tracker = Tracker(grace_s=0, allowance_bytes=512 * MIB)
+    many = Usage(WHO, 1000 * MIB, 60 * 270 * MIB, 60, {"GPU-0"})
+    assert tracker.limit(many) == 1512 * MIB
+    (violation,) = tracker.observe([many], now=0)
+    assert "holds 16200 MiB" in violation.describe() and "(1512 MiB in all)" in violation.describe()
+
+
 class Node:
     """An enforcer on node-a: fake NVML, a /proc of cgroup files, a recording API server, and the
     containers' quotas as cgpu-monitor reads them from kubelet and the quota files (`quotas`)."""
@@ -238,6 +250,20 @@ def test_honest_containers_and_the_mps_server_are_left_alone(tmp_path: Path) -> 
     assert node.enforcer.latest.system == {GPUS[0].uuid: 900 * MIB}
     (seen,) = node.enforcer.latest.usages
     assert (container(seen.who).pod, seen.used_bytes) == ("honest", 3400 * MIB)
+
+
+def test_sixty_small_processes_of_one_container_are_evicted_as_one_container(tmp_path: Path) -> None:
+    """Issue 38 item 5, through the enforcer: 60 processes of 270 MiB on a 1000 MiB quota."""
+    node = Node(tmp_path)
+    pod = gpu_pod("swarm", 10, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    for pid in range(5000, 5060):
+        node.run(pid, pod, 270)
+    assert node.enforcer.check(now=0) == []
+    (violation,) = node.enforcer.check(now=10)
+    assert (violation.used_bytes, violation.limit_bytes, violation.processes) == (16200 * MIB, 1512 * MIB, 60)
+    assert node.api.evictions == [("team", "swarm")]
 
 
 def test_a_pod_without_units_holding_gpu_memory_is_evicted_after_the_grace(tmp_path: Path) -> None:

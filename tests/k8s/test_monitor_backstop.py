@@ -1,0 +1,68 @@
+"""cgpu-monitor's backstop against a tenant who knows its rules (issue 38), against the real API
+server: each pattern of the adversarial review, and the pod it must (and must not) stop.
+
+The pods are real API objects bound to kwok nodes (or, where the kubelet's side matters, to a node
+no kubelet runs); the GPU side cannot run here (no GPU, no kubelet), so NVML is the component
+tests' FakeGpus and /proc a folder of the processes' files (fakes.host_process).
+tests/gpu/kubelet/backstop.sh runs the same patterns through the real kubelet on the H200.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fakes import GPUS, FakeGpus, cgroup_of
+from vgpu_components import config, kube, nvml
+from vgpu_components.enforcement import Enforcer
+
+from tests.k8s import cluster
+from tests.k8s.test_monitor_enforcement import events, gone, running_gpu_pod
+
+MIB = 1024 * 1024
+
+
+class Monitor:
+    """cgpu-monitor's enforcement on one node, with the real API client and fake NVML and /proc."""
+
+    def __init__(self, tmp: Path, node: str, backend: nvml.GpuBackend | None = None, **monitor: Any) -> None:
+        cfg = config.load(None, environ={})
+        cfg["monitor"].update({"grace_seconds": 1.0, **monitor})
+        self.proc = tmp / "proc"
+        self.proc.mkdir(parents=True, exist_ok=True)
+        self.backend = backend if backend is not None else FakeGpus(GPUS)
+        self.quotas: dict[tuple[str, str, str], int | None] = {}
+        pods = kube.KubePodApi(cluster.api_client(), "cgpu-monitor", node)
+        self.enforcer = Enforcer(cfg, node, self.backend, pods, self.proc, quotas=lambda: self.quotas)
+
+    def give(self, pod: dict[str, Any], mib: int) -> None:
+        """The pod's container `main` has a quota file of `mib` MiB."""
+        self.quotas[(pod["metadata"]["namespace"], pod["metadata"]["name"], "main")] = mib * MIB
+
+    def run(self, pid: int, pod: dict[str, Any], mib: int, container_id: str = "") -> str:
+        """Process `pid` of the pod's container (kwok reports no container IDs) holds `mib` MiB."""
+        container_id = container_id or uuid.uuid4().hex * 2
+        cgroup_of(self.proc, pid, pod, container_id)
+        assert isinstance(self.backend, FakeGpus)
+        self.backend.process_mib[GPUS[0].uuid][pid] = mib
+        return container_id
+
+
+def test_sixty_small_contexts_of_one_pod_are_evicted(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, tmp_path: Path
+) -> None:
+    """Item 5: 60 processes of 270 MiB on a 3000 MiB quota (16200 MiB) stayed under the old limit
+    of 3000 + 60 x 512 MiB; the allowance is now one per container."""
+    pod = running_gpu_pod(core, namespace, "swarm", gpu_nodes(1))
+    monitor = Monitor(tmp_path, pod["spec"]["nodeName"])
+    monitor.give(pod, 3000)
+    container_id = monitor.run(5000, pod, 270)
+    for pid in range(5001, 5060):
+        monitor.run(pid, pod, 270, container_id)
+    monitor.enforcer.check(now=0)
+    (violation,) = monitor.enforcer.check(now=1)
+    assert violation.used_bytes == 16200 * MIB and violation.limit_bytes == 3512 * MIB
+    ((reason, message),) = events(core, namespace, "swarm")
+    assert reason == "GPUMemoryOverQuota" and "holds 16200 MiB" in message and "60 process(es)" in message
+    cluster.wait_for("the swarm evicted", lambda: gone(core, namespace, "swarm"), timeout=30)
