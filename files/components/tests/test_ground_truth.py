@@ -78,7 +78,7 @@ def usage(used_mib: int, processes: int = 1, quota_mib: int = 3000) -> Usage:
 def test_over_quota_plus_the_allowance_per_process_for_the_grace_period_is_one_violation() -> None:
     tracker = Tracker(grace_s=30, allowance_bytes=512 * MIB)
     assert tracker.observe([usage(3500)], now=0) == []  # a context's worth over: honest
-    assert tracker.observe([usage(4000, processes=2)], now=1) == []  # two processes, two allowances
+    assert tracker.observe([usage(3500, processes=2)], now=1) == []  # one allowance per container
     assert tracker.observe([usage(3600)], now=2) == []  # over: the grace period starts
     assert tracker.observe([usage(3600)], now=31) == []
     (violation,) = tracker.observe([usage(3600)], now=32)

@@ -71,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "scrape_timeout_s": 10.0,
         # Ground truth (enforcement.py): each container's real GPU memory from NVML against its
-        # quota plus context_allowance_mib per process (no quota: 0); over for grace_seconds: an
+        # quota plus context_allowance_mib per container (no quota: 0); over for grace_seconds: an
         # Event on the pod, then evict (the pod deleted) or report.
         "enforcement": "evict",
         "grace_seconds": 30.0,

@@ -6,11 +6,11 @@ reports what each process really holds, and nothing in a container can change th
   Every process holding GPU memory is one of:
   - a process of a container with a quota (its quota file, written by the device plugin or the
     DRA driver). The container is over its quota when the memory its processes hold on the GPUs
-    exceeds quota + context allowance x (its processes on the GPUs): each process has a CUDA
-    context that libvgpu charges against the quota at a fixed size (context_reserve, 512 MiB by
-    default) while the real one differs (527 MiB with the driver API, 619 MiB with PyTorch on an
-    H200, more once libraries load their kernels); the allowance
-    (monitor.context_allowance_mib) absorbs that difference for an honest process;
+    exceeds quota + context allowance (monitor.context_allowance_mib), once per container however
+    many processes it runs: libvgpu keeps what the GPU holds for a container's processes within
+    its quota plus one context (files/libvgpu/docs/design.md, "The invariant"), and the allowance
+    is the margin for what it cannot see between two of its checks. Per process, 60 processes
+    with contexts made small (270 MiB on an H200) held 16 times their quota within the limit;
   - a process of a container without a quota (a pod that asks for no GPU memory, a sidecar of a
     GPU pod): its quota is 0 and no allowance applies, so any memory at all is over;
   - a host process outside Kubernetes (or in a pod the API server does not list on this node):
@@ -160,10 +160,11 @@ class Tracker:
         self._reported: set[Who] = set()
 
     def limit(self, usage: Usage) -> int:
-        """Quota plus the allowance per process; 0 for what has no quota (no context is honest there)."""
+        """Quota plus one allowance for the container; 0 for what has no quota (no context is
+        honest there)."""
         if usage.quota_bytes <= 0:
             return 0
-        return usage.quota_bytes + self.allowance_bytes * usage.processes
+        return usage.quota_bytes + self.allowance_bytes
 
     def observe(self, current: Iterable[Usage], now: float | None = None) -> list[Violation]:
         """The violations that became due with this observation (each container once)."""
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "--pid", type=_pid_argument, action="append", required=True, help="PID=NS/POD/CONTAINER:QUOTA_MIB"
     )
     parser.add_argument("--grace", type=float, default=30.0, help="seconds over the limit before a violation")
-    parser.add_argument("--allowance-mib", type=int, default=512, help="context allowance per process (MiB)")
+    parser.add_argument("--allowance-mib", type=int, default=512, help="context allowance per container (MiB)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
     parser.add_argument("--duration", type=float, default=120.0, help="stop after this many seconds")
     parser.add_argument("--until-violation", action="store_true", help="exit 0 at the first violation, 1 if none")

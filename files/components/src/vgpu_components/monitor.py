@@ -255,7 +255,7 @@ class MonitorCollector(Collector):
                 "vgpu_container_memory_real_bytes",
                 "GPU memory the container's processes hold (NVML, per process)",
             ),
-            "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of its processes"),
+            "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of the container"),
             "over": ("vgpu_container_over_quota_seconds", "How long the container has been over its limit (0: not)"),
         }
         families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
