@@ -66,3 +66,25 @@ def test_sixty_small_contexts_of_one_pod_are_evicted(
     ((reason, message),) = events(core, namespace, "swarm")
     assert reason == "GPUMemoryOverQuota" and "holds 16200 MiB" in message and "60 process(es)" in message
     cluster.wait_for("the swarm evicted", lambda: gone(core, namespace, "swarm"), timeout=30)
+
+
+def test_a_pod_over_its_quota_most_of_the_time_is_evicted(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, tmp_path: Path
+) -> None:
+    """Item 4: over 24 s of every 30 with a 30 s grace; each check under the limit reset the
+    timer, so the pod was never acted on. Checks every second, the monitor's clock given."""
+    pod = running_gpu_pod(core, namespace, "oscillating", gpu_nodes(1))
+    monitor = Monitor(tmp_path, pod["spec"]["nodeName"], grace_seconds=30.0)
+    monitor.give(pod, 3000)
+    monitor.run(4242, pod, 4000)
+    assert isinstance(monitor.backend, FakeGpus)
+    held = monitor.backend.process_mib[GPUS[0].uuid]
+    acted = None
+    for now in range(120):
+        held[4242] = 4000 if now % 30 < 24 else 2000
+        if monitor.enforcer.check(now=now):
+            acted = now
+            break
+    assert acted is not None, "never acted on"
+    assert [r for r, _m in events(core, namespace, "oscillating")] == ["GPUMemoryOverQuota"]
+    cluster.wait_for("the oscillating pod evicted", lambda: gone(core, namespace, "oscillating"), timeout=30)

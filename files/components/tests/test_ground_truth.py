@@ -89,15 +89,47 @@ def test_over_quota_plus_the_allowance_per_process_for_the_grace_period_is_one_v
     assert len(tracker.observe([usage(3600)], now=61)) == 1
 
 
-def test_dropping_back_under_or_ending_starts_the_grace_period_again() -> None:
-    tracker = Tracker(grace_s=10, allowance_bytes=0)
-    tracker.observe([usage(4000)], now=0)
-    tracker.observe([usage(2000)], now=9)  # back under
-    assert tracker.observe([usage(4000)], now=15) == []
-    assert tracker.observe([usage(4000)], now=24) == []
-    assert len(tracker.observe([usage(4000)], now=25)) == 1
-    tracker.observe([], now=26)  # its processes ended
-    assert tracker.over_seconds(WHO, now=27) == 0.0
+def oscillate(tracker: Tracker, seconds: int, over_s: int, period_s: int) -> list[float]:
+    """Checks every second for `seconds`, the container over its limit for the first `over_s` of
+    every `period_s`; when each violation came."""
+    due = []
+    for now in range(seconds):
+        for _violation in tracker.observe([usage(4000 if now % period_s < over_s else 2000)], now=now):
+            due.append(float(now))
+    return due
+
+
+def test_time_over_accumulates_so_a_container_over_most_of_the_time_is_caught() -> None:
+    """Issue 38 item 4: one check under the limit reset the grace timer, so a container over its
+    quota 24 s of every 30 (80 % of an hour) was never acted on with a 30 s grace. Time over now
+    accumulates, and time under pays it back ten times slower."""
+    due = oscillate(Tracker(grace_s=30, allowance_bytes=0), 3600, over_s=24, period_s=30)
+    assert due and due[0] < 60, due[:3]
+
+
+def test_a_short_excursion_is_paid_back_by_ten_times_as_long_under() -> None:
+    tracker = Tracker(grace_s=30, allowance_bytes=0)
+    for now in range(0, 21):  # 20 s over
+        assert tracker.observe([usage(4000)], now=now) == []
+    assert tracker.over_seconds(WHO) == 20
+    for now in range(21, 230):  # under for about ten times as long
+        assert tracker.observe([usage(2000)], now=now) == []
+    assert tracker.over_seconds(WHO) == 0.0
+    for now in range(230, 251):  # another 20 s over: still within the grace
+        assert tracker.observe([usage(4000)], now=now) == []
+    assert oscillate(Tracker(grace_s=30, allowance_bytes=0), 3600, over_s=2, period_s=30) == []  # 1 in 15
+
+
+def test_ending_its_processes_does_not_reset_the_time_over() -> None:
+    """A container whose processes all exit before the grace and start again is the same
+    container: its time over is still there (paid back only slowly)."""
+    tracker = Tracker(grace_s=30, allowance_bytes=0)
+    for now in range(0, 21):
+        tracker.observe([usage(4000)], now=now)
+    tracker.observe([], now=25)  # its processes ended
+    assert tracker.over_seconds(WHO) > 19
+    due = [now for now in range(26, 60) if tracker.observe([usage(4000)], now=now)]
+    assert due and due[0] <= 40, due
 
 
 def test_usage_sums_each_containers_processes_and_sets_aside_only_known_system_processes() -> None:
