@@ -75,14 +75,15 @@ def usage(used_mib: int, processes: int = 1, quota_mib: int = 3000) -> Usage:
     return Usage(WHO, quota_mib * MIB, used_mib * MIB, processes, {"GPU-0"})
 
 
-def test_over_quota_plus_the_allowance_per_process_for_the_grace_period_is_one_violation() -> None:
+def test_over_quota_plus_the_allowance_for_the_grace_period_is_one_violation() -> None:
     tracker = Tracker(grace_s=30, allowance_bytes=512 * MIB)
     assert tracker.observe([usage(3500)], now=0) == []  # a context's worth over: honest
     assert tracker.observe([usage(3500, processes=2)], now=1) == []  # one allowance per container
-    assert tracker.observe([usage(3600)], now=2) == []  # over: the grace period starts
+    assert tracker.observe([usage(3600)], now=2) == []  # over since between the two checks: half counts
     assert tracker.observe([usage(3600)], now=31) == []
     (violation,) = tracker.observe([usage(3600)], now=32)
-    assert (violation.used_bytes, violation.limit_bytes, violation.over_seconds) == (3600 * MIB, 3512 * MIB, 30)
+    assert (violation.used_bytes, violation.limit_bytes) == (3600 * MIB, 3512 * MIB)
+    assert violation.over_seconds == pytest.approx(30.45)  # 0.5 - 0.05 paid back + 30
     assert "holds 3600 MiB" in violation.describe() and "quota of 3000 MiB" in violation.describe()
     assert tracker.observe([usage(3600)], now=60) == []  # reported once
     tracker.retry(WHO)  # the action did not happen

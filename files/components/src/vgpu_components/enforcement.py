@@ -122,7 +122,7 @@ class Enforcer:
             current,
             system,
             {u.who: self.tracker.limit(u) for u in current},
-            {u.who: self.tracker.over_seconds(u.who, now) for u in current},
+            {u.who: self.tracker.over_seconds(u.who) for u in current},
         )
         for violation in due:
             self._act(violation)

@@ -16,8 +16,13 @@ reports what each process really holds, and nothing in a container can change th
   - a host process outside Kubernetes (or in a pod the API server does not list on this node):
     quota 0 as well, reported with its PID and command, never evicted (it is in no pod);
   - a known system process (enforcement.SYSTEM_PROCESSES, each with why): not judged.
-  Over for longer than the grace period (monitor.grace_seconds) is a violation, reported once
-  until it is back under.
+  Time over is a budget, not a timer: each container's time over its limit accumulates, and time
+  under (or with no process on a GPU) pays it back at DECAY seconds per second, ten times slower.
+  Over with more than the grace period (monitor.grace_seconds) accumulated is a violation, reported
+  once until it is back under. A timer that one check under the limit reset let a container over
+  its quota 80 % of the time, or one that restarted its processes before the grace, run for ever;
+  with the budget, one over more than 1/11 of the time is caught, and an honest one (never over:
+  libvgpu refuses at the call) owes nothing.
 
 The core is pure, observations in and violations out, so it runs the same in cgpu-monitor
 (enforcement.py maps processes to pods through their cgroups and the API server) and on a GPU
@@ -39,6 +44,8 @@ from pathlib import Path
 from vgpu_components import nvml
 
 MIB = 1024 * 1024
+# Seconds of the over-quota budget paid back per second under the limit.
+DECAY = 0.1
 
 
 @dataclass(frozen=True)
@@ -110,19 +117,19 @@ class Violation:
         if isinstance(self.who, HostProcess):
             return (
                 f"process {self.who.pid} ({self.who.command}) {self.who.where} {held} on {gpus} with no quota "
-                f"for {self.over_seconds:.0f} s; it is in no pod on this node, so it cannot be evicted: "
+                f"for {self.over_seconds:.0f} s (accumulated); it is in no pod on this node, so it cannot be evicted: "
                 "stop it on the node"
             )
         where = f"({self.processes} process(es) on {gpus})"
         if self.quota_bytes <= 0:
             return (
                 f"container {self.who.container} {held} {where} with no GPU-memory quota (it was allocated "
-                f"no GPU memory) for {self.over_seconds:.0f} s"
+                f"no GPU memory) for {self.over_seconds:.0f} s (accumulated)"
             )
         return (
             f"container {self.who.container} {held} {where} over its quota of "
             f"{self.quota_bytes // MIB} MiB plus the context allowance ({self.limit_bytes // MIB} MiB in all) "
-            f"for {self.over_seconds:.0f} s"
+            f"for {self.over_seconds:.0f} s (accumulated)"
         )
 
 
@@ -151,12 +158,15 @@ def usages(processes: Iterable[tuple[str, int, int]], owner: OwnerOf) -> tuple[l
 
 
 class Tracker:
-    """Follows containers over time and reports each one over its limit past the grace period."""
+    """Follows containers over time and reports each one over its limit once its time over,
+    accumulated and slowly paid back (the rule above), reaches the grace period."""
 
     def __init__(self, grace_s: float, allowance_bytes: int) -> None:
         self.grace_s = grace_s
         self.allowance_bytes = allowance_bytes
-        self.over_since: dict[Who, float] = {}
+        self.spent: dict[Who, float] = {}  # seconds over, accumulated and paid back
+        self._over: set[Who] = set()  # over at the last observation
+        self._last: float | None = None
         self._reported: set[Who] = set()
 
     def limit(self, usage: Usage) -> int:
@@ -167,44 +177,48 @@ class Tracker:
         return usage.quota_bytes + self.allowance_bytes
 
     def observe(self, current: Iterable[Usage], now: float | None = None) -> list[Violation]:
-        """The violations that became due with this observation (each container once)."""
+        """The violations that became due with this observation (each container once until it
+        is back under). The time since the last observation counts as over in full when the
+        container was over at both, half when at one of them."""
         now = time.monotonic() if now is None else now
+        elapsed = 0.0 if self._last is None else max(0.0, now - self._last)
+        self._last = now
+        current = list(current)
+        over = {u.who for u in current if u.used_bytes > self.limit(u)}
+        for key in set(self.spent) | over:
+            over_s = elapsed * ((key in self._over) + (key in over)) / 2
+            spent = self.spent.get(key, 0.0) + over_s - DECAY * (elapsed - over_s)
+            if spent > 0 or key in over:
+                self.spent[key] = max(spent, 0.0)
+            else:  # paid back in full
+                del self.spent[key]
+        self._over = over
+        self._reported &= over
         due = []
-        seen = set()
         for usage in current:
             key = usage.who
-            seen.add(key)
-            limit = self.limit(usage)
-            if usage.used_bytes <= limit:
-                self.over_since.pop(key, None)
-                self._reported.discard(key)
-                continue
-            since = self.over_since.setdefault(key, now)
-            if now - since >= self.grace_s and key not in self._reported:
+            if key in over and self.spent[key] >= self.grace_s and key not in self._reported:
                 self._reported.add(key)
                 due.append(
                     Violation(
                         key,
                         usage.used_bytes,
-                        limit,
+                        self.limit(usage),
                         usage.quota_bytes,
                         usage.processes,
-                        now - since,
+                        self.spent[key],
                         tuple(sorted(usage.gpus)),
                     )
                 )
-        for key in set(self.over_since) - seen:  # its processes are gone
-            del self.over_since[key]
-            self._reported.discard(key)
         return due
 
     def retry(self, who: Who) -> None:
         """Report this container again at the next observation (its action did not happen)."""
         self._reported.discard(who)
 
-    def over_seconds(self, who: Who, now: float | None = None) -> float:
-        since = self.over_since.get(who)
-        return 0.0 if since is None else (time.monotonic() if now is None else now) - since
+    def over_seconds(self, who: Who) -> float:
+        """Its time over, accumulated and paid back (0: owes nothing)."""
+        return self.spent.get(who, 0.0)
 
 
 # --- the command line: a given pid -> container mapping, on a host without kubelet -----------
@@ -274,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                     "used_mib": usage.used_bytes // MIB,
                     "limit_mib": tracker.limit(usage) // MIB,
                     "processes": usage.processes,
-                    "over_s": round(tracker.over_seconds(usage.who, now), 2),
+                    "over_s": round(tracker.over_seconds(usage.who), 2),
                 }
                 print(json.dumps(line), flush=True)
             for violation in tracker.observe(current, now):

@@ -256,7 +256,10 @@ class MonitorCollector(Collector):
                 "GPU memory the container's processes hold (NVML, per process)",
             ),
             "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of the container"),
-            "over": ("vgpu_container_over_quota_seconds", "How long the container has been over its limit (0: not)"),
+            "over": (
+                "vgpu_container_over_quota_seconds",
+                "The container's time over its limit, accumulated and paid back at a tenth of the time under",
+            ),
         }
         families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
         host = {
