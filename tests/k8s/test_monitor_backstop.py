@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fakes import GPUS, FakeGpus, cgroup_of
+from kubernetes import client
 from vgpu_components import config, kube, nvml
 from vgpu_components.enforcement import Enforcer
 
@@ -88,3 +89,46 @@ def test_a_pod_over_its_quota_most_of_the_time_is_evicted(
     assert acted is not None, "never acted on"
     assert [r for r, _m in events(core, namespace, "oscillating")] == ["GPUMemoryOverQuota"]
     cluster.wait_for("the oscillating pod evicted", lambda: gone(core, namespace, "oscillating"), timeout=30)
+
+
+def unmanaged_node(core: Any) -> str:
+    """A node no kubelet (and no kwok) runs: a pod bound to it is never confirmed stopped, as a
+    pod whose PID 1 ignores SIGTERM is not until its grace period ends."""
+    name = f"no-kubelet-{uuid.uuid4().hex[:8]}"
+    body = cluster.node_body(name, [cluster.GPU_12GIB], {})
+    del body["metadata"]["annotations"]["kwok.x-k8s.io/node"]
+    core.create_node(body)
+    return name
+
+
+def test_a_pod_that_outwaits_its_eviction_is_gone_within_the_bound(core: Any, namespace: str, tmp_path: Path) -> None:
+    """Item 1: deleted with its own grace period (a year) and never acted on again, the pod kept
+    its memory. The monitor caps the grace (termination_grace_seconds) and, still over at the first
+    check that long after, deletes it at once: the API object is gone (kubelet kills what is left)."""
+    node = unmanaged_node(core)
+    try:
+        body = cluster.pod_body("holdout", 1000, {})
+        body["spec"].update(nodeName=node, terminationGracePeriodSeconds=365 * 24 * 3600)
+        core.create_namespaced_pod(namespace, body)
+        pod: dict[str, Any] = core.api_client.sanitize_for_serialization(core.read_namespaced_pod("holdout", namespace))
+        monitor = Monitor(tmp_path, node, termination_grace_seconds=5)
+        monitor.give(pod, 1000)
+        monitor.run(4242, pod, 40000)
+        monitor.enforcer.check(now=0)
+        monitor.enforcer.check(now=1)
+        terminating = core.read_namespaced_pod("holdout", namespace).metadata
+        assert terminating.deletion_timestamp is not None and terminating.deletion_grace_period_seconds == 5
+        monitor.enforcer.check(now=6)
+        cluster.wait_for("the holdout pod gone from the API", lambda: absent(core, namespace, "holdout"), timeout=30)
+        reasons = [r for r, _m in events(core, namespace, "holdout")]
+        assert reasons == ["GPUMemoryOverQuota", "GPUMemoryOverQuota"], reasons
+    finally:
+        core.delete_node(node)
+
+
+def absent(core: Any, namespace: str, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False

@@ -762,6 +762,7 @@ class RecordingPodApi:
         self.events: list[tuple[str, str, str]] = []  # (pod name, reason, message)
         self.node_events: list[tuple[str, str, str]] = []  # (node, reason, message)
         self.evictions: list[tuple[str, str]] = []
+        self.deletes: list[tuple[str, str, int | None]] = []  # (namespace, pod, grace period asked; None: its own)
         self.refuse_evictions = False
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
@@ -773,10 +774,11 @@ class RecordingPodApi:
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         self.node_events.append((node, reason, message))
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None:
         if self.refuse_evictions:  # as kube-apiserver answers a delete the admission policy denies
             raise ApiException(status=403, reason=f"cgpu-monitor may evict only pods on its own node: {uid}")
         self.evictions.append((namespace, name))
+        self.deletes.append((namespace, name, grace_seconds))
 
 
 def gpu_pod(

@@ -85,9 +85,8 @@ def test_over_quota_plus_the_allowance_for_the_grace_period_is_one_violation() -
     assert (violation.used_bytes, violation.limit_bytes) == (3600 * MIB, 3512 * MIB)
     assert violation.over_seconds == pytest.approx(30.45)  # 0.5 - 0.05 paid back + 30
     assert "holds 3600 MiB" in violation.describe() and "quota of 3000 MiB" in violation.describe()
-    assert tracker.observe([usage(3600)], now=60) == []  # reported once
-    tracker.retry(WHO)  # the action did not happen
-    assert len(tracker.observe([usage(3600)], now=61)) == 1
+    # Due at every check while it stays over (issue 38 item 1): the enforcer acts on it again.
+    assert len(tracker.observe([usage(3600)], now=37)) == 1
 
 
 def oscillate(tracker: Tracker, seconds: int, over_s: int, period_s: int) -> list[float]:
@@ -211,9 +210,54 @@ def test_a_container_over_its_quota_past_the_grace_period_is_evicted_with_an_eve
     (violation,) = node.enforcer.check(now=10)
     assert violation.who == Container("team", "trainer", "main", pod["metadata"]["uid"])
     ((name, reason, message),) = node.api.events
-    assert (name, reason) == ("trainer", "GPUMemoryOverQuota") and "evicting the pod" in message
+    assert (name, reason) == ("trainer", "GPUMemoryOverQuota") and "deleting the pod" in message
     assert node.api.evictions == [("team", "trainer")]
-    assert node.enforcer.check(now=20) == [] and len(node.api.evictions) == 1  # once
+    del node.backend.process_mib[GPUS[0].uuid][4242]  # its kubelet stops it
+    node.api.pods = []
+    assert node.enforcer.check(now=20) == [] and len(node.api.evictions) == 1
+
+
+def test_a_pod_that_outwaits_its_eviction_is_deleted_at_once_after_the_capped_grace(tmp_path: Path) -> None:
+    """Issue 38 item 1: the pod was deleted with its own grace period (a year) and never acted on
+    again, so a PID 1 that ignored SIGTERM kept 40000 MiB on a 1000 MiB quota. Its grace is
+    capped at monitor.termination_grace_seconds, and at the first check that long after, still
+    over, the pod is deleted at once (grace 0: the API object goes and kubelet kills it)."""
+    node = Node(tmp_path, termination_grace_seconds=5)
+    pod = gpu_pod("holdout", 10, container_id=CID)
+    pod["spec"]["terminationGracePeriodSeconds"] = 365 * 24 * 3600
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    node.run(4242, pod, 40000)
+    node.enforcer.check(now=0)
+    node.enforcer.check(now=10)
+    assert node.api.deletes == [("team", "holdout", 5)]
+    node.enforcer.check(now=12)  # not yet: the capped grace is still running
+    assert node.api.deletes == [("team", "holdout", 5)]
+    node.enforcer.check(now=15)  # still there, still over
+    assert node.api.deletes == [("team", "holdout", 5), ("team", "holdout", 0)]
+    first, forced = (message for _n, _r, message in node.api.events)
+    assert "grace period of 5 s (its own: 31536000 s)" in first
+    assert "still over its quota 5 s after" in forced and "deleting it at once" in forced
+    node.enforcer.check(now=20)  # the monitor keeps acting while it stays over
+    assert node.api.deletes[-1] == ("team", "holdout", 0) and len(node.api.events) == 2
+    assert node.enforcer.actions["evicted"] == 1 and node.enforcer.actions["forced"] == 1
+
+
+def test_a_pod_that_comes_back_over_is_acted_on_again(tmp_path: Path) -> None:
+    """Issue 38 item 1: the monitor never acted on the same container twice."""
+    node = Node(tmp_path, enforcement="report")
+    pod = gpu_pod("again", 10, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    node.run(4242, pod, 4000)
+    node.enforcer.check(now=0)
+    assert len(node.enforcer.check(now=10)) == 1
+    assert len(node.enforcer.check(now=15)) == 1 and len(node.api.events) == 1  # one Event while it stays over
+    node.backend.process_mib[GPUS[0].uuid][4242] = 500
+    assert node.enforcer.check(now=20) == []
+    node.backend.process_mib[GPUS[0].uuid][4242] = 4000
+    assert len(node.enforcer.check(now=25)) == 1  # its time over is not paid back yet: at once
+    assert len(node.api.events) == 2
 
 
 def test_the_quota_is_the_quota_files_not_the_units_in_the_pod_spec(tmp_path: Path) -> None:
