@@ -293,6 +293,7 @@ def range_problems(settings):
         ("vgpu_mps_active_thread_percentage", 1, 100),
         ("vgpu_compute_shares_total", 1, 1000),
         ("vgpu_enforcement_grace_seconds", 0, 24 * 3600),
+        ("vgpu_enforcement_termination_grace_seconds", 0, 3600),
     ):
         value = _whole_number(settings.get(name, low))
         if value is not None and not low <= value <= high:
@@ -318,6 +319,7 @@ CLUSTER_WIDE = {
     "vgpu_mps_set_exclusive_process": "one nvidia-mps DaemonSet runs on every MPS node",
     "vgpu_enforcement": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_enforcement_termination_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
     "vgpu_compute_shares": "one ConfigMap tells every device plugin and the extender whether shares exist",

@@ -8,14 +8,9 @@ Every monitor.check_interval_s:
    `quotas`: cgpu-monitor's view of kubelet's PodResources and the quota files the device plugin
    or the DRA driver wrote (monitor.MonitorCollector.quotas), the one source of a container's
    quota on both scheduling paths. A container with no quota file has quota 0;
-3. ground_truth.Tracker; for each violation: a log line, the metrics, and
-   - a container: a Warning Event `GPUMemoryOverQuota` on the pod and then per
-     monitor.enforcement: evict (the default) deletes the pod with its grace period, as kubelet
-     evicts a pod over its ephemeral-storage limit (kube.KubePodApi.evict: no disruption budget
-     applies, and an admission policy holds the monitor to its own node's pods); a failed delete
-     is retried at the next check; report does nothing more;
-   - a host process (in no pod the API server lists on this node): a Warning Event
-     `GPUMemoryOverQuota` on the node with its PID and command; it cannot be evicted.
+3. ground_truth.Tracker; the violations due go to enforcement_actions.Actions, which posts the
+   Events and, with monitor.enforcement evict, deletes the pod with a capped grace period and, if it
+   is still over that long after, at once; a process in no pod gets a Warning Event on the node.
 
 Nothing is judged while the quotas cannot be read (kubelet away: the check fails and is retried),
 and a container whose quota file cannot be read is left out of that check: an unknown quota is
@@ -35,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import cgroups, ground_truth, kube, nvml
+from vgpu_components.enforcement_actions import Actions
 from vgpu_components.ground_truth import Container, HostProcess, Owner, SystemProcess, Usage, Violation, Who
 
 log = logging.getLogger("vgpu.monitor")
@@ -105,7 +101,7 @@ class Enforcer:
             float(section["grace_seconds"]), int(section["context_allowance_mib"]) * MIB
         )
         self.latest = Snapshot()
-        self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "unevictable": 0}
+        self.acting = Actions(self.mode, int(section["termination_grace_seconds"]), node, pods)
         self.check_errors = 0
         self._pods_by_uid: dict[str, dict[str, Any]] = {}
 
@@ -124,9 +120,13 @@ class Enforcer:
             {u.who: self.tracker.limit(u) for u in current},
             {u.who: self.tracker.over_seconds(u.who) for u in current},
         )
-        for violation in due:
-            self._act(violation)
+        self.acting.act(due, self._pods_by_uid, now)
         return due
+
+    @property
+    def actions(self) -> dict[str, int]:
+        """Violations acted on, by what was done (vgpu_quota_violations_total)."""
+        return self.acting.counts
 
     def _owners(self, pids: set[int]) -> ground_truth.OwnerOf:
         """Whose each of these processes is, from one read of the pods and one of the quotas."""
@@ -201,42 +201,6 @@ class Enforcer:
                 return "?"
         text = shlex.join(argv)
         return text if len(text) <= 200 else text[:197] + "..."
-
-    # --- acting on a violation -------------------------------------------------------------------
-    def _act(self, violation: Violation) -> None:
-        message = violation.describe()
-        who = violation.who
-        log.warning("%s: %s", who, message, extra={"enforcement": self.mode})
-        if isinstance(who, HostProcess):
-            self.actions["unevictable"] += 1
-            if self.pods is not None:
-                try:
-                    self.pods.node_event(self.node, "GPUMemoryOverQuota", message)
-                except Exception as exc:
-                    log.warning("could not post event GPUMemoryOverQuota on node %s: %s", self.node, exc)
-            return
-        pod = self._pods_by_uid.get(who.pod_uid)
-        if self.pods is None or pod is None:
-            self.actions["reported"] += 1
-            return
-        action = "evicting the pod" if self.mode == "evict" else "reported only (monitor.enforcement: report)"
-        self._event(pod, "GPUMemoryOverQuota", f"{message}; {action}")
-        if self.mode != "evict":
-            self.actions["reported"] += 1
-            return
-        try:
-            self.pods.evict(who.namespace, who.pod, who.pod_uid)
-            self.actions["evicted"] += 1
-        except Exception as exc:
-            log.error("could not evict %s/%s: %s; trying again at the next check", who.namespace, who.pod, exc)
-            self.tracker.retry(who)
-
-    def _event(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        assert self.pods is not None
-        try:
-            self.pods.pod_event(pod, reason, message)
-        except Exception as exc:
-            log.warning("could not post event %s: %s", reason, exc)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):

@@ -18,11 +18,11 @@ reports what each process really holds, and nothing in a container can change th
   - a known system process (enforcement.SYSTEM_PROCESSES, each with why): not judged.
   Time over is a budget, not a timer: each container's time over its limit accumulates, and time
   under (or with no process on a GPU) pays it back at DECAY seconds per second, ten times slower.
-  Over with more than the grace period (monitor.grace_seconds) accumulated is a violation, reported
-  once until it is back under. A timer that one check under the limit reset let a container over
-  its quota 80 % of the time, or one that restarted its processes before the grace, run for ever;
-  with the budget, one over more than 1/11 of the time is caught, and an honest one (never over:
-  libvgpu refuses at the call) owes nothing.
+  Over with more than the grace period (monitor.grace_seconds) accumulated is a violation, at every
+  observation while it stays over (what is done again is enforcement_actions.py's). A timer that one
+  check under the limit reset let a container over its quota 80 % of the time, or one that
+  restarted its processes before the grace, run for ever; with the budget, one over more than 1/11
+  of the time is caught, and an honest one (never over: libvgpu refuses at the call) owes nothing.
 
 The core is pure, observations in and violations out, so it runs the same in cgpu-monitor
 (enforcement.py maps processes to pods through their cgroups and the API server) and on a GPU
@@ -167,7 +167,6 @@ class Tracker:
         self.spent: dict[Who, float] = {}  # seconds over, accumulated and paid back
         self._over: set[Who] = set()  # over at the last observation
         self._last: float | None = None
-        self._reported: set[Who] = set()
 
     def limit(self, usage: Usage) -> int:
         """Quota plus one allowance for the container; 0 for what has no quota (no context is
@@ -177,8 +176,8 @@ class Tracker:
         return usage.quota_bytes + self.allowance_bytes
 
     def observe(self, current: Iterable[Usage], now: float | None = None) -> list[Violation]:
-        """The violations that became due with this observation (each container once until it
-        is back under). The time since the last observation counts as over in full when the
+        """The violations due at this observation: every container over its limit with the grace
+        period spent. The time since the last observation counts as over in full when the
         container was over at both, half when at one of them."""
         now = time.monotonic() if now is None else now
         elapsed = 0.0 if self._last is None else max(0.0, now - self._last)
@@ -193,12 +192,10 @@ class Tracker:
             else:  # paid back in full
                 del self.spent[key]
         self._over = over
-        self._reported &= over
         due = []
         for usage in current:
             key = usage.who
-            if key in over and self.spent[key] >= self.grace_s and key not in self._reported:
-                self._reported.add(key)
+            if key in over and self.spent[key] >= self.grace_s:
                 due.append(
                     Violation(
                         key,
@@ -211,10 +208,6 @@ class Tracker:
                     )
                 )
         return due
-
-    def retry(self, who: Who) -> None:
-        """Report this container again at the next observation (its action did not happen)."""
-        self._reported.discard(who)
 
     def over_seconds(self, who: Who) -> float:
         """Its time over, accumulated and paid back (0: owes nothing)."""

@@ -300,7 +300,8 @@ class MonitorCollector(Collector):
         yield system
         actions = CounterMetricFamily(
             "vgpu_quota_violations",
-            "Violations past the grace period, by what was done: evicted, reported, unevictable (a process in no pod)",
+            "Violations past the grace period, by what was done: evicted, forced (deleted at once), reported, "
+            "unevictable (a process in no pod)",
             labels=["action"],
         )
         for action, count in self.enforcer.actions.items():

@@ -315,6 +315,7 @@ def test_configmap_follows_the_architecture_schema(rendered):
         "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
         "enforcement": "evict",
         "grace_seconds": 30,
+        "termination_grace_seconds": 5,
         "context_allowance_mib": 512,
     }
     assert config["mps"] == {
@@ -498,12 +499,14 @@ def test_the_monitor_enforces_as_the_settings_say(tmp_path):
     settings = {
         "vgpu_enforcement": "report",
         "vgpu_enforcement_grace_seconds": 90,
+        "vgpu_enforcement_termination_grace_seconds": 20,
         "vgpu_enforcement_context_allowance_mib": "1GiB",
     }
     docs = render(tmp_path, settings)["components.yaml"]
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     monitor = config["monitor"]
     assert (monitor["enforcement"], monitor["grace_seconds"], monitor["context_allowance_mib"]) == ("report", 90, 1024)
+    assert monitor["termination_grace_seconds"] == 20
 
 
 def test_the_extender_mounts_its_certificates_and_probes_over_https(rendered):
