@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fakes import GPUS, FakeGpus, cgroup_of
+from fakes import GPUS, FakeGpus, StandInNvml, cgroup_of, nvml_backend
 from kubernetes import client
 from vgpu_components import config, kube, nvml
 from vgpu_components.enforcement import Enforcer
@@ -132,3 +132,20 @@ def absent(core: Any, namespace: str, name: str) -> bool:
     except client.ApiException as exc:
         return exc.status == 404
     return False
+
+
+def test_a_pod_whose_vulkan_process_holds_memory_is_evicted(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, tmp_path: Path
+) -> None:
+    """Item 3: NVML's graphics list was never read, so a Vulkan or OpenGL process was invisible.
+    The real NvmlBackend over a stand-in pynvml (no NVIDIA library here)."""
+    pod = running_gpu_pod(core, namespace, "renderer", gpu_nodes(1))
+    stand_in = StandInNvml(GPUS)
+    monitor = Monitor(tmp_path, pod["spec"]["nodeName"], nvml_backend(stand_in, GPUS))
+    monitor.give(pod, 3000)
+    cgroup_of(monitor.proc, 4242, pod, uuid.uuid4().hex * 2, command="vkcube --headless")
+    stand_in.processes[GPUS[0].uuid]["graphics"][4242] = 9000
+    monitor.enforcer.check(now=0)
+    (violation,) = monitor.enforcer.check(now=1)
+    assert violation.used_bytes == 9000 * MIB
+    cluster.wait_for("the renderer evicted", lambda: gone(core, namespace, "renderer"), timeout=30)

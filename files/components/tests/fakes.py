@@ -19,12 +19,14 @@ from collections.abc import Iterator, Sequence
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import grpc
+import pynvml
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
-from vgpu_components import config, monitor, protos
+from vgpu_components import config, monitor, nvml, protos
 from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.extender import Extender
 from vgpu_components.extender_http import ExtenderServer
@@ -82,6 +84,56 @@ class FakeGpus:
 
     def close(self) -> None:
         pass
+
+
+class StandInNvml:
+    """pynvml as nvml.NvmlBackend calls it, over made-up GPUs: no NVIDIA library runs here (the H200
+    checks run the real one). `processes[uuid][kind]` is what the per-process query of that kind
+    (compute, mps, graphics) answers, pid -> MiB; `used_mib[uuid]` the device's used memory."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+    KINDS: ClassVar[dict[str, str]] = {"Compute": "compute", "MPSCompute": "mps", "Graphics": "graphics"}
+
+    def __init__(self, gpus: list[Gpu]) -> None:
+        self._gpus = gpus
+        self.processes: dict[str, dict[str, dict[int, int]]] = {
+            g.uuid: {k: {} for k in self.KINDS.values()} for g in gpus
+        }
+        self.used_mib: dict[str, int] = {g.uuid: 0 for g in gpus}
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Gpu, version: int | None = None) -> SimpleNamespace:
+        used = self.used_mib[handle.uuid] * 1024 * 1024
+        total = handle.total_mib * 1024 * 1024
+        return SimpleNamespace(total=total, used=used, free=total - used, reserved=0)
+
+    def nvmlDeviceGetIndex(self, handle: Gpu) -> int:
+        return handle.index
+
+    def nvmlDeviceGetName(self, handle: Gpu) -> str:
+        return handle.name
+
+    def __getattr__(self, name: str) -> Any:
+        kind = name.removeprefix("nvmlDeviceGet").removesuffix("RunningProcesses_v3")
+        if kind not in self.KINDS:
+            raise AttributeError(name)
+
+        def query(handle: Gpu) -> list[SimpleNamespace]:
+            listed = self.processes[handle.uuid][self.KINDS[kind]]
+            return [SimpleNamespace(pid=pid, usedGpuMemory=mib * 1024 * 1024) for pid, mib in listed.items()]
+
+        return query
+
+
+def nvml_backend(stand_in: StandInNvml, gpus: list[Gpu]) -> nvml.NvmlBackend:
+    """The real NvmlBackend over the stand-in library (its own set-up calls nvmlInit)."""
+    backend = nvml.NvmlBackend.__new__(nvml.NvmlBackend)
+    backend.nvml = stand_in
+    backend._handles = {g.uuid: g for g in gpus}  # pylint: disable=protected-access
+    backend._lock = threading.Lock()  # pylint: disable=protected-access
+    backend._events = None  # pylint: disable=protected-access
+    return backend
 
 
 FAKE_CONTROL = textwrap.dedent(

@@ -14,7 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import GPUS, Exporter, FakeGpus, RecordingPodApi, cgroup_of, gpu_pod, host_process, value
+from fakes import (
+    GPUS,
+    Exporter,
+    FakeGpus,
+    RecordingPodApi,
+    StandInNvml,
+    cgroup_of,
+    gpu_pod,
+    host_process,
+    nvml_backend,
+    value,
+)
 from vgpu_components import cgroups, config, ground_truth, nvml
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import Container, HostProcess, Owner, Tracker, Usage
@@ -341,6 +352,23 @@ def test_sixty_small_processes_of_one_container_are_evicted_as_one_container(tmp
     (violation,) = node.enforcer.check(now=10)
     assert (violation.used_bytes, violation.limit_bytes, violation.processes) == (16200 * MIB, 1512 * MIB, 60)
     assert node.api.evictions == [("team", "swarm")]
+
+
+def test_a_graphics_process_is_charged_like_a_compute_one(tmp_path: Path) -> None:
+    """Issue 38 item 3: a Vulkan or OpenGL process is in NVML's graphics list only, which was
+    never read. The real NvmlBackend over a stand-in pynvml (no NVIDIA library here)."""
+    node = Node(tmp_path)
+    stand_in = StandInNvml(GPUS)
+    node.enforcer.backend = nvml_backend(stand_in, GPUS)
+    pod = gpu_pod("renderer", 10, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    cgroup_of(node.proc, 4242, pod, CID, command="vkcube --headless")
+    stand_in.processes[GPUS[0].uuid]["graphics"][4242] = 5000
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "renderer" and violation.used_bytes == 5000 * MIB
+    assert node.api.evictions == [("team", "renderer")]
 
 
 def test_a_pod_without_units_holding_gpu_memory_is_evicted_after_the_grace(tmp_path: Path) -> None:

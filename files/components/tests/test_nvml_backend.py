@@ -76,3 +76,33 @@ def test_processes_use_the_newest_call_the_driver_has(
     present: dict[str, list[tuple[int, int | None]]], want: list[ProcessMemory]
 ) -> None:
     assert backend_on(Driver(present)).processes("GPU-0") == want
+
+
+@pytest.mark.parametrize(
+    ("present", "want"),
+    [
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": [(10, 100)],
+                "nvmlDeviceGetGraphicsRunningProcesses_v3": [(20, 5000)],
+            },
+            [ProcessMemory(10, 100), ProcessMemory(20, 5000)],
+            id="a Vulkan process beside a CUDA one",
+        ),
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v2": [],
+                "nvmlDeviceGetGraphicsRunningProcesses_v2": [(20, 5000)],
+            },
+            [ProcessMemory(20, 5000)],
+            id="R470: the _v2 call",
+        ),
+    ],
+)
+def test_graphics_processes_are_read_like_compute_ones(
+    present: dict[str, list[tuple[int, int | None]]], want: list[ProcessMemory]
+) -> None:
+    """Issue 38 item 3: only the compute and MPS lists were read, so a Vulkan or OpenGL process
+    holding GPU memory was never seen (the runtime hands the graphics libraries to a container
+    that asks for them)."""
+    assert backend_on(Driver(present)).processes("GPU-0") == want
