@@ -58,7 +58,7 @@ class GpuBackend(Protocol):
     def memory(self, uuid: str) -> Memory: ...
 
     def processes(self, uuid: str) -> list[ProcessMemory]:
-        """Every process with memory on the GPU (compute and MPS clients), by host PID."""
+        """Every process with memory on the GPU (compute, MPS clients and graphics), by host PID."""
 
     def wait_xid(self, timeout_ms: int) -> list[XidEvent]:
         """Block up to timeout_ms for critical Xid events; [] on timeout or when unsupported."""
@@ -107,7 +107,12 @@ class NvmlBackend:
     def processes(self, uuid: str) -> list[ProcessMemory]:
         handle = self._handles[uuid]
         seen: dict[int, int] = {}
-        for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+        # Graphics too (issue 38): a Vulkan, OpenGL or EGL process is in that list only.
+        for query in (
+            "nvmlDeviceGetComputeRunningProcesses",
+            "nvmlDeviceGetMPSComputeRunningProcesses",
+            "nvmlDeviceGetGraphicsRunningProcesses",
+        ):
             for entry in self._newest(query, handle):
                 used = entry.usedGpuMemory  # None when the driver cannot tell (e.g. some vGPU guests)
                 if used is not None:
