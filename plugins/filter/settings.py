@@ -352,6 +352,7 @@ PER_NODE = (
     "vgpu_driver_reboot_local",
     "vgpu_gpu_memory_mib",
     "vgpu_mps_enabled",
+    "vgpu_graphics_enabled",
     "vgpu_offline_bundle_dir",
     "vgpu_component_image_tarball",
     "vgpu_sample_app_quota",
