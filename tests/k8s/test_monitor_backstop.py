@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fakes import GPUS, FakeGpus, StandInNvml, cgroup_of, nvml_backend
+from fakes import GPUS, FakeGpus, StandInNvml, cgroup_of, nvml_backend, started
 from kubernetes import client
 from vgpu_components import config, kube, nvml
 from vgpu_components.enforcement import Enforcer
@@ -149,3 +149,53 @@ def test_a_pod_whose_vulkan_process_holds_memory_is_evicted(
     (violation,) = monitor.enforcer.check(now=1)
     assert violation.used_bytes == 9000 * MIB
     cluster.wait_for("the renderer evicted", lambda: gone(core, namespace, "renderer"), timeout=30)
+
+
+GPU_FILES = ["nvidiactl", "nvidia0", "nvidia-uvm"]
+
+
+def test_the_pod_whose_children_keep_an_exited_process_memory_is_evicted_and_no_one_else(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, tmp_path: Path
+) -> None:
+    """Item 2: NVML lists memory under PIDs whose processes exited (forked children keep the
+    driver's file descriptors); one of the PIDs now names a process of an innocent pod. The pod
+    whose processes hold the GPU is evicted, named in its Event; the innocent pod is untouched."""
+    selector = gpu_nodes(1)
+    forker = running_gpu_pod(core, namespace, "forker", selector)
+    innocent = running_gpu_pod(core, namespace, "innocent", selector)
+    monitor = Monitor(tmp_path, forker["spec"]["nodeName"])
+    monitor.give(forker, 3000)
+    monitor.give(innocent, 3000)
+    assert isinstance(monitor.backend, FakeGpus)
+    forker_id = uuid.uuid4().hex * 2
+    for dead, keeper in ((4242, 5001), (4243, 5002)):
+        monitor.backend.process_mib[GPUS[0].uuid][dead] = 2000
+        cgroup_of(monitor.proc, keeper, forker, forker_id, command="vgpu-memory-usage 2000 3600 --fork-orphan")
+        started(monitor.proc, keeper, 50000 + keeper, holds=GPU_FILES)
+    cgroup_of(monitor.proc, 4242, innocent, uuid.uuid4().hex * 2, command="sleep 3600")
+    started(monitor.proc, 4242, 99999)
+    monitor.enforcer.check(now=0)
+    (violation,) = monitor.enforcer.check(now=1)
+    assert str(violation.who) == f"{namespace}/forker/main" and violation.used_bytes == 4000 * MIB
+    ((reason, message),) = events(core, namespace, "forker")
+    assert reason == "GPUMemoryOverQuota" and "listed under processes that exited" in message
+    cluster.wait_for("the forker evicted", lambda: gone(core, namespace, "forker"), timeout=30)
+    assert events(core, namespace, "innocent") == []
+    assert core.read_namespaced_pod("innocent", namespace).metadata.deletion_timestamp is None
+
+
+def test_memory_no_container_can_be_tied_to_is_an_event_on_the_node(
+    core: Any, gpu_nodes: cluster.NodeFactory, tmp_path: Path
+) -> None:
+    """Item 2, reconciliation: memory the GPU reports used that no NVML entry names, with no
+    container holding the GPU unlisted, is reported on the node (Event GPUMemoryUnattributed)."""
+    node = core.list_node(label_selector=",".join(f"{k}={v}" for k, v in gpu_nodes(1).items())).items[0].metadata.name
+    monitor = Monitor(tmp_path, node)
+    assert isinstance(monitor.backend, FakeGpus)
+    monitor.backend.used_mib[GPUS[0].uuid] = 6000
+    monitor.enforcer.check(now=0)
+    found = core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node},reason=GPUMemoryUnattributed"
+    ).items
+    (event,) = [e for e in found if e.source and e.source.component == "cgpu-monitor"]
+    assert "6000 MiB" in (event.message or "")

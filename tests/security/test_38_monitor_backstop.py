@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import Exporter, RecordingPodApi, StandInNvml, cgroup_of, gpu_pod, nvml_backend, value
+from fakes import Exporter, RecordingPodApi, StandInNvml, cgroup_of, gpu_pod, nvml_backend, started, value
 from vgpu_components import allocator
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.host_paths import HostPaths
@@ -111,3 +111,37 @@ def test_a_vulkan_process_is_seen_and_evicted(node: Node) -> None:
     node.enforcer.check(now=0)
     node.enforcer.check(now=30)
     assert node.api.evictions == [("team", "renderer")]
+
+
+GPU_FILES = ["nvidiactl", "nvidia0", "nvidia-uvm"]
+
+
+def test_fork_orphans_are_charged_to_their_pod_and_a_reused_pid_blames_no_one(node: Node) -> None:
+    """Item 2: three rounds of allocate 5730 MiB, fork a child that keeps the driver's file
+    descriptors, exit (seen on the H200: three dead PIDs holding 5730 MiB each). The dead PIDs
+    were filed as host processes that cannot be evicted, and one of them, reused by a process of
+    an innocent pod, got that pod evicted. The memory is the forker's, whose children hold the GPU."""
+    forker = node.pod("forker", 1000, "e" * 64)
+    innocent = node.pod("innocent", 1000, "f" * 64)
+    for dead, keeper in ((4242, 5001), (4243, 5002), (4244, 5003)):
+        node.exporter.backend.process_mib[H200.uuid][dead] = 5730
+        cgroup_of(node.proc, keeper, forker, "e" * 64, command="vgpu-memory-usage 5730 3600 --fork-orphan")
+        started(node.proc, keeper, 50000 + keeper, holds=GPU_FILES)
+    cgroup_of(node.proc, 4243, innocent, "f" * 64, command="sleep 3600")  # PID 4243 reused
+    started(node.proc, 4243, 99999)
+    node.enforcer.check(now=0)
+    node.enforcer.check(now=30)
+    assert node.api.evictions == [("team", "forker")] and node.api.node_events == []
+    ((pod, _reason, message),) = node.api.events
+    assert pod == "forker" and "17190 MiB of it listed under processes that exited" in message
+    assert value(node.exporter.scrape(), "vgpu_gpu_memory_unattributed_bytes", UUID=H200.uuid) == 0
+
+
+def test_memory_no_process_is_listed_for_is_reported(node: Node) -> None:
+    """Item 2, reconciliation: 20000 MiB the GPU reports used that no NVML entry names and no
+    container can be tied to: the metric and an Event on the node."""
+    node.exporter.backend.used_mib[H200.uuid] = 20000
+    node.enforcer.check(now=0)
+    ((_node, reason, message),) = node.api.node_events
+    assert reason == "GPUMemoryUnattributed" and "20000 MiB" in message
+    assert value(node.exporter.scrape(), "vgpu_gpu_memory_unattributed_bytes", UUID=H200.uuid) == 20000 * MIB

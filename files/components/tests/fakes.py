@@ -877,6 +877,21 @@ def host_process(proc: Path, pid: int, cgroup: str, command: str = "python3 trai
         (folder / "ns" / "pid").symlink_to(pid_ns)
 
 
+def started(proc: Path, pid: int, start: int, holds: Sequence[str] = ()) -> None:
+    """/proc/<pid>/stat with its start time (field 22, clock ticks after boot) and /proc/<pid>/fd
+    with a descriptor of each device file in `holds` (names under /dev: nvidiactl, nvidia0,
+    nvidia-uvm) and one of /dev/null, as the kernel shows them."""
+    folder = proc / str(pid)
+    folder.mkdir(parents=True, exist_ok=True)
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194304", *["0"] * 12, str(start), "0", "0"]
+    (folder / "stat").write_text(f"{pid} (python3) {' '.join(fields)}\n")
+    fds = folder / "fd"
+    fds.mkdir(exist_ok=True)
+    for fd, name in enumerate(["null", *holds]):
+        (fds / str(fd)).unlink(missing_ok=True)
+        (fds / str(fd)).symlink_to(f"/dev/{name}")
+
+
 def cgroup_of(
     proc: Path, pid: int, pod: dict[str, Any], container_id: str, *, child: str = "", command: str = "python3 train.py"
 ) -> None:

@@ -24,6 +24,7 @@ from fakes import (
     gpu_pod,
     host_process,
     nvml_backend,
+    started,
     value,
 )
 from vgpu_components import cgroups, config, ground_truth, nvml
@@ -508,6 +509,148 @@ def test_a_claim_container_over_its_claims_quota_is_evicted_too(tmp_path: Path) 
     (violation,) = node.enforcer.check(now=10)
     assert container(violation.who).pod == "claimer" and violation.quota_bytes == 3000 * MIB
     assert node.api.evictions == [("team", "claimer")]
+
+
+GPU_FILES = ["nvidiactl", "nvidia0", "nvidia-uvm"]  # what a CUDA process holds open
+MONITOR_LABELS = {"app.kubernetes.io/name": "cgpu-monitor"}
+
+
+def forked_away(node: Node, pod: dict[str, Any], dead: int, keeper: int, mib: int) -> None:
+    """A process of the pod allocated `mib` MiB, forked `keeper`, which keeps the driver's file
+    descriptors, and exited: NVML still lists the memory under `dead`, which names no process."""
+    node.backend.process_mib[GPUS[0].uuid][dead] = mib
+    cgroup_of(node.proc, keeper, pod, CID, command="python3 keep.py")
+    started(node.proc, keeper, 9000 + keeper, holds=GPU_FILES)
+
+
+def bystanders(node: Node) -> dict[str, Any]:
+    """An honest pod whose CUDA process NVML lists, and cgpu-monitor's own pod, whose NVML reader
+    holds the GPU's files without memory: neither is a candidate for memory of an exited process."""
+    honest = gpu_pod("honest", 30, container_id="b" * 64)
+    node.give(honest, 3000)
+    node.run(6000, honest, 2000, container_id="b" * 64)
+    started(node.proc, 6000, 8000, holds=GPU_FILES)
+    monitor_pod = gpu_pod(
+        "cgpu-monitor-x1", 0, namespace="kube-system", container="cgpu-monitor", container_id="e" * 64,
+        labels=MONITOR_LABELS,
+    )  # fmt: skip
+    cgroup_of(node.proc, 7000, monitor_pod, "e" * 64, command="cgpu-monitor")
+    started(node.proc, 7000, 100, holds=["nvidiactl", "nvidia0"])
+    node.api.pods += [honest, monitor_pod]
+    return honest
+
+
+def test_memory_under_exited_pids_is_charged_to_the_container_whose_processes_hold_the_gpu(tmp_path: Path) -> None:
+    """Issue 38 item 2: after fork the child keeps the driver's file descriptors and the parent
+    exits; NVML lists the memory under the dead PID until the child exits. The monitor filed it as
+    a host process it could not evict, so the container took its quota again each round (3 x 600
+    MiB on 1000). Such memory is the container's whose processes hold the GPU without an NVML
+    entry of their own (fakes.started writes their /proc/<pid>/fd)."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    node.api.pods = [forker]
+    node.give(forker, 1000)
+    bystanders(node)
+    for dead, keeper in ((4242, 5001), (4243, 5002), (4244, 5003)):
+        forked_away(node, forker, dead, keeper, 600)
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "forker" and violation.used_bytes == 1800 * MIB
+    assert "1800 MiB of it listed under processes that exited" in violation.describe()
+    assert node.api.evictions == [("team", "forker")] and node.api.node_events == []
+
+
+def test_a_pid_reused_by_an_innocent_process_is_never_blamed(tmp_path: Path) -> None:
+    """Issue 38 item 2: NVML lists 5730 MiB under PID 4242, whose process exited; 4242 now names
+    a process of another pod that holds no GPU file. It used to be blamed and its pod evicted."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
+    node.api.pods = [forker, innocent]
+    node.give(forker, 1000)
+    node.give(innocent, 1000)
+    forked_away(node, forker, 4242, 5001, 5730)
+    cgroup_of(node.proc, 4242, innocent, "c" * 64, command="sleep 600")
+    started(node.proc, 4242, 99999)  # the PID's new process: no GPU file
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "forker"
+    assert node.api.evictions == [("team", "forker")]
+
+
+def test_a_pid_seen_alive_then_reused_is_told_apart_by_its_start_time(tmp_path: Path) -> None:
+    """The monitor saw PID 4242 as the forker's process (start time 1000, holding the GPU); it
+    exited, and 4242 was reused by a process of another pod that opens the GPU too (nvidia-smi,
+    start time 2000). The entry stays the forker's: a PID and its start time name one process."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
+    node.api.pods = [forker, innocent]
+    node.give(forker, 1000)
+    node.give(innocent, 1000)
+    node.run(4242, forker, 800)
+    started(node.proc, 4242, 1000, holds=GPU_FILES)
+    assert node.enforcer.check(now=0) == []  # 800 MiB on 1000: fine
+    cgroup_of(node.proc, 4242, innocent, "c" * 64, command="nvidia-smi")
+    started(node.proc, 4242, 2000, holds=["nvidiactl", "nvidia0"])
+    forked_away(node, forker, 4300, 5001, 800)  # a second round
+    node.enforcer.check(now=5)
+    (violation,) = node.enforcer.check(now=15)
+    assert container(violation.who).pod == "forker" and violation.used_bytes == 1600 * MIB
+    assert node.api.evictions == [("team", "forker")]
+
+
+def test_memory_the_gpu_holds_beyond_every_listed_process_is_charged_to_its_one_holder(tmp_path: Path) -> None:
+    """Issue 38 item 2, reconciliation: what the device reports used beyond all NVML entries is
+    charged, above a small tolerance, to the one container whose processes hold the GPU unlisted."""
+    node = Node(tmp_path, unattributed_tolerance_mib=256)
+    hidden = gpu_pod("hidden", 10, container_id=CID)
+    node.api.pods = [hidden]
+    node.give(hidden, 1000)
+    bystanders(node)
+    cgroup_of(node.proc, 5001, hidden, CID, command="./raw-ioctls")
+    started(node.proc, 5001, 4000, holds=GPU_FILES)
+    node.backend.used_mib[GPUS[0].uuid] = 2000 + 5000  # the honest pod's 2000 MiB and 5000 no entry names
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "hidden" and violation.used_bytes == 5000 * MIB
+    assert node.api.evictions == [("team", "hidden")]
+
+
+def test_memory_no_container_can_be_tied_to_is_exported_and_reported_on_the_node(short_tmp: Path) -> None:
+    """Issue 38 item 2: memory of an exited PID whose holder is no container's (a process on the
+    host), and memory no entry names while two containers hold the GPU unlisted, is nobody's the
+    monitor can prove: vgpu_gpu_memory_unattributed_bytes, an Event on the node, no eviction."""
+    exporter = Exporter(short_tmp)
+    try:
+        node = Node(short_tmp, unattributed_tolerance_mib=256)
+        exporter.collector.enforcer = node.enforcer
+        first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
+        node.api.pods = [first, second]
+        node.give(first, 1000)
+        node.give(second, 1000)
+        node.backend.process_mib[GPUS[0].uuid][4242] = 3000  # exited
+        host_process(node.proc, 800, "/system.slice/keeper.service", "/usr/local/bin/keeper")
+        started(node.proc, 800, 10, holds=GPU_FILES)
+        node.backend.used_mib[GPUS[0].uuid] = 3000
+        node.enforcer.check(now=0)
+        node.enforcer.check(now=10)
+        assert node.api.evictions == [] and node.api.events == []
+        ((_node, reason, message),) = node.api.node_events
+        assert reason == "GPUMemoryUnattributed" and "3000 MiB" in message and "PID 4242" in message
+        assert "fuser -v /dev/nvidia*" in message
+        assert value(exporter.scrape(), "vgpu_gpu_memory_unattributed_bytes", UUID=GPUS[0].uuid) == 3000 * MIB
+        # 2000 MiB more that no entry names, while both pods hold the GPU unlisted: still nobody's.
+        for pid, pod, cid in ((5001, first, CID), (5002, second, "c" * 64)):
+            cgroup_of(node.proc, pid, pod, cid)
+            started(node.proc, pid, 9000, holds=GPU_FILES)
+        node.backend.used_mib[GPUS[0].uuid] = 5000
+        node.enforcer.check(now=20)
+        node.enforcer.check(now=60)
+        assert node.api.evictions == [] and len(node.api.node_events) == 1  # one Event while it lasts
+        assert value(exporter.scrape(), "vgpu_gpu_memory_unattributed_bytes", UUID=GPUS[0].uuid) == 5000 * MIB
+    finally:
+        exporter.stop()
 
 
 def test_the_monitor_exports_the_ground_truth(short_tmp: Path) -> None:
