@@ -94,6 +94,7 @@ class StandInNvml:
     NVMLError = pynvml.NVMLError
     NVMLError_NotSupported = pynvml.NVMLError_NotSupported
     NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
     KINDS: ClassVar[dict[str, str]] = {"Compute": "compute", "MPSCompute": "mps", "Graphics": "graphics"}
 
     def __init__(self, gpus: list[Gpu]) -> None:
@@ -887,8 +888,9 @@ def started(proc: Path, pid: int, start: int, holds: Sequence[str] = ()) -> None
     (folder / "stat").write_text(f"{pid} (python3) {' '.join(fields)}\n")
     fds = folder / "fd"
     fds.mkdir(exist_ok=True)
+    for old in fds.iterdir():  # a PID started again holds only what its new process holds
+        old.unlink()
     for fd, name in enumerate(["null", *holds]):
-        (fds / str(fd)).unlink(missing_ok=True)
         (fds / str(fd)).symlink_to(f"/dev/{name}")
 
 

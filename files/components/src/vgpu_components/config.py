@@ -80,6 +80,9 @@ DEFAULTS: dict[str, Any] = {
         # that long after, it is deleted at once (enforcement_actions.py).
         "termination_grace_seconds": 5,
         "context_allowance_mib": 512,
+        # GPU memory no container answers for (NVML's used beyond every process's entry, entries of
+        # exited PIDs) above this is traced to who holds the GPU, or reported (attribution.py).
+        "unattributed_tolerance_mib": 512,
         "check_interval_s": 5.0,
     },
     "mps": {
@@ -188,7 +191,7 @@ def validate(config: Mapping[str, Any]) -> None:
 def _validate_monitor(monitor: Mapping[str, Any]) -> None:
     if monitor["enforcement"] not in ("evict", "report"):
         raise ConfigError(f"monitor.enforcement: expected evict or report, got {monitor['enforcement']!r}")
-    for key in ("grace_seconds", "context_allowance_mib"):
+    for key in ("grace_seconds", "context_allowance_mib", "unattributed_tolerance_mib"):
         if monitor[key] < 0:
             raise ConfigError(f"monitor.{key}: expected 0 or more, got {monitor[key]}")
     if not 0 <= monitor["termination_grace_seconds"] <= MAX_TERMINATION_GRACE_S:

@@ -15,7 +15,11 @@ reports what each process really holds, and nothing in a container can change th
     GPU pod): its quota is 0 and no allowance applies, so any memory at all is over;
   - a host process outside Kubernetes (or in a pod the API server does not list on this node):
     quota 0 as well, reported with its PID and command, never evicted (it is in no pod);
-  - a known system process (enforcement.SYSTEM_PROCESSES, each with why): not judged.
+  - a known system process (owners.SYSTEM_PROCESSES, each with why): not judged.
+  Memory NVML lists under a PID whose process exited or that names another process now, and memory
+  the GPU reports used that no process is listed for, is charged to the container that holds it by
+  attribution.py's rules (Usage.traced_bytes), or reported as nobody's; it is never its PID's new
+  process's.
   Time over is a budget, not a timer: each container's time over its limit accumulates, and time
   under (or with no process on a GPU) pays it back at DECAY seconds per second, ten times slower.
   Over with more than the grace period (monitor.grace_seconds) accumulated is a violation, at every
@@ -84,7 +88,7 @@ class Owner:
 
 @dataclass(frozen=True)
 class SystemProcess:
-    """A process that holds GPU memory by design (enforcement.SYSTEM_PROCESSES), not judged."""
+    """A process that holds GPU memory by design (owners.SYSTEM_PROCESSES), not judged."""
 
     name: str
     why: str
@@ -99,6 +103,7 @@ class Usage:
     used_bytes: int = 0
     processes: int = 0
     gpus: set[str] = field(default_factory=set)
+    traced_bytes: int = 0  # of used_bytes: listed under processes that exited, held by its own (attribution.py)
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,15 @@ class Violation:
     processes: int
     over_seconds: float
     gpus: tuple[str, ...]
+    traced_bytes: int = 0
 
     def describe(self) -> str:
         held = f"holds {self.used_bytes // MIB} MiB of GPU memory"
+        if self.traced_bytes:
+            held += (
+                f" ({self.traced_bytes // MIB} MiB of it listed under processes that exited or no process, "
+                "held through the GPU's device files by its processes)"
+            )
         gpus = ", ".join(self.gpus)
         if isinstance(self.who, HostProcess):
             return (
@@ -138,10 +149,18 @@ class Violation:
 OwnerOf = Callable[[int], "Owner | SystemProcess | None"]
 
 
-def usages(processes: Iterable[tuple[str, int, int]], owner: OwnerOf) -> tuple[list[Usage], dict[str, int]]:
-    """Sum (GPU UUID, pid, bytes) per container (or host process); also the bytes per GPU that the
-    known system processes hold."""
+def usages(
+    processes: Iterable[tuple[str, int, int]], owner: OwnerOf, charged: Iterable[tuple[str, Owner, int]] = ()
+) -> tuple[list[Usage], dict[str, int]]:
+    """Sum (GPU UUID, pid, bytes) per container (or host process), and the memory `charged` to an
+    owner that no live process of it is listed for (attribution.py); also the bytes per GPU that
+    the known system processes hold."""
     by_who: dict[Who, Usage] = {}
+    for gpu, charged_to, used in charged:
+        usage = by_who.setdefault(charged_to.who, Usage(charged_to.who, charged_to.quota_bytes))
+        usage.used_bytes += used
+        usage.traced_bytes += used
+        usage.gpus.add(gpu)
     system: dict[str, int] = {}
     for gpu, pid, used in processes:
         whose = owner(pid)
@@ -205,6 +224,7 @@ class Tracker:
                         usage.processes,
                         self.spent[key],
                         tuple(sorted(usage.gpus)),
+                        usage.traced_bytes,
                     )
                 )
         return due

@@ -100,6 +100,8 @@ class MonitorCollector(Collector):
             errors.add_metric(["region"], self.region_errors)
             errors.add_metric(["quota_file"], self.quota_file_errors)
             errors.add_metric(["pod_resources"], self.pod_resources_errors)
+            if self.enforcer is not None:  # processes whose /proc/<pid>/fd a scan could not read
+                errors.add_metric(["proc_fd"], self.enforcer.unreadable_processes)
             families.append(errors)
             return families
         finally:
@@ -290,9 +292,19 @@ class MonitorCollector(Collector):
             families["over"].add_metric(labels, seen.over_seconds.get(who, 0.0))
         yield from families.values()
         yield from host.values()
+        unattributed = GaugeMetricFamily(
+            "vgpu_gpu_memory_unattributed_bytes",
+            "GPU memory no container could be charged with: used beyond every process's NVML entry, and entries "
+            "of exited or reused PIDs whose holders are no container's (or several)",
+            labels=GPU_LABELS,
+        )
+        for gpu in self.gpus:
+            gap = seen.unattributed.get(gpu.uuid)
+            unattributed.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], gap.bytes if gap else 0)
+        yield unattributed
         system = GaugeMetricFamily(
             "vgpu_gpu_memory_system_bytes",
-            "GPU memory of the known system processes (enforcement.SYSTEM_PROCESSES: the MPS servers)",
+            "GPU memory of the known system processes (owners.SYSTEM_PROCESSES: the MPS servers)",
             labels=GPU_LABELS,
         )
         for gpu in self.gpus:

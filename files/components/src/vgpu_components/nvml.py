@@ -43,7 +43,8 @@ class ProcessMemory:
 @dataclass(frozen=True)
 class Memory:
     total_mib: int
-    used_mib: int
+    used_mib: int  # as NVML's first memory call reports it: with what the driver reserves
+    reserved_mib: int = 0  # what the driver reserves for itself (NVML's memory call v2; 0 where it has none)
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,15 @@ class NvmlBackend:
         return sorted(out, key=lambda g: g.index)
 
     def memory(self, uuid: str) -> Memory:
-        mem = self.nvml.nvmlDeviceGetMemoryInfo(self._handles[uuid])
-        return Memory(total_mib=int(mem.total) // (1024 * 1024), used_mib=int(mem.used) // (1024 * 1024))
+        handle = self._handles[uuid]
+        mib = 1024 * 1024
+        try:  # v2 (R510 and later) tells the driver's reserve apart; its used leaves it out
+            mem = self.nvml.nvmlDeviceGetMemoryInfo(handle, version=self.nvml.nvmlMemory_v2)
+            reserved = int(mem.reserved)
+            return Memory(int(mem.total) // mib, (int(mem.used) + reserved) // mib, reserved // mib)
+        except (AttributeError, TypeError, self.nvml.NVMLError):
+            mem = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+            return Memory(total_mib=int(mem.total) // mib, used_mib=int(mem.used) // mib)
 
     def processes(self, uuid: str) -> list[ProcessMemory]:
         handle = self._handles[uuid]
