@@ -226,6 +226,7 @@ def memory_problems(settings):
     unit = _size(settings, "vgpu_memory_unit_mib", problems)
     reserved = _size(settings, "vgpu_reserved_memory_mib", problems, minimum=0, default=0) or 0
     _size(settings, "vgpu_enforcement_context_allowance_mib", problems, minimum=0, default=0)
+    _size(settings, "vgpu_enforcement_unattributed_tolerance_mib", problems, minimum=0, default=0)
     quota = _size(settings, "vgpu_sample_app_quota", problems)
     use = _size(settings, "vgpu_sample_app_use", problems)
     if unit and quota and quota % unit:
@@ -321,6 +322,7 @@ CLUSTER_WIDE = {
     "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_termination_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_enforcement_unattributed_tolerance_mib": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
     "vgpu_compute_shares": "one ConfigMap tells every device plugin and the extender whether shares exist",
     "vgpu_compute_shares_total": "one ConfigMap: what the shares on any GPU may add up to",
@@ -370,7 +372,12 @@ PER_NODE = (
     "vgpu_extender_tls_renew_days",
     "vgpu_force_unit_change",
 )
-_MEMORY_SIZES = ("vgpu_memory_unit_mib", "vgpu_reserved_memory_mib", "vgpu_enforcement_context_allowance_mib")
+_MEMORY_SIZES = (
+    "vgpu_memory_unit_mib",
+    "vgpu_reserved_memory_mib",
+    "vgpu_enforcement_context_allowance_mib",
+    "vgpu_enforcement_unattributed_tolerance_mib",
+)
 
 
 def _comparable(name, value, option):

@@ -191,6 +191,7 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
             "vgpu_enforcement_termination_grace_seconds: 31536000 must be from 0 to 3600",
         ),
         ({"vgpu_enforcement_context_allowance_mib": "512MB"}, "vgpu_enforcement_context_allowance_mib: '512MB'"),
+        ({"vgpu_enforcement_unattributed_tolerance_mib": "1GB"}, "vgpu_enforcement_unattributed_tolerance_mib: '1GB'"),
     ],
 )
 def test_each_bad_setting_is_reported(overrides, fragment):
