@@ -50,7 +50,7 @@ def test_the_runtime_takes_no_devices_from_an_unprivileged_containers_env(tools,
     config = fresh_config(tools, tmp_path)
     before = tomllib.loads(config.read_text())
     assert "accept-nvidia-visible-devices-envvar-when-unprivileged" not in before  # the toolkit's default: true
-    assert converge(tools, tmp_path, config, mode="cdi") == 1
+    assert converge(tools, tmp_path, config, mode="cdi") == 2  # these three, and the capabilities
     after = tomllib.loads(config.read_text())
     assert after["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
     assert after["accept-nvidia-visible-devices-as-volume-mounts"] is True
