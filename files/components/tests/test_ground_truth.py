@@ -653,6 +653,25 @@ def test_memory_no_container_can_be_tied_to_is_exported_and_reported_on_the_node
         exporter.stop()
 
 
+def test_a_gpu_whose_used_memory_cannot_be_read_is_still_judged_by_its_processes(tmp_path: Path) -> None:
+    """The reconciliation reads each GPU's used memory; when NVML fails that call (a GPU fallen off
+    the bus, a driver without it), the processes' memory is still judged and nothing is charged
+    from a gap that cannot be known."""
+    node = Node(tmp_path)
+    pod = gpu_pod("trainer", 30, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 3000)
+    node.run(4242, pod, 4000)
+
+    def no_memory(uuid: str) -> nvml.Memory:
+        raise RuntimeError(f"NVML: GPU {uuid} is lost")
+
+    node.backend.memory = no_memory  # type: ignore[method-assign]
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "trainer" and node.enforcer.latest.unattributed == {}
+
+
 def test_the_monitor_exports_the_ground_truth(short_tmp: Path) -> None:
     exporter = Exporter(short_tmp)
     try:
