@@ -150,7 +150,11 @@ class Enforcer:
             listed[entry.gpu] = listed.get(entry.gpu, 0) + entry.used_bytes
         gaps = {}
         for gpu in gpus:
-            memory = self.backend.memory(gpu.uuid)
+            try:
+                memory = self.backend.memory(gpu.uuid)
+            except Exception as exc:  # its processes are still judged; its gap is unknown this check
+                log.warning("NVML memory query for %s failed: %s", gpu.uuid, exc)
+                continue
             gaps[gpu.uuid] = max(0, (memory.used_mib - memory.reserved_mib) * MIB - listed.get(gpu.uuid, 0))
         return gaps
 
