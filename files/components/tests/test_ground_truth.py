@@ -666,7 +666,7 @@ def test_a_gpu_whose_used_memory_cannot_be_read_is_still_judged_by_its_processes
     def no_memory(uuid: str) -> nvml.Memory:
         raise RuntimeError(f"NVML: GPU {uuid} is lost")
 
-    node.backend.memory = no_memory  # type: ignore[method-assign]
+    node.backend.memory = no_memory
     node.enforcer.check(now=0)
     (violation,) = node.enforcer.check(now=10)
     assert container(violation.who).pod == "trainer" and node.enforcer.latest.unattributed == {}
