@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from vgpu_components import component, dra, health, host_paths, ids, kube, nvml, region
+from vgpu_components.attribution import Unattributed
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import HostProcess
 from vgpu_components.nvml import Gpu
@@ -292,16 +293,7 @@ class MonitorCollector(Collector):
             families["over"].add_metric(labels, seen.over_seconds.get(who, 0.0))
         yield from families.values()
         yield from host.values()
-        unattributed = GaugeMetricFamily(
-            "vgpu_gpu_memory_unattributed_bytes",
-            "GPU memory no container could be charged with: used beyond every process's NVML entry, and entries "
-            "of exited or reused PIDs whose holders are no container's (or several)",
-            labels=GPU_LABELS,
-        )
-        for gpu in self.gpus:
-            gap = seen.unattributed.get(gpu.uuid)
-            unattributed.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], gap.bytes if gap else 0)
-        yield unattributed
+        yield self._unattributed_metric(seen.unattributed)
         system = GaugeMetricFamily(
             "vgpu_gpu_memory_system_bytes",
             "GPU memory of the known system processes (owners.SYSTEM_PROCESSES: the MPS servers)",
@@ -319,6 +311,19 @@ class MonitorCollector(Collector):
         for action, count in self.enforcer.actions.items():
             actions.add_metric([action], count)
         yield actions
+
+    def _unattributed_metric(self, unattributed: Mapping[str, Unattributed]) -> GaugeMetricFamily:
+        """Per GPU, the memory the enforcer's last check could charge no container with."""
+        family = GaugeMetricFamily(
+            "vgpu_gpu_memory_unattributed_bytes",
+            "GPU memory no container could be charged with: used beyond every process's NVML entry, and entries "
+            "of exited or reused PIDs whose holders are no container's (or several)",
+            labels=GPU_LABELS,
+        )
+        for gpu in self.gpus:
+            gap = unattributed.get(gpu.uuid)
+            family.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], gap.bytes if gap else 0)
+        return family
 
     def _read_region(self, alloc_id: str) -> region.RegionSample | None:
         path = region.region_path(self.cfg["state_dir"], alloc_id)
