@@ -259,10 +259,7 @@ class MonitorCollector(Collector):
                 "GPU memory the container's processes hold (NVML, per process)",
             ),
             "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of the container"),
-            "over": (
-                "vgpu_container_over_quota_seconds",
-                "The container's time over its limit, accumulated and paid back at a tenth of the time under",
-            ),
+            "over": ("vgpu_container_over_quota_seconds", "Time over its limit, accumulated, paid back slowly"),
         }
         families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
         host = {
