@@ -226,6 +226,7 @@ def memory_problems(settings):
     unit = _size(settings, "vgpu_memory_unit_mib", problems)
     reserved = _size(settings, "vgpu_reserved_memory_mib", problems, minimum=0, default=0) or 0
     _size(settings, "vgpu_enforcement_context_allowance_mib", problems, minimum=0, default=0)
+    _size(settings, "vgpu_enforcement_unattributed_tolerance_mib", problems, minimum=0, default=0)
     quota = _size(settings, "vgpu_sample_app_quota", problems)
     use = _size(settings, "vgpu_sample_app_use", problems)
     if unit and quota and quota % unit:
@@ -293,6 +294,7 @@ def range_problems(settings):
         ("vgpu_mps_active_thread_percentage", 1, 100),
         ("vgpu_compute_shares_total", 1, 1000),
         ("vgpu_enforcement_grace_seconds", 0, 24 * 3600),
+        ("vgpu_enforcement_termination_grace_seconds", 0, 3600),
     ):
         value = _whole_number(settings.get(name, low))
         if value is not None and not low <= value <= high:
@@ -318,7 +320,9 @@ CLUSTER_WIDE = {
     "vgpu_mps_set_exclusive_process": "one nvidia-mps DaemonSet runs on every MPS node",
     "vgpu_enforcement": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_enforcement_termination_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
+    "vgpu_enforcement_unattributed_tolerance_mib": "one ConfigMap for every node's cgpu-monitor",
     "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
     "vgpu_compute_shares": "one ConfigMap tells every device plugin and the extender whether shares exist",
     "vgpu_compute_shares_total": "one ConfigMap: what the shares on any GPU may add up to",
@@ -350,6 +354,7 @@ PER_NODE = (
     "vgpu_driver_reboot_local",
     "vgpu_gpu_memory_mib",
     "vgpu_mps_enabled",
+    "vgpu_graphics_enabled",
     "vgpu_offline_bundle_dir",
     "vgpu_component_image_tarball",
     "vgpu_sample_app_quota",
@@ -367,7 +372,12 @@ PER_NODE = (
     "vgpu_extender_tls_renew_days",
     "vgpu_force_unit_change",
 )
-_MEMORY_SIZES = ("vgpu_memory_unit_mib", "vgpu_reserved_memory_mib", "vgpu_enforcement_context_allowance_mib")
+_MEMORY_SIZES = (
+    "vgpu_memory_unit_mib",
+    "vgpu_reserved_memory_mib",
+    "vgpu_enforcement_context_allowance_mib",
+    "vgpu_enforcement_unattributed_tolerance_mib",
+)
 
 
 def _comparable(name, value, option):

@@ -163,7 +163,7 @@ print((d['used_bytes'] + d['ctx_bytes']) >> 20)" 2>/dev/null || echo 0)
 real=$("$PY" -c "
 import json, sys
 print(max((json.loads(l).get('used_mib', 0) for l in open(sys.argv[1]) if l.strip()), default=0))" "$C/detect")
-say "PyTorch process: NVML real use $real MiB, libvgpu's account (used + charged context) $account MiB: gap $((real - account)) MiB (allowance $ALLOWANCE MiB per process)"
+say "PyTorch process: NVML real use $real MiB, libvgpu's account (used + charged context) $account MiB: gap $((real - account)) MiB (allowance $ALLOWANCE MiB per container)"
 cat "$C/detect" >>"$LOG"
 if grep -q violation "$C/detect"; then
     fail "honest: a PyTorch process within its quota was flagged (gap $((real - account)) MiB > allowance)"

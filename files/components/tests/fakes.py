@@ -19,12 +19,14 @@ from collections.abc import Iterator, Sequence
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import grpc
+import pynvml
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
-from vgpu_components import config, monitor, protos
+from vgpu_components import config, monitor, nvml, protos
 from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.extender import Extender
 from vgpu_components.extender_http import ExtenderServer
@@ -82,6 +84,57 @@ class FakeGpus:
 
     def close(self) -> None:
         pass
+
+
+class StandInNvml:
+    """pynvml as nvml.NvmlBackend calls it, over made-up GPUs: no NVIDIA library runs here (the H200
+    checks run the real one). `processes[uuid][kind]` is what the per-process query of that kind
+    (compute, mps, graphics) answers, pid -> MiB; `used_mib[uuid]` the device's used memory."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
+    KINDS: ClassVar[dict[str, str]] = {"Compute": "compute", "MPSCompute": "mps", "Graphics": "graphics"}
+
+    def __init__(self, gpus: list[Gpu]) -> None:
+        self._gpus = gpus
+        self.processes: dict[str, dict[str, dict[int, int]]] = {
+            g.uuid: {k: {} for k in self.KINDS.values()} for g in gpus
+        }
+        self.used_mib: dict[str, int] = {g.uuid: 0 for g in gpus}
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Gpu, version: int | None = None) -> SimpleNamespace:
+        used = self.used_mib[handle.uuid] * 1024 * 1024
+        total = handle.total_mib * 1024 * 1024
+        return SimpleNamespace(total=total, used=used, free=total - used, reserved=0)
+
+    def nvmlDeviceGetIndex(self, handle: Gpu) -> int:
+        return handle.index
+
+    def nvmlDeviceGetName(self, handle: Gpu) -> str:
+        return handle.name
+
+    def __getattr__(self, name: str) -> Any:
+        kind = name.removeprefix("nvmlDeviceGet").removesuffix("RunningProcesses_v3")
+        if kind not in self.KINDS:
+            raise AttributeError(name)
+
+        def query(handle: Gpu) -> list[SimpleNamespace]:
+            listed = self.processes[handle.uuid][self.KINDS[kind]]
+            return [SimpleNamespace(pid=pid, usedGpuMemory=mib * 1024 * 1024) for pid, mib in listed.items()]
+
+        return query
+
+
+def nvml_backend(stand_in: StandInNvml, gpus: list[Gpu]) -> nvml.NvmlBackend:
+    """The real NvmlBackend over the stand-in library (its own set-up calls nvmlInit)."""
+    backend = nvml.NvmlBackend.__new__(nvml.NvmlBackend)
+    backend.nvml = stand_in
+    backend._handles = {g.uuid: g for g in gpus}  # pylint: disable=protected-access
+    backend._lock = threading.Lock()  # pylint: disable=protected-access
+    backend._events = None  # pylint: disable=protected-access
+    return backend
 
 
 FAKE_CONTROL = textwrap.dedent(
@@ -762,6 +815,7 @@ class RecordingPodApi:
         self.events: list[tuple[str, str, str]] = []  # (pod name, reason, message)
         self.node_events: list[tuple[str, str, str]] = []  # (node, reason, message)
         self.evictions: list[tuple[str, str]] = []
+        self.deletes: list[tuple[str, str, int | None]] = []  # (namespace, pod, grace period asked; None: its own)
         self.refuse_evictions = False
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
@@ -773,10 +827,11 @@ class RecordingPodApi:
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         self.node_events.append((node, reason, message))
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
+    def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None:
         if self.refuse_evictions:  # as kube-apiserver answers a delete the admission policy denies
             raise ApiException(status=403, reason=f"cgpu-monitor may evict only pods on its own node: {uid}")
         self.evictions.append((namespace, name))
+        self.deletes.append((namespace, name, grace_seconds))
 
 
 def gpu_pod(
@@ -821,6 +876,22 @@ def host_process(proc: Path, pid: int, cgroup: str, command: str = "python3 trai
         (folder / "ns").mkdir(exist_ok=True)
         (folder / "ns" / "pid").unlink(missing_ok=True)
         (folder / "ns" / "pid").symlink_to(pid_ns)
+
+
+def started(proc: Path, pid: int, start: int, holds: Sequence[str] = ()) -> None:
+    """/proc/<pid>/stat with its start time (field 22, clock ticks after boot) and /proc/<pid>/fd
+    with a descriptor of each device file in `holds` (names under /dev: nvidiactl, nvidia0,
+    nvidia-uvm) and one of /dev/null, as the kernel shows them."""
+    folder = proc / str(pid)
+    folder.mkdir(parents=True, exist_ok=True)
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194304", *["0"] * 12, str(start), "0", "0"]
+    (folder / "stat").write_text(f"{pid} (python3) {' '.join(fields)}\n")
+    fds = folder / "fd"
+    fds.mkdir(exist_ok=True)
+    for old in fds.iterdir():  # a PID started again holds only what its new process holds
+        old.unlink()
+    for fd, name in enumerate(["null", *holds]):
+        (fds / str(fd)).symlink_to(f"/dev/{name}")
 
 
 def cgroup_of(

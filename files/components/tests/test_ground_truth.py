@@ -14,7 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import GPUS, Exporter, FakeGpus, RecordingPodApi, cgroup_of, gpu_pod, host_process, value
+from fakes import (
+    GPUS,
+    Exporter,
+    FakeGpus,
+    RecordingPodApi,
+    StandInNvml,
+    cgroup_of,
+    gpu_pod,
+    host_process,
+    nvml_backend,
+    started,
+    value,
+)
 from vgpu_components import cgroups, config, ground_truth, nvml
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import Container, HostProcess, Owner, Tracker, Usage
@@ -75,29 +87,61 @@ def usage(used_mib: int, processes: int = 1, quota_mib: int = 3000) -> Usage:
     return Usage(WHO, quota_mib * MIB, used_mib * MIB, processes, {"GPU-0"})
 
 
-def test_over_quota_plus_the_allowance_per_process_for_the_grace_period_is_one_violation() -> None:
+def test_over_quota_plus_the_allowance_for_the_grace_period_is_one_violation() -> None:
     tracker = Tracker(grace_s=30, allowance_bytes=512 * MIB)
     assert tracker.observe([usage(3500)], now=0) == []  # a context's worth over: honest
-    assert tracker.observe([usage(4000, processes=2)], now=1) == []  # two processes, two allowances
-    assert tracker.observe([usage(3600)], now=2) == []  # over: the grace period starts
+    assert tracker.observe([usage(3500, processes=2)], now=1) == []  # one allowance per container
+    assert tracker.observe([usage(3600)], now=2) == []  # over since between the two checks: half counts
     assert tracker.observe([usage(3600)], now=31) == []
     (violation,) = tracker.observe([usage(3600)], now=32)
-    assert (violation.used_bytes, violation.limit_bytes, violation.over_seconds) == (3600 * MIB, 3512 * MIB, 30)
+    assert (violation.used_bytes, violation.limit_bytes) == (3600 * MIB, 3512 * MIB)
+    assert violation.over_seconds == pytest.approx(30.45)  # 0.5 - 0.05 paid back + 30
     assert "holds 3600 MiB" in violation.describe() and "quota of 3000 MiB" in violation.describe()
-    assert tracker.observe([usage(3600)], now=60) == []  # reported once
-    tracker.retry(WHO)  # the action did not happen
-    assert len(tracker.observe([usage(3600)], now=61)) == 1
+    # Due at every check while it stays over (issue 38 item 1): the enforcer acts on it again.
+    assert len(tracker.observe([usage(3600)], now=37)) == 1
 
 
-def test_dropping_back_under_or_ending_starts_the_grace_period_again() -> None:
-    tracker = Tracker(grace_s=10, allowance_bytes=0)
-    tracker.observe([usage(4000)], now=0)
-    tracker.observe([usage(2000)], now=9)  # back under
-    assert tracker.observe([usage(4000)], now=15) == []
-    assert tracker.observe([usage(4000)], now=24) == []
-    assert len(tracker.observe([usage(4000)], now=25)) == 1
-    tracker.observe([], now=26)  # its processes ended
-    assert tracker.over_seconds(WHO, now=27) == 0.0
+def oscillate(tracker: Tracker, seconds: int, over_s: int, period_s: int) -> list[float]:
+    """Checks every second for `seconds`, the container over its limit for the first `over_s` of
+    every `period_s`; when each violation came."""
+    due = []
+    for now in range(seconds):
+        for _violation in tracker.observe([usage(4000 if now % period_s < over_s else 2000)], now=now):
+            due.append(float(now))
+    return due
+
+
+def test_time_over_accumulates_so_a_container_over_most_of_the_time_is_caught() -> None:
+    """Issue 38 item 4: one check under the limit reset the grace timer, so a container over its
+    quota 24 s of every 30 (80 % of an hour) was never acted on with a 30 s grace. Time over now
+    accumulates, and time under pays it back ten times slower."""
+    due = oscillate(Tracker(grace_s=30, allowance_bytes=0), 3600, over_s=24, period_s=30)
+    assert due and due[0] < 60, due[:3]
+
+
+def test_a_short_excursion_is_paid_back_by_ten_times_as_long_under() -> None:
+    tracker = Tracker(grace_s=30, allowance_bytes=0)
+    for now in range(0, 21):  # 20 s over
+        assert tracker.observe([usage(4000)], now=now) == []
+    assert tracker.over_seconds(WHO) == 20
+    for now in range(21, 230):  # under for about ten times as long
+        assert tracker.observe([usage(2000)], now=now) == []
+    assert tracker.over_seconds(WHO) == 0.0
+    for now in range(230, 251):  # another 20 s over: still within the grace
+        assert tracker.observe([usage(4000)], now=now) == []
+    assert oscillate(Tracker(grace_s=30, allowance_bytes=0), 3600, over_s=2, period_s=30) == []  # 1 in 15
+
+
+def test_ending_its_processes_does_not_reset_the_time_over() -> None:
+    """A container whose processes all exit before the grace and start again is the same
+    container: its time over is still there (paid back only slowly)."""
+    tracker = Tracker(grace_s=30, allowance_bytes=0)
+    for now in range(0, 21):
+        tracker.observe([usage(4000)], now=now)
+    tracker.observe([], now=25)  # its processes ended
+    assert tracker.over_seconds(WHO) > 19
+    due = [now for now in range(26, 60) if tracker.observe([usage(4000)], now=now)]
+    assert due and due[0] <= 40, due
 
 
 def test_usage_sums_each_containers_processes_and_sets_aside_only_known_system_processes() -> None:
@@ -129,6 +173,18 @@ def test_no_quota_means_no_allowance_either() -> None:
     assert tracker.limit(usage(1, quota_mib=0)) == 0
     (violation,) = tracker.observe([usage(1, quota_mib=0)], now=0)
     assert "holds 1 MiB of GPU memory" in violation.describe() and "no GPU-memory quota" in violation.describe()
+
+
+def test_the_allowance_is_per_container_so_many_small_contexts_are_caught() -> None:
+    """Issue 38 item 5: at 512 MiB per process, 60 processes whose contexts were made 270 MiB
+    (a tiny stack limit) held 16200 MiB on a 1000 MiB quota and stayed under 1000 + 60 x 512.
+    libvgpu keeps a container's processes within its quota plus one context (design.md, "The
+    invariant"), so the allowance is one per container, however many processes it runs."""
+    tracker = Tracker(grace_s=0, allowance_bytes=512 * MIB)
+    many = Usage(WHO, 1000 * MIB, 60 * 270 * MIB, 60, {"GPU-0"})
+    assert tracker.limit(many) == 1512 * MIB
+    (violation,) = tracker.observe([many], now=0)
+    assert "holds 16200 MiB" in violation.describe() and "(1512 MiB in all)" in violation.describe()
 
 
 class Node:
@@ -166,9 +222,54 @@ def test_a_container_over_its_quota_past_the_grace_period_is_evicted_with_an_eve
     (violation,) = node.enforcer.check(now=10)
     assert violation.who == Container("team", "trainer", "main", pod["metadata"]["uid"])
     ((name, reason, message),) = node.api.events
-    assert (name, reason) == ("trainer", "GPUMemoryOverQuota") and "evicting the pod" in message
+    assert (name, reason) == ("trainer", "GPUMemoryOverQuota") and "deleting the pod" in message
     assert node.api.evictions == [("team", "trainer")]
-    assert node.enforcer.check(now=20) == [] and len(node.api.evictions) == 1  # once
+    del node.backend.process_mib[GPUS[0].uuid][4242]  # its kubelet stops it
+    node.api.pods = []
+    assert node.enforcer.check(now=20) == [] and len(node.api.evictions) == 1
+
+
+def test_a_pod_that_outwaits_its_eviction_is_deleted_at_once_after_the_capped_grace(tmp_path: Path) -> None:
+    """Issue 38 item 1: the pod was deleted with its own grace period (a year) and never acted on
+    again, so a PID 1 that ignored SIGTERM kept 40000 MiB on a 1000 MiB quota. Its grace is
+    capped at monitor.termination_grace_seconds, and at the first check that long after, still
+    over, the pod is deleted at once (grace 0: the API object goes and kubelet kills it)."""
+    node = Node(tmp_path, termination_grace_seconds=5)
+    pod = gpu_pod("holdout", 10, container_id=CID)
+    pod["spec"]["terminationGracePeriodSeconds"] = 365 * 24 * 3600
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    node.run(4242, pod, 40000)
+    node.enforcer.check(now=0)
+    node.enforcer.check(now=10)
+    assert node.api.deletes == [("team", "holdout", 5)]
+    node.enforcer.check(now=12)  # not yet: the capped grace is still running
+    assert node.api.deletes == [("team", "holdout", 5)]
+    node.enforcer.check(now=15)  # still there, still over
+    assert node.api.deletes == [("team", "holdout", 5), ("team", "holdout", 0)]
+    first, forced = (message for _n, _r, message in node.api.events)
+    assert "grace period of 5 s (its own: 31536000 s)" in first
+    assert "still over its quota 5 s after" in forced and "deleting it at once" in forced
+    node.enforcer.check(now=20)  # the monitor keeps acting while it stays over
+    assert node.api.deletes[-1] == ("team", "holdout", 0) and len(node.api.events) == 2
+    assert node.enforcer.actions["evicted"] == 1 and node.enforcer.actions["forced"] == 1
+
+
+def test_a_pod_that_comes_back_over_is_acted_on_again(tmp_path: Path) -> None:
+    """Issue 38 item 1: the monitor never acted on the same container twice."""
+    node = Node(tmp_path, enforcement="report")
+    pod = gpu_pod("again", 10, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    node.run(4242, pod, 4000)
+    node.enforcer.check(now=0)
+    assert len(node.enforcer.check(now=10)) == 1
+    assert len(node.enforcer.check(now=15)) == 1 and len(node.api.events) == 1  # one Event while it stays over
+    node.backend.process_mib[GPUS[0].uuid][4242] = 500
+    assert node.enforcer.check(now=20) == []
+    node.backend.process_mib[GPUS[0].uuid][4242] = 4000
+    assert len(node.enforcer.check(now=25)) == 1  # its time over is not paid back yet: at once
+    assert len(node.api.events) == 2
 
 
 def test_the_quota_is_the_quota_files_not_the_units_in_the_pod_spec(tmp_path: Path) -> None:
@@ -238,6 +339,37 @@ def test_honest_containers_and_the_mps_server_are_left_alone(tmp_path: Path) -> 
     assert node.enforcer.latest.system == {GPUS[0].uuid: 900 * MIB}
     (seen,) = node.enforcer.latest.usages
     assert (container(seen.who).pod, seen.used_bytes) == ("honest", 3400 * MIB)
+
+
+def test_sixty_small_processes_of_one_container_are_evicted_as_one_container(tmp_path: Path) -> None:
+    """Issue 38 item 5, through the enforcer: 60 processes of 270 MiB on a 1000 MiB quota."""
+    node = Node(tmp_path)
+    pod = gpu_pod("swarm", 10, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    for pid in range(5000, 5060):
+        node.run(pid, pod, 270)
+    assert node.enforcer.check(now=0) == []
+    (violation,) = node.enforcer.check(now=10)
+    assert (violation.used_bytes, violation.limit_bytes, violation.processes) == (16200 * MIB, 1512 * MIB, 60)
+    assert node.api.evictions == [("team", "swarm")]
+
+
+def test_a_graphics_process_is_charged_like_a_compute_one(tmp_path: Path) -> None:
+    """Issue 38 item 3: a Vulkan or OpenGL process is in NVML's graphics list only, which was
+    never read. The real NvmlBackend over a stand-in pynvml (no NVIDIA library here)."""
+    node = Node(tmp_path)
+    stand_in = StandInNvml(GPUS)
+    node.enforcer.backend = nvml_backend(stand_in, GPUS)
+    pod = gpu_pod("renderer", 10, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 1000)
+    cgroup_of(node.proc, 4242, pod, CID, command="vkcube --headless")
+    stand_in.processes[GPUS[0].uuid]["graphics"][4242] = 5000
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "renderer" and violation.used_bytes == 5000 * MIB
+    assert node.api.evictions == [("team", "renderer")]
 
 
 def test_a_pod_without_units_holding_gpu_memory_is_evicted_after_the_grace(tmp_path: Path) -> None:
@@ -377,6 +509,167 @@ def test_a_claim_container_over_its_claims_quota_is_evicted_too(tmp_path: Path) 
     (violation,) = node.enforcer.check(now=10)
     assert container(violation.who).pod == "claimer" and violation.quota_bytes == 3000 * MIB
     assert node.api.evictions == [("team", "claimer")]
+
+
+GPU_FILES = ["nvidiactl", "nvidia0", "nvidia-uvm"]  # what a CUDA process holds open
+MONITOR_LABELS = {"app.kubernetes.io/name": "cgpu-monitor"}
+
+
+def forked_away(node: Node, pod: dict[str, Any], dead: int, keeper: int, mib: int) -> None:
+    """A process of the pod allocated `mib` MiB, forked `keeper`, which keeps the driver's file
+    descriptors, and exited: NVML still lists the memory under `dead`, which names no process."""
+    node.backend.process_mib[GPUS[0].uuid][dead] = mib
+    cgroup_of(node.proc, keeper, pod, CID, command="python3 keep.py")
+    started(node.proc, keeper, 9000 + keeper, holds=GPU_FILES)
+
+
+def bystanders(node: Node) -> dict[str, Any]:
+    """An honest pod whose CUDA process NVML lists, and cgpu-monitor's own pod, whose NVML reader
+    holds the GPU's files without memory: neither is a candidate for memory of an exited process."""
+    honest = gpu_pod("honest", 30, container_id="b" * 64)
+    node.give(honest, 3000)
+    node.run(6000, honest, 2000, container_id="b" * 64)
+    started(node.proc, 6000, 8000, holds=GPU_FILES)
+    monitor_pod = gpu_pod(
+        "cgpu-monitor-x1", 0, namespace="kube-system", container="cgpu-monitor", container_id="e" * 64,
+        labels=MONITOR_LABELS,
+    )  # fmt: skip
+    cgroup_of(node.proc, 7000, monitor_pod, "e" * 64, command="cgpu-monitor")
+    started(node.proc, 7000, 100, holds=["nvidiactl", "nvidia0"])
+    node.api.pods += [honest, monitor_pod]
+    return honest
+
+
+def test_memory_under_exited_pids_is_charged_to_the_container_whose_processes_hold_the_gpu(tmp_path: Path) -> None:
+    """Issue 38 item 2: after fork the child keeps the driver's file descriptors and the parent
+    exits; NVML lists the memory under the dead PID until the child exits. The monitor filed it as
+    a host process it could not evict, so the container took its quota again each round (3 x 600
+    MiB on 1000). Such memory is the container's whose processes hold the GPU without an NVML
+    entry of their own (fakes.started writes their /proc/<pid>/fd)."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    node.api.pods = [forker]
+    node.give(forker, 1000)
+    bystanders(node)
+    for dead, keeper in ((4242, 5001), (4243, 5002), (4244, 5003)):
+        forked_away(node, forker, dead, keeper, 600)
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "forker" and violation.used_bytes == 1800 * MIB
+    assert "1800 MiB of it listed under processes that exited" in violation.describe()
+    assert node.api.evictions == [("team", "forker")] and node.api.node_events == []
+
+
+def test_a_pid_reused_by_an_innocent_process_is_never_blamed(tmp_path: Path) -> None:
+    """Issue 38 item 2: NVML lists 5730 MiB under PID 4242, whose process exited; 4242 now names
+    a process of another pod that holds no GPU file. It used to be blamed and its pod evicted."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
+    node.api.pods = [forker, innocent]
+    node.give(forker, 1000)
+    node.give(innocent, 1000)
+    forked_away(node, forker, 4242, 5001, 5730)
+    cgroup_of(node.proc, 4242, innocent, "c" * 64, command="sleep 600")
+    started(node.proc, 4242, 99999)  # the PID's new process: no GPU file
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "forker"
+    assert node.api.evictions == [("team", "forker")]
+
+
+def test_a_pid_seen_alive_then_reused_is_told_apart_by_its_start_time(tmp_path: Path) -> None:
+    """The monitor saw PID 4242 as the forker's process (start time 1000, holding the GPU); it
+    exited, and 4242 was reused by a process of another pod that opens the GPU too (nvidia-smi,
+    start time 2000). The entry stays the forker's: a PID and its start time name one process."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
+    node.api.pods = [forker, innocent]
+    node.give(forker, 1000)
+    node.give(innocent, 1000)
+    node.run(4242, forker, 800)
+    started(node.proc, 4242, 1000, holds=GPU_FILES)
+    assert node.enforcer.check(now=0) == []  # 800 MiB on 1000: fine
+    cgroup_of(node.proc, 4242, innocent, "c" * 64, command="nvidia-smi")
+    started(node.proc, 4242, 2000, holds=["nvidiactl", "nvidia0"])
+    forked_away(node, forker, 4300, 5001, 800)  # a second round
+    node.enforcer.check(now=5)
+    (violation,) = node.enforcer.check(now=15)
+    assert container(violation.who).pod == "forker" and violation.used_bytes == 1600 * MIB
+    assert node.api.evictions == [("team", "forker")]
+
+
+def test_memory_the_gpu_holds_beyond_every_listed_process_is_charged_to_its_one_holder(tmp_path: Path) -> None:
+    """Issue 38 item 2, reconciliation: what the device reports used beyond all NVML entries is
+    charged, above a small tolerance, to the one container whose processes hold the GPU unlisted."""
+    node = Node(tmp_path, unattributed_tolerance_mib=256)
+    hidden = gpu_pod("hidden", 10, container_id=CID)
+    node.api.pods = [hidden]
+    node.give(hidden, 1000)
+    bystanders(node)
+    cgroup_of(node.proc, 5001, hidden, CID, command="./raw-ioctls")
+    started(node.proc, 5001, 4000, holds=GPU_FILES)
+    node.backend.used_mib[GPUS[0].uuid] = 2000 + 5000  # the honest pod's 2000 MiB and 5000 no entry names
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "hidden" and violation.used_bytes == 5000 * MIB
+    assert node.api.evictions == [("team", "hidden")]
+
+
+def test_memory_no_container_can_be_tied_to_is_exported_and_reported_on_the_node(short_tmp: Path) -> None:
+    """Issue 38 item 2: memory of an exited PID whose holder is no container's (a process on the
+    host), and memory no entry names while two containers hold the GPU unlisted, is nobody's the
+    monitor can prove: vgpu_gpu_memory_unattributed_bytes, an Event on the node, no eviction."""
+    exporter = Exporter(short_tmp)
+    try:
+        node = Node(short_tmp, unattributed_tolerance_mib=256)
+        exporter.collector.enforcer = node.enforcer
+        first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
+        node.api.pods = [first, second]
+        node.give(first, 1000)
+        node.give(second, 1000)
+        node.backend.process_mib[GPUS[0].uuid][4242] = 3000  # exited
+        host_process(node.proc, 800, "/system.slice/keeper.service", "/usr/local/bin/keeper")
+        started(node.proc, 800, 10, holds=GPU_FILES)
+        node.backend.used_mib[GPUS[0].uuid] = 3000
+        node.enforcer.check(now=0)
+        node.enforcer.check(now=10)
+        assert node.api.evictions == [] and node.api.events == []
+        ((_node, reason, message),) = node.api.node_events
+        assert reason == "GPUMemoryUnattributed" and "3000 MiB" in message and "PID 4242" in message
+        assert "fuser -v /dev/nvidia*" in message
+        assert value(exporter.scrape(), "vgpu_gpu_memory_unattributed_bytes", UUID=GPUS[0].uuid) == 3000 * MIB
+        # 2000 MiB more that no entry names, while both pods hold the GPU unlisted: still nobody's.
+        for pid, pod, cid in ((5001, first, CID), (5002, second, "c" * 64)):
+            cgroup_of(node.proc, pid, pod, cid)
+            started(node.proc, pid, 9000, holds=GPU_FILES)
+        node.backend.used_mib[GPUS[0].uuid] = 5000
+        node.enforcer.check(now=20)
+        node.enforcer.check(now=60)
+        assert node.api.evictions == [] and len(node.api.node_events) == 1  # one Event while it lasts
+        assert value(exporter.scrape(), "vgpu_gpu_memory_unattributed_bytes", UUID=GPUS[0].uuid) == 5000 * MIB
+    finally:
+        exporter.stop()
+
+
+def test_a_gpu_whose_used_memory_cannot_be_read_is_still_judged_by_its_processes(tmp_path: Path) -> None:
+    """The reconciliation reads each GPU's used memory; when NVML fails that call (a GPU fallen off
+    the bus, a driver without it), the processes' memory is still judged and nothing is charged
+    from a gap that cannot be known."""
+    node = Node(tmp_path)
+    pod = gpu_pod("trainer", 30, container_id=CID)
+    node.api.pods = [pod]
+    node.give(pod, 3000)
+    node.run(4242, pod, 4000)
+
+    def no_memory(uuid: str) -> nvml.Memory:
+        raise RuntimeError(f"NVML: GPU {uuid} is lost")
+
+    node.backend.memory = no_memory
+    node.enforcer.check(now=0)
+    (violation,) = node.enforcer.check(now=10)
+    assert container(violation.who).pod == "trainer" and node.enforcer.latest.unattributed == {}
 
 
 def test_the_monitor_exports_the_ground_truth(short_tmp: Path) -> None:

@@ -76,3 +76,61 @@ def test_processes_use_the_newest_call_the_driver_has(
     present: dict[str, list[tuple[int, int | None]]], want: list[ProcessMemory]
 ) -> None:
     assert backend_on(Driver(present)).processes("GPU-0") == want
+
+
+@pytest.mark.parametrize(
+    ("present", "want"),
+    [
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v3": [(10, 100)],
+                "nvmlDeviceGetGraphicsRunningProcesses_v3": [(20, 5000)],
+            },
+            [ProcessMemory(10, 100), ProcessMemory(20, 5000)],
+            id="a Vulkan process beside a CUDA one",
+        ),
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v2": [],
+                "nvmlDeviceGetGraphicsRunningProcesses_v2": [(20, 5000)],
+            },
+            [ProcessMemory(20, 5000)],
+            id="R470: the _v2 call",
+        ),
+    ],
+)
+def test_graphics_processes_are_read_like_compute_ones(
+    present: dict[str, list[tuple[int, int | None]]], want: list[ProcessMemory]
+) -> None:
+    """Issue 38 item 3: only the compute and MPS lists were read, so a Vulkan or OpenGL process
+    holding GPU memory was never seen (the runtime hands the graphics libraries to a container
+    that asks for them)."""
+    assert backend_on(Driver(present)).processes("GPU-0") == want
+
+
+class MemoryDriver:
+    """pynvml's memory call on a driver with (R510 and later) or without (R470) its v2."""
+
+    NVMLError = pynvml.NVMLError
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
+
+    def __init__(self, has_v2: bool) -> None:
+        self.has_v2 = has_v2
+
+    def nvmlDeviceGetMemoryInfo(self, handle: object, version: int | None = None) -> SimpleNamespace:
+        mib = 1024 * 1024
+        if version is None:  # v1: used includes the driver's reserve
+            return SimpleNamespace(total=143771 * mib, used=(5000 + 600) * mib, free=(143771 - 5600) * mib)
+        if not self.has_v2:
+            raise pynvml.NVMLError_FunctionNotFound(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return SimpleNamespace(total=143771 * mib, reserved=600 * mib, used=5000 * mib, free=(143771 - 5600) * mib)
+
+
+@pytest.mark.parametrize(("has_v2", "reserved"), [(True, 600), (False, 0)])
+def test_memory_tells_the_drivers_reserve_apart_where_the_driver_can(has_v2: bool, reserved: int) -> None:
+    """The reconciliation of the monitor (attribution.py) compares what processes hold with what the
+    GPU holds for processes: used less the driver's reserve, which only the v2 call reports."""
+    backend = nvml.NvmlBackend.__new__(nvml.NvmlBackend)
+    backend.nvml = MemoryDriver(has_v2)
+    backend._handles = {"GPU-0": object()}  # pylint: disable=protected-access
+    assert backend.memory("GPU-0") == nvml.Memory(total_mib=143771, used_mib=5600, reserved_mib=reserved)

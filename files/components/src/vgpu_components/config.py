@@ -34,6 +34,7 @@ from vgpu_components.contract import (
 )
 
 SECTIONS = ("device_plugin", "monitor", "mps", "extender", "dra")
+MAX_TERMINATION_GRACE_S = 3600
 
 
 DEFAULT_SWITCHES: dict[str, int] = dict(switches.DEFAULTS)  # libvgpu's switches.def, the one list
@@ -71,11 +72,17 @@ DEFAULTS: dict[str, Any] = {
         "pod_resources_socket": POD_RESOURCES_SOCKET,
         "scrape_timeout_s": 10.0,
         # Ground truth (enforcement.py): each container's real GPU memory from NVML against its
-        # quota plus context_allowance_mib per process (no quota: 0); over for grace_seconds: an
-        # Event on the pod, then evict (the pod deleted) or report.
+        # quota plus context_allowance_mib per container (no quota: 0); over for grace_seconds
+        # (accumulated): an Event on the pod, then evict (the pod deleted) or report.
         "enforcement": "evict",
         "grace_seconds": 30.0,
+        # evict: the most grace period a pod over its quota gets; still over at the first check
+        # that long after, it is deleted at once (enforcement_actions.py).
+        "termination_grace_seconds": 5,
         "context_allowance_mib": 512,
+        # GPU memory no container answers for (NVML's used beyond every process's entry, entries of
+        # exited PIDs) above this is traced to who holds the GPU, or reported (attribution.py).
+        "unattributed_tolerance_mib": 512,
         "check_interval_s": 5.0,
     },
     "mps": {
@@ -184,9 +191,14 @@ def validate(config: Mapping[str, Any]) -> None:
 def _validate_monitor(monitor: Mapping[str, Any]) -> None:
     if monitor["enforcement"] not in ("evict", "report"):
         raise ConfigError(f"monitor.enforcement: expected evict or report, got {monitor['enforcement']!r}")
-    for key in ("grace_seconds", "context_allowance_mib"):
+    for key in ("grace_seconds", "context_allowance_mib", "unattributed_tolerance_mib"):
         if monitor[key] < 0:
             raise ConfigError(f"monitor.{key}: expected 0 or more, got {monitor[key]}")
+    if not 0 <= monitor["termination_grace_seconds"] <= MAX_TERMINATION_GRACE_S:
+        raise ConfigError(
+            f"monitor.termination_grace_seconds: expected 0-{MAX_TERMINATION_GRACE_S} seconds (the most grace "
+            f"period a pod over its quota gets), got {monitor['termination_grace_seconds']}"
+        )
     if monitor["check_interval_s"] <= 0:
         raise ConfigError(
             f"monitor.check_interval_s: expected a positive number of seconds, got {monitor['check_interval_s']}"

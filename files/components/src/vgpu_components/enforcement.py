@@ -1,32 +1,33 @@
-"""cgpu-monitor's enforcement of the quota from ground truth (the rule is ground_truth.py's).
+"""cgpu-monitor's enforcement of the quota from ground truth (the rule is ground_truth.py's; every
+byte has an owner by attribution.py's).
 
 Every monitor.check_interval_s:
-1. NVML's per-process memory on each GPU (host PIDs);
-2. each process's container, from its cgroup or PID namespace (cgroups.py), and that container's
-   pod from the pods on this node as the API server lists them (the container whose status
-   carries the cgroup's container ID, else the pod's only container with a quota); its quota from
-   `quotas`: cgpu-monitor's view of kubelet's PodResources and the quota files the device plugin
-   or the DRA driver wrote (monitor.MonitorCollector.quotas), the one source of a container's
-   quota on both scheduling paths. A container with no quota file has quota 0;
-3. ground_truth.Tracker; for each violation: a log line, the metrics, and
-   - a container: a Warning Event `GPUMemoryOverQuota` on the pod and then per
-     monitor.enforcement: evict (the default) deletes the pod with its grace period, as kubelet
-     evicts a pod over its ephemeral-storage limit (kube.KubePodApi.evict: no disruption budget
-     applies, and an admission policy holds the monitor to its own node's pods); a failed delete
-     is retried at the next check; report does nothing more;
-   - a host process (in no pod the API server lists on this node): a Warning Event
-     `GPUMemoryOverQuota` on the node with its PID and command; it cannot be evicted.
+1. NVML's per-process memory on each GPU (host PIDs) and each GPU's used memory;
+2. each entry checked against its process (device_holders.py: does a process of that PID exist,
+   with the start time it was first seen with, holding the GPU's device files?); an entry no live
+   process answers for (its process exited, its PID reused) is orphaned;
+3. each live process's owner (owners.py: its container through its cgroup or PID namespace and the
+   pods the API server lists on this node, its quota from `quotas`: cgpu-monitor's view of kubelet's
+   PodResources and the quota files; a container with no quota file has quota 0);
+4. orphaned memory, and what the GPU reports used beyond every entry (above
+   monitor.unattributed_tolerance_mib), charged to the container whose processes hold the GPU's
+   device files with no entry of their own (device_holders.scan, only when there is such memory);
+   what no container can be charged with is exported and reported on the node (Event
+   GPUMemoryUnattributed, once while it lasts);
+5. ground_truth.Tracker; the violations due go to enforcement_actions.Actions, which posts the
+   Events and, with monitor.enforcement evict, deletes the pod with a capped grace period and, if it
+   is still over that long after, at once; a process in no pod gets a Warning Event on the node.
 
 Nothing is judged while the quotas cannot be read (kubelet away: the check fails and is retried),
 and a container whose quota file cannot be read is left out of that check: an unknown quota is
-never taken for none. Needs: the host's PID namespace (hostPID), and from the API server
-`list` of pods, `create` of events and, with evict, `delete` of pods on its own node.
+never taken for none. Needs: the host's PID namespace (hostPID), CAP_SYS_PTRACE to read other
+processes' /proc/<pid>/fd (never to trace them), and from the API server `list` of pods, `create`
+of events and, with evict, `delete` of pods on its own node.
 """
 
 from __future__ import annotations
 
 import logging
-import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,40 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import cgroups, ground_truth, kube, nvml
-from vgpu_components.ground_truth import Container, HostProcess, Owner, SystemProcess, Usage, Violation, Who
+from vgpu_components import attribution, device_holders, ground_truth, kube, nvml, owners
+from vgpu_components.attribution import Candidate, Entry, Orphan, Unattributed
+from vgpu_components.enforcement_actions import Actions
+from vgpu_components.ground_truth import Owner, Usage, Violation, Who
+from vgpu_components.owners import NVML_READERS, SYSTEM_PROCESSES, Owners
 
+__all__ = ["NVML_READERS", "SYSTEM_PROCESSES", "Enforcer", "Snapshot"]
 log = logging.getLogger("vgpu.monitor")
 MIB = 1024 * 1024
 MODES = ("evict", "report")
 # (namespace, pod, container) -> quota in bytes of each container kubelet lists with our GPU memory
 # (None: its quota file cannot be read). Raises when kubelet cannot be asked.
 Quotas = Callable[[], Mapping[tuple[str, str, str], int | None]]
-
-
-@dataclass(frozen=True)
-class SystemComponent:
-    """Processes that hold GPU memory by design: those of `container` in the pods of the stack's
-    namespace labelled app.kubernetes.io/name=`component`, running one of `executables`."""
-
-    component: str
-    container: str
-    executables: tuple[str, ...]
-    why: str
-
-
-# The known system processes. The components' own NVML readers (cgpu-monitor, the device plugin,
-# the DRA driver, nvidia-smi) are not here: NVML makes no CUDA context, so they hold no GPU memory
-# and NVML lists no process of theirs.
-SYSTEM_PROCESSES = (
-    SystemComponent(
-        "nvidia-mps",
-        "nvidia-mps",
-        ("nvidia-cuda-mps-server", "nvidia-cuda-mps-control"),
-        "an MPS server holds the shared CUDA context its clients' kernels run in (its control daemon "
-        "none); each client's own memory is listed under the client's PID and counts against its container",
-    ),
-)
 
 
 @dataclass
@@ -78,6 +58,7 @@ class Snapshot:
     system: dict[str, int] = field(default_factory=dict)
     limits: dict[Who, int] = field(default_factory=dict)
     over_seconds: dict[Who, float] = field(default_factory=dict)
+    unattributed: dict[str, Unattributed] = field(default_factory=dict)
 
 
 class Enforcer:
@@ -91,6 +72,7 @@ class Enforcer:
         *,
         quotas: Quotas | None = None,
         namespace: str = "kube-system",
+        device_prefix: str = device_holders.DEVICE_PREFIX,
     ) -> None:
         section = cfg["monitor"]
         self.node = node
@@ -99,43 +81,58 @@ class Enforcer:
         self.proc = proc
         self.quotas = quotas
         self.namespace = namespace  # the stack's, where the system components run
+        self.device_prefix = device_prefix
         self.mode = section["enforcement"]
         self.interval_s = float(section["check_interval_s"])
+        self.tolerance_bytes = int(section["unattributed_tolerance_mib"]) * MIB
         self.tracker = ground_truth.Tracker(
             float(section["grace_seconds"]), int(section["context_allowance_mib"]) * MIB
         )
+        self.ledger = attribution.Ledger()
         self.latest = Snapshot()
-        self.actions: dict[str, int] = {"evicted": 0, "reported": 0, "unevictable": 0}
+        self.acting = Actions(self.mode, int(section["termination_grace_seconds"]), node, pods)
         self.check_errors = 0
+        self.unreadable_processes = 0  # processes whose descriptors a scan could not read, in all
         self._pods_by_uid: dict[str, dict[str, Any]] = {}
+        self._reported_gaps: set[str] = set()
 
     # --- one check ------------------------------------------------------------------------------
     def check(self, now: float | None = None) -> list[Violation]:
         now = time.monotonic() if now is None else now
-        seen = [
-            (gpu.uuid, p.pid, p.used_bytes) for gpu in self.backend.gpus() for p in self.backend.processes(gpu.uuid)
-        ]
-        owner = self._owners({pid for _gpu, pid, _used in seen}) if seen else lambda _pid: None
-        current, system = ground_truth.usages(seen, owner)
+        gpus = self.backend.gpus()
+        entries = [Entry(g.uuid, p.pid, p.used_bytes) for g in gpus for p in self.backend.processes(g.uuid)]
+        processes = {
+            pid: device_holders.process(pid, self.proc, self.device_prefix) for pid in {e.pid for e in entries}
+        }
+        live, orphans = self.ledger.split(entries, processes)
+        gaps = self._gaps(gpus, entries)
+        holders = self._holders(orphans, gaps)
+        whose = self._owners({e.pid for e in live} | {h.pid for h in holders})
+        for entry in live:
+            self.ledger.remember(entry, whose.owner(entry.pid))
+        candidates = self._candidates(holders, {e.pid for e in live}, whose)
+        charged, unattributed = attribution.charges(orphans, gaps, self.tolerance_bytes, candidates)
+        current, system = ground_truth.usages([(e.gpu, e.pid, e.used_bytes) for e in live], whose.owner, charged)
         due = self.tracker.observe(current, now)
         self.latest = Snapshot(
             current,
             system,
             {u.who: self.tracker.limit(u) for u in current},
-            {u.who: self.tracker.over_seconds(u.who, now) for u in current},
+            {u.who: self.tracker.over_seconds(u.who) for u in current},
+            unattributed,
         )
-        for violation in due:
-            self._act(violation)
+        self._report(unattributed, {g.uuid: g for g in gpus})
+        self.acting.act(due, self._pods_by_uid, now)
         return due
 
-    def _owners(self, pids: set[int]) -> ground_truth.OwnerOf:
+    @property
+    def actions(self) -> dict[str, int]:
+        """Violations acted on, by what was done (vgpu_quota_violations_total)."""
+        return self.acting.counts
+
+    def _owners(self, pids: set[int]) -> Owners:
         """Whose each of these processes is, from one read of the pods and one of the quotas."""
-        refs = {pid: cgroups.container_of(pid, self.proc) for pid in pids}
-        if not all(refs.values()):  # one left its container's cgroup, or is the host's
-            by_namespace = cgroups.containers_by_pid_namespace(self.proc)
-            for pid in [p for p, ref in refs.items() if ref is None]:
-                namespace = cgroups.pid_namespace(pid, self.proc)
-                refs[pid] = by_namespace.get(namespace) if namespace else None
+        refs = owners.refs_of(pids, self.proc)
         quotas: Mapping[tuple[str, str, str], int | None] = {}
         if any(refs.values()):
             if self.pods is not None:
@@ -143,100 +140,64 @@ class Enforcer:
             if self.quotas is None:
                 raise RuntimeError("no source of the containers' quotas (kubelet's PodResources)")
             quotas = self.quotas()
+        pods = None if self.pods is None else self._pods_by_uid
+        return Owners(refs, pods, quotas, self.proc, self.namespace)
 
-        def owner(pid: int) -> Owner | SystemProcess | None:
-            ref = refs.get(pid)
-            if ref is None:
-                return Owner(HostProcess(pid, self._command(pid)), 0)
-            if self.pods is None:
-                return None  # no API server: its pod and quota cannot be known
-            pod = self._pods_by_uid.get(ref.pod_uid)
-            if pod is None:  # a static pod, or one deleted since: nothing to evict
-                where = f"in pod UID {ref.pod_uid}, which the API server does not list on this node,"
-                return Owner(HostProcess(pid, self._command(pid), where), 0)
-            name = _container_name(pod, ref.container_id, quotas)
-            meta = pod["metadata"]
-            system = self._system(pod, name, pid)
-            if system is not None:
-                return system
-            quota = quotas.get((meta["namespace"], meta["name"], name), 0)
-            if quota is None:
-                return None  # its quota file cannot be read: not judged
-            return Owner(Container(meta["namespace"], meta["name"], name, meta["uid"]), quota)
-
-        return owner
-
-    def _system(self, pod: Mapping[str, Any], container: str, pid: int) -> SystemProcess | None:
-        """The known system process this is, if any: by the pod it is in and its executable."""
-        meta = pod["metadata"]
-        labels = meta.get("labels") or {}
-        for known in SYSTEM_PROCESSES:
-            if (
-                meta["namespace"] == self.namespace
-                and labels.get("app.kubernetes.io/name") == known.component
-                and container == known.container
-                and self._executable(pid) in known.executables
-            ):
-                return SystemProcess(known.component, known.why)
-        return None
-
-    def _argv(self, pid: int) -> list[str]:
-        try:
-            raw = (self.proc / str(pid) / "cmdline").read_bytes()
-        except OSError:
-            return []
-        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-    def _executable(self, pid: int) -> str:
-        argv = self._argv(pid)
-        return argv[0].rsplit("/", 1)[-1] if argv else ""
-
-    def _command(self, pid: int) -> str:
-        """The process's command line as a shell would show it (at most 200 characters)."""
-        argv = self._argv(pid)
-        if not argv:
+    def _gaps(self, gpus: list[nvml.Gpu], entries: list[Entry]) -> dict[str, int]:
+        """Per GPU, the memory it reports used (less the driver's reserve) that no entry names."""
+        listed: dict[str, int] = {}
+        for entry in entries:
+            listed[entry.gpu] = listed.get(entry.gpu, 0) + entry.used_bytes
+        gaps = {}
+        for gpu in gpus:
             try:
-                return (self.proc / str(pid) / "comm").read_text().strip() or "?"
-            except OSError:
-                return "?"
-        text = shlex.join(argv)
-        return text if len(text) <= 200 else text[:197] + "..."
+                memory = self.backend.memory(gpu.uuid)
+            except Exception as exc:  # its processes are still judged; its gap is unknown this check
+                log.warning("NVML memory query for %s failed: %s", gpu.uuid, exc)
+                continue
+            gaps[gpu.uuid] = max(0, (memory.used_mib - memory.reserved_mib) * MIB - listed.get(gpu.uuid, 0))
+        return gaps
 
-    # --- acting on a violation -------------------------------------------------------------------
-    def _act(self, violation: Violation) -> None:
-        message = violation.describe()
-        who = violation.who
-        log.warning("%s: %s", who, message, extra={"enforcement": self.mode})
-        if isinstance(who, HostProcess):
-            self.actions["unevictable"] += 1
+    def _holders(self, orphans: list[Orphan], gaps: Mapping[str, int]) -> list[device_holders.Holder]:
+        """The processes holding the GPU's device files, read only when there is memory to trace."""
+        if not any(o.owner is None for o in orphans) and all(gap <= self.tolerance_bytes for gap in gaps.values()):
+            return []
+        holders, unreadable = device_holders.scan(self.proc, self.device_prefix)
+        self.unreadable_processes += unreadable
+        return holders
+
+    def _candidates(self, holders: list[device_holders.Holder], live: set[int], whose: Owners) -> list[Candidate]:
+        """The containers whose processes hold the GPU with no live entry of their own (the stack's
+        NVML readers and processes in no pod are none)."""
+        found = []
+        for holder in holders:
+            container = whose.container(holder.pid)
+            if holder.pid in live or container is None or whose.reader(container):
+                continue
+            owner = whose.owner(holder.pid)
+            if owner is None or isinstance(owner, Owner):
+                found.append(Candidate(container, owner, holder.devices))
+        return found
+
+    def _report(self, unattributed: Mapping[str, Unattributed], gpus: Mapping[str, nvml.Gpu]) -> None:
+        """A log line and an Event on the node for each GPU whose unattributed memory passes the
+        tolerance, once while it does."""
+        over = {gpu for gpu, gap in unattributed.items() if gap.bytes > self.tolerance_bytes}
+        for uuid in sorted(over - self._reported_gaps):
+            gap = unattributed[uuid]
+            index = gpus[uuid].index if uuid in gpus else "?"
+            message = (
+                f"GPU {index} ({uuid}): {gap.bytes // MIB} MiB of GPU memory is held by no container the monitor "
+                f"can tie it to ({'; '.join(gap.reasons)}). Find who holds the GPU on the node: "
+                "fuser -v /dev/nvidia*"
+            )
+            log.warning("%s", message)
             if self.pods is not None:
                 try:
-                    self.pods.node_event(self.node, "GPUMemoryOverQuota", message)
+                    self.pods.node_event(self.node, "GPUMemoryUnattributed", message)
                 except Exception as exc:
-                    log.warning("could not post event GPUMemoryOverQuota on node %s: %s", self.node, exc)
-            return
-        pod = self._pods_by_uid.get(who.pod_uid)
-        if self.pods is None or pod is None:
-            self.actions["reported"] += 1
-            return
-        action = "evicting the pod" if self.mode == "evict" else "reported only (monitor.enforcement: report)"
-        self._event(pod, "GPUMemoryOverQuota", f"{message}; {action}")
-        if self.mode != "evict":
-            self.actions["reported"] += 1
-            return
-        try:
-            self.pods.evict(who.namespace, who.pod, who.pod_uid)
-            self.actions["evicted"] += 1
-        except Exception as exc:
-            log.error("could not evict %s/%s: %s; trying again at the next check", who.namespace, who.pod, exc)
-            self.tracker.retry(who)
-
-    def _event(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        assert self.pods is not None
-        try:
-            self.pods.pod_event(pod, reason, message)
-        except Exception as exc:
-            log.warning("could not post event %s: %s", reason, exc)
+                    log.warning("could not post event GPUMemoryUnattributed on node %s: %s", self.node, exc)
+        self._reported_gaps = over
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):
@@ -246,26 +207,3 @@ class Enforcer:
                 self.check_errors += 1
                 if self.check_errors in (1, 10) or self.check_errors % 100 == 0:
                     log.warning("ground-truth check failed (%d times): %s", self.check_errors, exc)
-
-
-def _container_name(
-    pod: Mapping[str, Any], container_id: str, quotas: Mapping[tuple[str, str, str], int | None]
-) -> str:
-    """The name of the pod's container with this runtime ID: its status's; before the status
-    carries the ID, the pod's only container with a quota; else the ID itself (a container of
-    no quota, until its status names it)."""
-    spec, status, meta = pod.get("spec") or {}, pod.get("status") or {}, pod["metadata"]
-    statuses = [
-        *(status.get("initContainerStatuses") or []),
-        *(status.get("containerStatuses") or []),
-        *(status.get("ephemeralContainerStatuses") or []),
-    ]
-    for entry in statuses:
-        if str(entry.get("containerID", "")).endswith(f"://{container_id}"):
-            return str(entry.get("name"))
-    names = [
-        str(c.get("name"))
-        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        if quotas.get((meta["namespace"], meta["name"], str(c.get("name"))))
-    ]
-    return names[0] if len(names) == 1 else container_id[:12]

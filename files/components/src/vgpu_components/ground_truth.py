@@ -6,18 +6,27 @@ reports what each process really holds, and nothing in a container can change th
   Every process holding GPU memory is one of:
   - a process of a container with a quota (its quota file, written by the device plugin or the
     DRA driver). The container is over its quota when the memory its processes hold on the GPUs
-    exceeds quota + context allowance x (its processes on the GPUs): each process has a CUDA
-    context that libvgpu charges against the quota at a fixed size (context_reserve, 512 MiB by
-    default) while the real one differs (527 MiB with the driver API, 619 MiB with PyTorch on an
-    H200, more once libraries load their kernels); the allowance
-    (monitor.context_allowance_mib) absorbs that difference for an honest process;
+    exceeds quota + context allowance (monitor.context_allowance_mib), once per container however
+    many processes it runs: libvgpu keeps what the GPU holds for a container's processes within
+    its quota plus one context (files/libvgpu/docs/design.md, "The invariant"), and the allowance
+    is the margin for what it cannot see between two of its checks. Per process, 60 processes
+    with contexts made small (270 MiB on an H200) held 16 times their quota within the limit;
   - a process of a container without a quota (a pod that asks for no GPU memory, a sidecar of a
     GPU pod): its quota is 0 and no allowance applies, so any memory at all is over;
   - a host process outside Kubernetes (or in a pod the API server does not list on this node):
     quota 0 as well, reported with its PID and command, never evicted (it is in no pod);
-  - a known system process (enforcement.SYSTEM_PROCESSES, each with why): not judged.
-  Over for longer than the grace period (monitor.grace_seconds) is a violation, reported once
-  until it is back under.
+  - a known system process (owners.SYSTEM_PROCESSES, each with why): not judged.
+  Memory NVML lists under a PID whose process exited or that names another process now, and memory
+  the GPU reports used that no process is listed for, is charged to the container that holds it by
+  attribution.py's rules (Usage.traced_bytes), or reported as nobody's; it is never its PID's new
+  process's.
+  Time over is a budget, not a timer: each container's time over its limit accumulates, and time
+  under (or with no process on a GPU) pays it back at DECAY seconds per second, ten times slower.
+  Over with more than the grace period (monitor.grace_seconds) accumulated is a violation, at every
+  observation while it stays over (what is done again is enforcement_actions.py's). A timer that one
+  check under the limit reset let a container over its quota 80 % of the time, or one that
+  restarted its processes before the grace, run for ever; with the budget, one over more than 1/11
+  of the time is caught, and an honest one (never over: libvgpu refuses at the call) owes nothing.
 
 The core is pure, observations in and violations out, so it runs the same in cgpu-monitor
 (enforcement.py maps processes to pods through their cgroups and the API server) and on a GPU
@@ -39,6 +48,8 @@ from pathlib import Path
 from vgpu_components import nvml
 
 MIB = 1024 * 1024
+# Seconds of the over-quota budget paid back per second under the limit.
+DECAY = 0.1
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class Owner:
 
 @dataclass(frozen=True)
 class SystemProcess:
-    """A process that holds GPU memory by design (enforcement.SYSTEM_PROCESSES), not judged."""
+    """A process that holds GPU memory by design (owners.SYSTEM_PROCESSES), not judged."""
 
     name: str
     why: str
@@ -92,6 +103,7 @@ class Usage:
     used_bytes: int = 0
     processes: int = 0
     gpus: set[str] = field(default_factory=set)
+    traced_bytes: int = 0  # of used_bytes: listed under processes that exited, held by its own (attribution.py)
 
 
 @dataclass(frozen=True)
@@ -103,26 +115,32 @@ class Violation:
     processes: int
     over_seconds: float
     gpus: tuple[str, ...]
+    traced_bytes: int = 0
 
     def describe(self) -> str:
         held = f"holds {self.used_bytes // MIB} MiB of GPU memory"
+        if self.traced_bytes:
+            held += (
+                f" ({self.traced_bytes // MIB} MiB of it listed under processes that exited or no process, "
+                "held through the GPU's device files by its processes)"
+            )
         gpus = ", ".join(self.gpus)
         if isinstance(self.who, HostProcess):
             return (
                 f"process {self.who.pid} ({self.who.command}) {self.who.where} {held} on {gpus} with no quota "
-                f"for {self.over_seconds:.0f} s; it is in no pod on this node, so it cannot be evicted: "
+                f"for {self.over_seconds:.0f} s (accumulated); it is in no pod on this node, so it cannot be evicted: "
                 "stop it on the node"
             )
         where = f"({self.processes} process(es) on {gpus})"
         if self.quota_bytes <= 0:
             return (
                 f"container {self.who.container} {held} {where} with no GPU-memory quota (it was allocated "
-                f"no GPU memory) for {self.over_seconds:.0f} s"
+                f"no GPU memory) for {self.over_seconds:.0f} s (accumulated)"
             )
         return (
             f"container {self.who.container} {held} {where} over its quota of "
             f"{self.quota_bytes // MIB} MiB plus the context allowance ({self.limit_bytes // MIB} MiB in all) "
-            f"for {self.over_seconds:.0f} s"
+            f"for {self.over_seconds:.0f} s (accumulated)"
         )
 
 
@@ -131,10 +149,18 @@ class Violation:
 OwnerOf = Callable[[int], "Owner | SystemProcess | None"]
 
 
-def usages(processes: Iterable[tuple[str, int, int]], owner: OwnerOf) -> tuple[list[Usage], dict[str, int]]:
-    """Sum (GPU UUID, pid, bytes) per container (or host process); also the bytes per GPU that the
-    known system processes hold."""
+def usages(
+    processes: Iterable[tuple[str, int, int]], owner: OwnerOf, charged: Iterable[tuple[str, Owner, int]] = ()
+) -> tuple[list[Usage], dict[str, int]]:
+    """Sum (GPU UUID, pid, bytes) per container (or host process), and the memory `charged` to an
+    owner that no live process of it is listed for (attribution.py); also the bytes per GPU that
+    the known system processes hold."""
     by_who: dict[Who, Usage] = {}
+    for gpu, charged_to, used in charged:
+        usage = by_who.setdefault(charged_to.who, Usage(charged_to.who, charged_to.quota_bytes))
+        usage.used_bytes += used
+        usage.traced_bytes += used
+        usage.gpus.add(gpu)
     system: dict[str, int] = {}
     for gpu, pid, used in processes:
         whose = owner(pid)
@@ -151,59 +177,61 @@ def usages(processes: Iterable[tuple[str, int, int]], owner: OwnerOf) -> tuple[l
 
 
 class Tracker:
-    """Follows containers over time and reports each one over its limit past the grace period."""
+    """Follows containers over time and reports each one over its limit once its time over,
+    accumulated and slowly paid back (the rule above), reaches the grace period."""
 
     def __init__(self, grace_s: float, allowance_bytes: int) -> None:
         self.grace_s = grace_s
         self.allowance_bytes = allowance_bytes
-        self.over_since: dict[Who, float] = {}
-        self._reported: set[Who] = set()
+        self.spent: dict[Who, float] = {}  # seconds over, accumulated and paid back
+        self._over: set[Who] = set()  # over at the last observation
+        self._last: float | None = None
 
     def limit(self, usage: Usage) -> int:
-        """Quota plus the allowance per process; 0 for what has no quota (no context is honest there)."""
+        """Quota plus one allowance for the container; 0 for what has no quota (no context is
+        honest there)."""
         if usage.quota_bytes <= 0:
             return 0
-        return usage.quota_bytes + self.allowance_bytes * usage.processes
+        return usage.quota_bytes + self.allowance_bytes
 
     def observe(self, current: Iterable[Usage], now: float | None = None) -> list[Violation]:
-        """The violations that became due with this observation (each container once)."""
+        """The violations due at this observation: every container over its limit with the grace
+        period spent. The time since the last observation counts as over in full when the
+        container was over at both, half when at one of them."""
         now = time.monotonic() if now is None else now
+        elapsed = 0.0 if self._last is None else max(0.0, now - self._last)
+        self._last = now
+        current = list(current)
+        over = {u.who for u in current if u.used_bytes > self.limit(u)}
+        for key in set(self.spent) | over:
+            over_s = elapsed * ((key in self._over) + (key in over)) / 2
+            spent = self.spent.get(key, 0.0) + over_s - DECAY * (elapsed - over_s)
+            if spent > 0 or key in over:
+                self.spent[key] = max(spent, 0.0)
+            else:  # paid back in full
+                del self.spent[key]
+        self._over = over
         due = []
-        seen = set()
         for usage in current:
             key = usage.who
-            seen.add(key)
-            limit = self.limit(usage)
-            if usage.used_bytes <= limit:
-                self.over_since.pop(key, None)
-                self._reported.discard(key)
-                continue
-            since = self.over_since.setdefault(key, now)
-            if now - since >= self.grace_s and key not in self._reported:
-                self._reported.add(key)
+            if key in over and self.spent[key] >= self.grace_s:
                 due.append(
                     Violation(
                         key,
                         usage.used_bytes,
-                        limit,
+                        self.limit(usage),
                         usage.quota_bytes,
                         usage.processes,
-                        now - since,
+                        self.spent[key],
                         tuple(sorted(usage.gpus)),
+                        usage.traced_bytes,
                     )
                 )
-        for key in set(self.over_since) - seen:  # its processes are gone
-            del self.over_since[key]
-            self._reported.discard(key)
         return due
 
-    def retry(self, who: Who) -> None:
-        """Report this container again at the next observation (its action did not happen)."""
-        self._reported.discard(who)
-
-    def over_seconds(self, who: Who, now: float | None = None) -> float:
-        since = self.over_since.get(who)
-        return 0.0 if since is None else (time.monotonic() if now is None else now) - since
+    def over_seconds(self, who: Who) -> float:
+        """Its time over, accumulated and paid back (0: owes nothing)."""
+        return self.spent.get(who, 0.0)
 
 
 # --- the command line: a given pid -> container mapping, on a host without kubelet -----------
@@ -252,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "--pid", type=_pid_argument, action="append", required=True, help="PID=NS/POD/CONTAINER:QUOTA_MIB"
     )
     parser.add_argument("--grace", type=float, default=30.0, help="seconds over the limit before a violation")
-    parser.add_argument("--allowance-mib", type=int, default=512, help="context allowance per process (MiB)")
+    parser.add_argument("--allowance-mib", type=int, default=512, help="context allowance per container (MiB)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between checks")
     parser.add_argument("--duration", type=float, default=120.0, help="stop after this many seconds")
     parser.add_argument("--until-violation", action="store_true", help="exit 0 at the first violation, 1 if none")
@@ -273,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                     "used_mib": usage.used_bytes // MIB,
                     "limit_mib": tracker.limit(usage) // MIB,
                     "processes": usage.processes,
-                    "over_s": round(tracker.over_seconds(usage.who, now), 2),
+                    "over_s": round(tracker.over_seconds(usage.who), 2),
                 }
                 print(json.dumps(line), flush=True)
             for violation in tracker.observe(current, now):

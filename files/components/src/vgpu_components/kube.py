@@ -99,7 +99,7 @@ class PodApi(Protocol):
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None: ...
 
-    def evict(self, namespace: str, name: str, uid: str) -> None: ...
+    def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None: ...
 
 
 def pods_on_node(core: Any, node: str) -> list[dict[str, Any]]:
@@ -134,13 +134,15 @@ class KubePodApi:
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         post_node_event(self.core, self.component, node, reason=reason, message=message, event_type=event_type)
 
-    def evict(self, namespace: str, name: str, uid: str) -> None:
-        """Evict the pod of this UID by deleting it with its own grace period, as kubelet evicts a pod
-        over its ephemeral-storage limit: no PodDisruptionBudget applies (a tenant's budget would
-        otherwise keep a pod over its quota running), and an admission policy holds the monitor's
-        deletes to its own node (roles/vgpu_stack). A pod already gone, or replaced by another of
-        the same name, is fine."""
-        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
+    def evict(self, namespace: str, name: str, uid: str, grace_seconds: int | None = None) -> None:
+        """Evict the pod of this UID by deleting it, as kubelet evicts a pod over its
+        ephemeral-storage limit: no PodDisruptionBudget applies (a tenant's budget would otherwise
+        keep a pod over its quota running), and an admission policy holds the monitor's deletes to
+        its own node (roles/vgpu_stack). `grace_seconds`: the grace period (None: the pod's own; a
+        shorter one shortens that of a pod already terminating, and kubelet follows; 0 removes the
+        API object at once and kubelet kills its containers). A pod already gone, or replaced by
+        another of the same name, is fine."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid), grace_period_seconds=grace_seconds)
         try:
             self.core.delete_namespaced_pod(name, namespace, body=options, _request_timeout=10)
         except ApiException as exc:

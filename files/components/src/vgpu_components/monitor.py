@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from vgpu_components import component, dra, health, host_paths, ids, kube, nvml, region
+from vgpu_components.attribution import Unattributed
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import HostProcess
 from vgpu_components.nvml import Gpu
@@ -100,6 +101,8 @@ class MonitorCollector(Collector):
             errors.add_metric(["region"], self.region_errors)
             errors.add_metric(["quota_file"], self.quota_file_errors)
             errors.add_metric(["pod_resources"], self.pod_resources_errors)
+            if self.enforcer is not None:  # processes whose /proc/<pid>/fd a scan could not read
+                errors.add_metric(["proc_fd"], self.enforcer.unreadable_processes)
             families.append(errors)
             return families
         finally:
@@ -255,8 +258,8 @@ class MonitorCollector(Collector):
                 "vgpu_container_memory_real_bytes",
                 "GPU memory the container's processes hold (NVML, per process)",
             ),
-            "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of its processes"),
-            "over": ("vgpu_container_over_quota_seconds", "How long the container has been over its limit (0: not)"),
+            "limit": ("vgpu_container_memory_limit_bytes", "Quota plus the context allowance of the container"),
+            "over": ("vgpu_container_over_quota_seconds", "Time over its limit, accumulated, paid back slowly"),
         }
         families = {k: GaugeMetricFamily(n, h, labels=CONTAINER_LABELS) for k, (n, h) in names.items()}
         host = {
@@ -287,9 +290,10 @@ class MonitorCollector(Collector):
             families["over"].add_metric(labels, seen.over_seconds.get(who, 0.0))
         yield from families.values()
         yield from host.values()
+        yield self._unattributed_metric(seen.unattributed)
         system = GaugeMetricFamily(
             "vgpu_gpu_memory_system_bytes",
-            "GPU memory of the known system processes (enforcement.SYSTEM_PROCESSES: the MPS servers)",
+            "GPU memory of the known system processes (owners.SYSTEM_PROCESSES: the MPS servers)",
             labels=GPU_LABELS,
         )
         for gpu in self.gpus:
@@ -297,12 +301,26 @@ class MonitorCollector(Collector):
         yield system
         actions = CounterMetricFamily(
             "vgpu_quota_violations",
-            "Violations past the grace period, by what was done: evicted, reported, unevictable (a process in no pod)",
+            "Violations past the grace period, by what was done: evicted, forced (deleted at once), reported, "
+            "unevictable (a process in no pod)",
             labels=["action"],
         )
         for action, count in self.enforcer.actions.items():
             actions.add_metric([action], count)
         yield actions
+
+    def _unattributed_metric(self, unattributed: Mapping[str, Unattributed]) -> GaugeMetricFamily:
+        """Per GPU, the memory the enforcer's last check could charge no container with."""
+        family = GaugeMetricFamily(
+            "vgpu_gpu_memory_unattributed_bytes",
+            "GPU memory no container could be charged with: used beyond every process's NVML entry, and entries "
+            "of exited or reused PIDs whose holders are no container's (or several)",
+            labels=GPU_LABELS,
+        )
+        for gpu in self.gpus:
+            gap = unattributed.get(gpu.uuid)
+            family.add_metric([str(gpu.index), gpu.uuid, gpu.name, self.node], gap.bytes if gap else 0)
+        return family
 
     def _read_region(self, alloc_id: str) -> region.RegionSample | None:
         path = region.region_path(self.cfg["state_dir"], alloc_id)

@@ -43,7 +43,8 @@ class ProcessMemory:
 @dataclass(frozen=True)
 class Memory:
     total_mib: int
-    used_mib: int
+    used_mib: int  # as NVML's first memory call reports it: with what the driver reserves
+    reserved_mib: int = 0  # what the driver reserves for itself (NVML's memory call v2; 0 where it has none)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class GpuBackend(Protocol):
     def memory(self, uuid: str) -> Memory: ...
 
     def processes(self, uuid: str) -> list[ProcessMemory]:
-        """Every process with memory on the GPU (compute and MPS clients), by host PID."""
+        """Every process with memory on the GPU (compute, MPS clients and graphics), by host PID."""
 
     def wait_xid(self, timeout_ms: int) -> list[XidEvent]:
         """Block up to timeout_ms for critical Xid events; [] on timeout or when unsupported."""
@@ -101,13 +102,25 @@ class NvmlBackend:
         return sorted(out, key=lambda g: g.index)
 
     def memory(self, uuid: str) -> Memory:
-        mem = self.nvml.nvmlDeviceGetMemoryInfo(self._handles[uuid])
-        return Memory(total_mib=int(mem.total) // (1024 * 1024), used_mib=int(mem.used) // (1024 * 1024))
+        handle = self._handles[uuid]
+        mib = 1024 * 1024
+        try:  # v2 (R510 and later) tells the driver's reserve apart; its used leaves it out
+            mem = self.nvml.nvmlDeviceGetMemoryInfo(handle, version=self.nvml.nvmlMemory_v2)
+            reserved = int(mem.reserved)
+            return Memory(int(mem.total) // mib, (int(mem.used) + reserved) // mib, reserved // mib)
+        except (AttributeError, TypeError, self.nvml.NVMLError):
+            mem = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+            return Memory(total_mib=int(mem.total) // mib, used_mib=int(mem.used) // mib)
 
     def processes(self, uuid: str) -> list[ProcessMemory]:
         handle = self._handles[uuid]
         seen: dict[int, int] = {}
-        for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+        # Graphics too (issue 38): a Vulkan, OpenGL or EGL process is in that list only.
+        for query in (
+            "nvmlDeviceGetComputeRunningProcesses",
+            "nvmlDeviceGetMPSComputeRunningProcesses",
+            "nvmlDeviceGetGraphicsRunningProcesses",
+        ):
             for entry in self._newest(query, handle):
                 used = entry.usedGpuMemory  # None when the driver cannot tell (e.g. some vGPU guests)
                 if used is not None:

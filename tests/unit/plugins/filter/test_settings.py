@@ -186,7 +186,12 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
         ({"vgpu_memory_unit_mib": "16GiB", "vgpu_gpu_memory_mib": [15360]}, "GPU 0's 15360 MiB"),
         ({"vgpu_enforcement": "kill"}, "vgpu_enforcement: 'kill' is not one of evict, report"),
         ({"vgpu_enforcement_grace_seconds": -1}, "vgpu_enforcement_grace_seconds: -1 must be from 0 to 86400"),
+        (
+            {"vgpu_enforcement_termination_grace_seconds": 31536000},
+            "vgpu_enforcement_termination_grace_seconds: 31536000 must be from 0 to 3600",
+        ),
         ({"vgpu_enforcement_context_allowance_mib": "512MB"}, "vgpu_enforcement_context_allowance_mib: '512MB'"),
+        ({"vgpu_enforcement_unattributed_tolerance_mib": "1GB"}, "vgpu_enforcement_unattributed_tolerance_mib: '1GB'"),
     ],
 )
 def test_each_bad_setting_is_reported(overrides, fragment):

@@ -29,11 +29,12 @@ def fresh_config(tools: Path, folder: Path) -> Path:
     return path
 
 
-def converge(tools: Path, folder: Path, config: Path, *args: str, mode: str = "auto") -> int:
+def converge(tools: Path, folder: Path, config: Path, *args: str, mode: str = "auto", **settings: object) -> int:
     (folder / "play.yml").write_text(
         role_tasks_play("The runtime's settings, as the role sets them", "nvidia_container_runtime", "settings.yml")
     )
     variables = {
+        **settings,
         "nvidia_container_runtime_mode": mode,
         "__nvidia_container_runtime_config_file": str(config),
         # What runtime.yml found before it includes settings.yml (read in check mode only).
@@ -49,7 +50,7 @@ def test_the_runtime_takes_no_devices_from_an_unprivileged_containers_env(tools,
     config = fresh_config(tools, tmp_path)
     before = tomllib.loads(config.read_text())
     assert "accept-nvidia-visible-devices-envvar-when-unprivileged" not in before  # the toolkit's default: true
-    assert converge(tools, tmp_path, config, mode="cdi") == 1
+    assert converge(tools, tmp_path, config, mode="cdi") == 2  # these three, and the capabilities
     after = tomllib.loads(config.read_text())
     assert after["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
     assert after["accept-nvidia-visible-devices-as-volume-mounts"] is True
@@ -89,3 +90,21 @@ def test_a_setting_changed_by_hand_is_put_back(tools, tmp_path):
     )
     assert converge(tools, tmp_path, config) == 1
     assert tomllib.loads(config.read_text())["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
+
+
+def test_the_graphics_capability_is_withheld_unless_the_operator_enables_it(tools, tmp_path):
+    """Issue 38 item 3: the runtime handed NVIDIA's graphics libraries (OpenGL, Vulkan, EGL) to any
+    GPU container that named graphics in its own NVIDIA_DRIVER_CAPABILITIES, and graphics memory
+    was invisible to the monitor. The runtime's supported-driver-capabilities is the list a
+    container's env is held to (its hook refuses a container that asks for more), and the pod's env
+    cannot change it: without vgpu_graphics_enabled it has neither graphics nor display."""
+    config = fresh_config(tools, tmp_path)
+    before = tomllib.loads(config.read_text())
+    assert "graphics" in before["supported-driver-capabilities"]  # the toolkit's default: every capability
+    converge(tools, tmp_path, config)
+    withheld = tomllib.loads(config.read_text())["supported-driver-capabilities"]
+    assert withheld == "compat32,compute,ngx,utility,video"
+    assert converge(tools, tmp_path, config, vgpu_graphics_enabled=True) == 1
+    assert tomllib.loads(config.read_text())["supported-driver-capabilities"] == (
+        "compat32,compute,display,graphics,ngx,utility,video"
+    )

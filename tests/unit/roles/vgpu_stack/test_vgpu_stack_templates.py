@@ -248,11 +248,16 @@ def test_the_reason_for_root_is_written_next_to_it():
 
 
 def test_nothing_is_privileged_by_default_and_only_mps_keeps_capabilities(rendered):
+    """cgpu-monitor adds one: SYS_PTRACE, to read other processes' /proc/<pid>/fd (who holds the
+    GPU's device files, issue 38); everything else drops them all."""
     for name, ds in by_name(rendered, "k3s-defaults", "DaemonSet").items():
         context = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
         assert context["allowPrivilegeEscalation"] is False
         if name == "nvidia-mps":
             assert "capabilities" not in context
+        elif name == "cgpu-monitor":
+            assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+            assert context["readOnlyRootFilesystem"] is True
         else:
             assert context["capabilities"] == {"drop": ["ALL"]}
             assert context["readOnlyRootFilesystem"] is True
@@ -315,7 +320,9 @@ def test_configmap_follows_the_architecture_schema(rendered):
         "pod_resources_socket": "/var/lib/kubelet/pod-resources/kubelet.sock",
         "enforcement": "evict",
         "grace_seconds": 30,
+        "termination_grace_seconds": 5,
         "context_allowance_mib": 512,
+        "unattributed_tolerance_mib": 512,
     }
     assert config["mps"] == {
         "pipe_dir": "/run/nvidia/mps",
@@ -498,12 +505,16 @@ def test_the_monitor_enforces_as_the_settings_say(tmp_path):
     settings = {
         "vgpu_enforcement": "report",
         "vgpu_enforcement_grace_seconds": 90,
+        "vgpu_enforcement_termination_grace_seconds": 20,
         "vgpu_enforcement_context_allowance_mib": "1GiB",
+        "vgpu_enforcement_unattributed_tolerance_mib": "2GiB",
     }
     docs = render(tmp_path, settings)["components.yaml"]
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"])
     monitor = config["monitor"]
     assert (monitor["enforcement"], monitor["grace_seconds"], monitor["context_allowance_mib"]) == ("report", 90, 1024)
+    assert monitor["termination_grace_seconds"] == 20
+    assert monitor["unattributed_tolerance_mib"] == 2048
 
 
 def test_the_extender_mounts_its_certificates_and_probes_over_https(rendered):
