@@ -2,7 +2,7 @@
 # cgpu-monitor's backstop against a tenant who knows its rules (issue 38), through the real kubelet
 # on the H200: sourced by run.sh after outside_quota.sh (it uses run.sh's helpers: k, poll, pass,
 # fail, skip, section, phase, in_time, monitor_metrics, over_quota_message, has_over_quota_event,
-# NS, IMAGE, FAKE, LOG), then `backstop_checks`. Not wired into run.sh yet.
+# NS, IMAGE, FAKE, LOG), then `backstop_checks`.
 #   - a pod with terminationGracePeriodSeconds of a year whose PID 1 ignores SIGTERM takes 3000 MiB
 #     past libvgpu on a 1000 MiB quota: it is gone, and its memory with it, within the bound
 #     (vgpu_enforcement_grace_seconds 30, then at most one check, then
@@ -17,10 +17,9 @@
 # Both hostile pods take the driver directly (no libvgpu): /opt/vgpu/vgpu-memory-usage with
 # LD_LIBRARY_PATH and LD_PRELOAD unset.
 #
-# DEPENDS ON the lead's mode of vgpu-memory-usage (files/libvgpu/src/memory_usage.c, issue 38):
-#   vgpu-memory-usage MIB SECONDS --fork-orphan
-# allocate MIB, fork a child that keeps the driver's file descriptors and sleeps SECONDS, and exit
-# the parent. The fork-orphan checks are skipped when the binary does not know the mode.
+# vgpu-memory-usage MIB SECONDS --fork-orphan allocates MIB, forks a child that keeps the driver's
+# file descriptors and sleeps SECONDS, and exits the parent. The fork-orphan checks are skipped
+# when the binary does not know the mode.
 
 BACKSTOP_GRACE=${VGPU_BACKSTOP_GRACE:-30}       # vgpu_enforcement_grace_seconds (the default)
 BACKSTOP_TERMINATION=${VGPU_BACKSTOP_TERMINATION:-5}  # vgpu_enforcement_termination_grace_seconds
@@ -129,8 +128,9 @@ backstop_checks() {
     backstop_pod holdout 10 31536000 "trap '' TERM; $DIRECT 3000 3600; sleep 3600"
     if ((fork_orphan)); then
         backstop_pod forker 10 1 "for i in 1 2 3; do $DIRECT 600 3600 --fork-orphan; done; sleep 3600"
+        # 700 MiB rounds on 3000 (a context is 518): the third does not fit beside the first two's memory
         # shellcheck disable=SC2016 # the pod's shell expands $i
-        backstop_pod forker-libvgpu 10 1 'for i in 1 2 3; do /opt/vgpu/vgpu-memory-usage 600 3600 --fork-orphan || echo "round $i refused"; done; sleep 3600'
+        backstop_pod forker-libvgpu 30 1 'for i in 1 2 3; do /opt/vgpu/vgpu-memory-usage 700 3600 --fork-orphan || echo "round $i refused"; done; sleep 3600'
     fi
     holdout_check
     if ((fork_orphan)); then
@@ -176,7 +176,6 @@ holdout_check() {
     fi
 }
 
-# DEPENDS ON vgpu-memory-usage --fork-orphan (the lead's, issue 38).
 fork_orphan_checks() {
     local dead sleeper innocent_pid message
     if ! poll 120 exited_gpu_pid; then
@@ -209,7 +208,7 @@ fork_orphan_checks() {
     fi
     [[ -z ${sleeper:-} ]] || kill "$sleeper" 2>/dev/null
     # With libvgpu: refused at the call (issue 38, libvgpu's part) or evicted by the monitor.
-    if poll 60 sh -c "kubectl logs -n $NS forker-libvgpu 2>/dev/null | grep -q 'refused'"; then
+    if poll 60 sh -c "kubectl logs -n $NS forker-libvgpu 2>/dev/null | grep -q 'round 3 refused'"; then
         pass "forker-libvgpu: a fork orphan's memory counts in its container, the next round is refused at the call ($(k logs -n "$NS" forker-libvgpu 2>&1 | grep -m1 -E 'failed|refused'))"
     elif pod_gone forker-libvgpu || has_over_quota_event forker-libvgpu; then
         pass "forker-libvgpu is evicted by cgpu-monitor: $(over_quota_message forker-libvgpu)"

@@ -548,6 +548,21 @@ section "the same pod with 10 units"
 gpu_pod ref-10 10 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
 oom_check ref-10 120
 
+section "launches that grow what the driver reserves (issue 37), 30 units"
+# a kernel of 64 KiB local memory a thread (16632 MiB on an H200), a 4500 MiB device heap and a
+# kernel that calls malloc: refused at the call; a kernel of 4 KiB (792 MiB) runs.
+gpu_pod launch-local 30 '["/opt/vgpu/vgpu-memory-usage", "100", "30", "--local", "64"]'
+gpu_pod launch-heap 30 '["/opt/vgpu/vgpu-memory-usage", "100", "30", "--heap", "4500"]'
+gpu_pod launch-fits 30 '["/opt/vgpu/vgpu-memory-usage", "100", "5", "--local", "4"]'
+oom_check launch-local 120
+oom_check launch-heap 120
+poll 120 finished launch-fits
+if [[ $(phase launch-fits) == Succeeded ]] && k logs -n "$NS" launch-fits | grep -q "4 KiB local memory a thread: CUDA_SUCCESS"; then
+    pass "launch-fits: a kernel of 4 KiB local memory a thread runs under 30 units ($(k logs -n "$NS" launch-fits | grep -m1 launching))"
+else
+    fail "launch-fits runs its 4 KiB kernel (phase $(phase launch-fits); $(k logs -n "$NS" launch-fits 2>&1 | tr '\n' ' ' | cut -c1-200))"
+fi
+
 section "a 10-unit pod that bypasses libvgpu"
 gpu_pod ref-bypass 10 "$BYPASS"
 bypass_check ref-bypass "the device plugin's 1000 MiB quota"
@@ -558,6 +573,10 @@ source "$HERE/access.sh"
 # shellcheck source=tests/gpu/kubelet/outside_quota.sh
 source "$HERE/outside_quota.sh"
 outside_quota_checks
+
+# shellcheck source=tests/gpu/kubelet/backstop.sh
+VGPU_BACKSTOP_GRACE=10 source "$HERE/backstop.sh"  # inventory.yml: vgpu_enforcement_grace_seconds 10
+backstop_checks
 
 section "PyTorch with 30 units, a 4 GiB tensor"
 if [[ $FAKE == 1 ]]; then
