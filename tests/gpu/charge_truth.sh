@@ -178,10 +178,10 @@ for MODE in shim preload; do
     within && grep -q "launch-k 0 plain rc=2" "$C/out" && grep -q "launch-k 1 plain rc=0" "$C/out"
     result $? "$MODE: a library's kernel (CUkernel, as cudart launches): 64 KiB refused, 8 KiB runs (GPU $held MiB)"
     container
-    scenario heap init heap:6144 heap:2048 kernel:0:malloc launch-k:0 alloc:1024
-    within && grep -q "heap 6144 rc=2" "$C/out" && grep -q "heap 2048 rc=0" "$C/out" \
-        && grep -q "launch-k 0 plain rc=0" "$C/out" && grep -q "alloc 1024 v2 rc=2" "$C/out"
-    result $? "$MODE: a 6144 MiB device heap refused when set; 2048 MiB charged then, so 1024 MiB more is refused (GPU $held MiB)"
+    scenario heap init heap:6144 heap:3000 kernel:0:malloc launch-k:0 alloc:1024 alloc:256
+    within && grep -q "heap 6144 rc=2" "$C/out" && grep -q "heap 3000 rc=0" "$C/out" \
+        && grep -q "launch-k 0 plain rc=0" "$C/out" && grep -q "alloc 1024 v2 rc=2" "$C/out" && grep -q "alloc 256 v2 rc=0" "$C/out"
+    result $? "$MODE: a 6144 MiB device heap refused when set; 3000 MiB charged then (with the context 3660 MiB), so 1024 MiB more is refused, 256 fit (GPU $held MiB)"
 
     # 8. a forked child keeps its parent's memory (issue 38): three rounds of 1000 MiB, each parent gone
     container

@@ -70,6 +70,13 @@ CUresult vgpu_launch_local(CUfunction f, size_t *local, int *bound)
     }
     int told = REAL(cuFuncGetAttribute)
                && REAL(cuFuncGetAttribute)(&bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn) == CUDA_SUCCESS;
+    if (!told && !kernel && cuKernelGetFunction(&fn, (CUkernel)f) == CUDA_SUCCESS) {
+        /* a kernel handle the runtime got past the API (cudart 12+ has private ways): the driver
+         * answers cuFuncGetAttribute with CUDA_ERROR_INVALID_HANDLE for it (H200, driver 580);
+         * resolved in this context like any kernel */
+        kernel = 1;
+        told = REAL(cuFuncGetAttribute)(&bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn) == CUDA_SUCCESS;
+    }
     if (!told)
         bytes = 0;
     /* a function of a module is bound to its context; a kernel of a library runs in any */

@@ -4,7 +4,9 @@
  * and its malloc calls (tests/fake_modules.c).
  *   kernel:KIB[:MODE]   load a kernel whose threads each use KIB KiB of local memory; MODE: module
  *                       (default), malloc (the kernel calls malloc: the device heap), lib (a
- *                       library's CUkernel, launched as cudart 12+ launches), lib-malloc
+ *                       library's CUkernel, launched as cudart 12+ launches), lib-malloc, lib-hidden
+ *                       (the kernel handle asked of the real driver, $FAKE_DRIVER, past libvgpu, as
+ *                       cudart gets some through private entry points)
  *   launch-k:N[:HOW]    launch kernel N once (one thread; the driver reserves for every thread
  *                       the GPU can hold) through HOW: plain ptsz ex ex_ptsz coop coop_ptsz gpa
  *                       gpa_ptsz legacy grid multi, or a graph: graph (a kernel node), graph-set
@@ -12,6 +14,7 @@
  *                       graph-update (kernel 0's graph updated to kernel N's), graph-again (the
  *                       last graph launched again)
  *   ctx-new             a new context on device 0, left current (a library's kernel then runs in it) */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +33,11 @@ static CUresult load_kernel(size_t kib, const char *mode, CUfunction *f)
         CUlibrary l = NULL;
         CUresult rc = CU(cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **,
                                              unsigned))(&l, ptx, NULL, NULL, 0, NULL, NULL, 0);
-        return rc ? rc : CU(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))((CUkernel *)f, l, "lk");
+        if (rc || strcmp(mode, "lib-hidden") != 0)
+            return rc ? rc : CU(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))((CUkernel *)f, l, "lk");
+        void *real = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
+        void *get = real ? dlsym(real, "cuLibraryGetKernel") : NULL;
+        return get ? ((CUresult(*)(CUkernel *, CUlibrary, const char *))get)((CUkernel *)f, l, "lk") : CUDA_ERROR_NOT_FOUND;
     }
     CUmodule m = NULL;
     CUresult rc = CU(cuModuleLoadData, (CUmodule *, const void *))(&m, ptx);

@@ -667,6 +667,11 @@ expect_truth "a library's kernel (a CUkernel, as cudart 12+ launches): its stack
     "launch-k 0 plain rc=2" "launch-k 1 plain rc=0 sync=0 stack=32" "alloc 600 v2 rc=2"
 
 fresh 1000MiB
+run init kernel:64:lib-hidden launch-k:0 truth kernel:32:lib-hidden launch-k:1 truth alloc:600 truth
+expect_truth "a kernel handle the runtime got past libvgpu (cuFuncGetAttribute refuses CUkernels): covered like any kernel" \
+    1000 "kernel 64 lib-hidden rc=0" "launch-k 0 plain rc=2" "launch-k 1 plain rc=0 sync=0 stack=32" "alloc 600 v2 rc=2"
+
+fresh 1000MiB
 run init kernel:40:lib launch-k:0 truth ctx-new launch-k:0 truth
 expect_truth "a library's kernel covered while the process had one context is covered again in a second one" 1000 \
     "launch-k 0 plain rc=0 sync=0 stack=40" "ctx-new rc=0" "launch-k 0 plain rc=2"
