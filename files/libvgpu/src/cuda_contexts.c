@@ -21,11 +21,17 @@ int vgpu_contexts_single(void)
 static unsigned primary_refs[VGPU_MAX_DEVICES];
 static CUcontext primary_ctx[VGPU_MAX_DEVICES];
 
-void vgpu_contexts_forget(void)
+/* In a fork child: it holds no context of its parent's. */
+static void forget_in_child(void)
 {
     memset(primary_refs, 0, sizeof primary_refs);
     memset(primary_ctx, 0, sizeof primary_ctx);
     live_contexts = 0;
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+    pthread_atfork(NULL, NULL, forget_in_child);
 }
 
 /* After a successful creation of ctx on dev, measured by m: charge it, or 0 when it does not fit

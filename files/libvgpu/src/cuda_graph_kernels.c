@@ -175,10 +175,38 @@ VGPU_EXPORT CUresult cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphN
 }
 
 /* In a fork child: no executable graph is its own. */
-void vgpu_graph_kernels_forget(void)
+static void forget_in_child(void)
 {
     free(needs);
     needs = NULL;
     nneeds = cap = 0;
     pthread_mutex_init(&lock, NULL);
 }
+
+__attribute__((constructor)) static void register_fork(void)
+{
+    pthread_atfork(NULL, NULL, forget_in_child);
+}
+
+/* ---- launches and uploads: what the executable graph needs, covered again after a lowered stack ---- */
+#define GRAPH_LAUNCH(NAME)                                                                                            \
+    VGPU_EXPORT CUresult NAME(CUgraphExec exec, CUstream stream)                                                     \
+    {                                                                                                                 \
+        HOOK_ENTER(NAME, exec, stream);                                                                               \
+        if (__builtin_expect(vgpu_cuda.audit, 0))                                                                    \
+            vgpu_count_launch();                                                                                           \
+        CUcontext ctx = NULL;                                                                                         \
+        REAL(cuCtxGetCurrent)(&ctx);                                                                                  \
+        uint64_t key = vgpu_target_key(exec, ctx, stream);                                                           \
+        if (!vgpu_is_covered(key)) {                                                                                  \
+            CUresult rc = vgpu_graph_exec_cover(exec);                                                                \
+            if (rc != CUDA_SUCCESS)                                                                                   \
+                return rc;                                                                                            \
+            vgpu_remember_covered(key);                                                                               \
+        }                                                                                                             \
+        return REAL(NAME)(exec, stream);                                                                              \
+    }
+GRAPH_LAUNCH(cuGraphLaunch)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+GRAPH_LAUNCH(cuGraphUpload)
+GRAPH_LAUNCH(cuGraphUpload_ptsz)

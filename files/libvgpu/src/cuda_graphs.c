@@ -48,13 +48,19 @@ static size_t nexecs, cap_execs;
 static uint64_t live[VGPU_MAX_DEVICES];     /* the live executable graphs' allocation nodes */
 static uint64_t retained[VGPU_MAX_DEVICES]; /* what the graph pool reserves beyond them, as last read */
 
-void vgpu_graphs_forget(void)
+/* In a fork child: no graph is its own. */
+static void forget_in_child(void)
 {
     free(execs);
     execs = NULL;
     nexecs = cap_execs = 0;
     memset(live, 0, sizeof live);
     memset(retained, 0, sizeof retained);
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+    pthread_atfork(NULL, NULL, forget_in_child);
 }
 
 static int remember_taken(struct plan *p, uint64_t key, uint64_t bytes, int dev)
@@ -83,40 +89,6 @@ static void give_back_taken(struct plan *p)
     memset(p->taken_count, 0, sizeof p->taken_count);
 }
 
-/* Every node of g, child graphs' included, to visit (which stops the walk with -1). */
-static int each_node(CUgraph g, int (*visit)(CUgraphNode node, int type, void *arg), void *arg, int depth)
-{
-    size_t n = 0;
-    if (!REAL(cuGraphGetNodes) || !REAL(cuGraphNodeGetType) || REAL(cuGraphGetNodes)(g, NULL, &n) != CUDA_SUCCESS)
-        return -1;
-    if (n == 0)
-        return 0;
-    CUgraphNode *nodes = malloc(n * sizeof *nodes);
-    if (!nodes || REAL(cuGraphGetNodes)(g, nodes, &n) != CUDA_SUCCESS) {
-        free(nodes);
-        return -1;
-    }
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        int type = -1;
-        CUgraph child = NULL;
-        if (REAL(cuGraphNodeGetType)(nodes[i], &type) != CUDA_SUCCESS)
-            rc = -1;
-        else if (type == CU_GRAPH_NODE_TYPE_GRAPH && depth < 16 && REAL(cuGraphChildGraphNodeGetGraph))
-            rc = REAL(cuGraphChildGraphNodeGetGraph)(nodes[i], &child) == CUDA_SUCCESS
-                     ? each_node(child, visit, arg, depth + 1)
-                     : -1;
-        else
-            rc = visit(nodes[i], type, arg);
-    }
-    free(nodes);
-    return rc;
-}
-
-int vgpu_graph_nodes(CUgraph g, int (*visit)(CUgraphNode node, int type, void *arg), void *arg)
-{
-    return each_node(g, visit, arg, 0);
-}
 
 /* An allocation node goes into p; one whose address is a charged allocation (captured) is taken
  * out of the table. */
@@ -147,7 +119,7 @@ static int plan_node(CUgraphNode node, int type, void *arg)
  * list them. */
 static int walk(CUgraph g, struct plan *p)
 {
-    return each_node(g, plan_node, p, 0);
+    return vgpu_graph_nodes(g, plan_node, p);
 }
 
 static void plan_free(struct plan *p)

@@ -15,34 +15,15 @@
  *    generation: a lowered stack limit, a context, module or library gone (an address may then
  *    name something else) forget every target at once.
  * Graph launches and uploads are covered by what their executable graph needs
- * (cuda_graphs.c). With GPU_COMPUTE_AUDIT=1 launches are counted in the process's slot. */
+ * (cuda_graph_kernels.c). With GPU_COMPUTE_AUDIT=1 launches are counted in the process's slot. */
+#include <pthread.h>
+
 #include "cuda_shim.h"
 
-#define COVERED 4096 /* a power of two */
-static uint64_t covered[COVERED];
-static uint64_t generation = 1;
-
-void vgpu_launches_forget(void)
+/* In a fork child: no context of its parent's is its own. */
+__attribute__((constructor)) static void register_fork(void)
 {
-    __atomic_fetch_add(&generation, 1, __ATOMIC_RELEASE);
-}
-
-/* A launch target's key: the four words, each multiplied by its own odd constant (a bijection),
- * summed and mixed once; never 0 (an empty entry). */
-static inline uint64_t target_key(const void *f, CUcontext ctx, CUstream stream)
-{
-    uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ULL + (uint64_t)(uintptr_t)stream * 0xc2b2ae3d27d4eb4fULL
-                 + (uint64_t)(uintptr_t)ctx * 0x165667b19e3779f9ULL
-                 + __atomic_load_n(&generation, __ATOMIC_ACQUIRE) * 0xd6e8feb86659fd93ULL;
-    h ^= h >> 32;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 29;
-    return h | 1;
-}
-
-static inline uint64_t *entry_of(uint64_t key)
-{
-    return &covered[(key >> 40) & (COVERED - 1)];
+    pthread_atfork(NULL, NULL, vgpu_launches_forget);
 }
 
 static int known(struct vgpu_track_entry *e, void *arg)
@@ -51,7 +32,7 @@ static int known(struct vgpu_track_entry *e, void *arg)
     return 0;
 }
 
-static void count_launch(void)
+void vgpu_count_launch(void)
 {
     int s = vgpu_cuda.slot;
     if (vgpu_cuda.region && s >= 0 && (unsigned)s < VGPU_MAX_SLOTS)
@@ -132,18 +113,17 @@ static CUresult cover_on(CUfunction f, CUstream stream, int *bound)
 __attribute__((noinline)) static CUresult first_launch(const void *f, CUstream stream, uint64_t bound_key)
 {
     if (vgpu_cuda.audit)
-        count_launch();
+        vgpu_count_launch();
     CUcontext ctx = NULL;
     REAL(cuCtxGetCurrent)(&ctx);
-    uint64_t key = target_key(f, ctx, stream);
-    if (__atomic_load_n(entry_of(key), __ATOMIC_RELAXED) == key)
+    uint64_t key = vgpu_target_key(f, ctx, stream);
+    if (vgpu_is_covered(key))
         return CUDA_SUCCESS;
     int bound = 0;
     CUresult rc = cover_on((CUfunction)f, stream, &bound);
     if (rc == CUDA_SUCCESS) {
         /* by itself: a module's function, or any target while the process has one context */
-        uint64_t remembered = bound || vgpu_contexts_single() ? bound_key : key;
-        __atomic_store_n(entry_of(remembered), remembered, __ATOMIC_RELAXED);
+        vgpu_remember_covered(bound || vgpu_contexts_single() ? bound_key : key);
     }
     return rc;
 }
@@ -152,11 +132,11 @@ __attribute__((noinline)) static CUresult first_launch(const void *f, CUstream s
  * of a module covered once costs one lookup; a library's kernel one more, with the context. */
 static inline __attribute__((always_inline)) CUresult launch_check(const void *f, CUstream stream)
 {
-    uint64_t key = target_key(f, NULL, NULL);
-    if (__builtin_expect(__atomic_load_n(entry_of(key), __ATOMIC_RELAXED) != key, 0))
+    uint64_t key = vgpu_target_key(f, NULL, NULL);
+    if (__builtin_expect(!vgpu_is_covered(key), 0))
         return first_launch(f, stream, key);
     if (__builtin_expect(vgpu_cuda.audit, 0))
-        count_launch();
+        vgpu_count_launch();
     return CUDA_SUCCESS;
 }
 
@@ -226,26 +206,3 @@ VGPU_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *li
     }
     return REAL(cuLaunchCooperativeKernelMultiDevice)(list, n, flags);
 }
-
-/* ---- graphs: what their executable graph needs (cuda_graphs.c) ---- */
-#define GRAPH_LAUNCH(NAME)                                                                                            \
-    VGPU_EXPORT CUresult NAME(CUgraphExec exec, CUstream stream)                                                     \
-    {                                                                                                                 \
-        HOOK_ENTER(NAME, exec, stream);                                                                               \
-        if (__builtin_expect(vgpu_cuda.audit, 0))                                                                    \
-            count_launch();                                                                                           \
-        CUcontext ctx = NULL;                                                                                         \
-        REAL(cuCtxGetCurrent)(&ctx);                                                                                  \
-        uint64_t key = target_key(exec, ctx, stream), *e = entry_of(key);                                            \
-        if (__atomic_load_n(e, __ATOMIC_RELAXED) != key) {                                                            \
-            CUresult rc = vgpu_graph_exec_cover(exec);                                                                \
-            if (rc != CUDA_SUCCESS)                                                                                   \
-                return rc;                                                                                            \
-            __atomic_store_n(e, key, __ATOMIC_RELAXED);                                                               \
-        }                                                                                                             \
-        return REAL(NAME)(exec, stream);                                                                              \
-    }
-GRAPH_LAUNCH(cuGraphLaunch)
-GRAPH_LAUNCH(cuGraphLaunch_ptsz)
-GRAPH_LAUNCH(cuGraphUpload)
-GRAPH_LAUNCH(cuGraphUpload_ptsz)

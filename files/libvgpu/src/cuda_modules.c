@@ -73,10 +73,12 @@ VGPU_EXPORT CUresult cuModuleUnload(CUmodule mod)
     if (vgpu_track_take_entry(VGPU_K_MODULE, key_of(mod), &e) != 0)
         return REAL(cuModuleUnload)(mod);
     CUresult rc = REAL(cuModuleUnload)(mod);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         vgpu_release_overhead(e.dev, e.bytes);
-    else
+        vgpu_launches_forget(); /* its functions' addresses may name another module's */
+    } else {
         vgpu_track_put_entry(&e, &e);
+    }
     return rc;
 }
 
@@ -171,10 +173,12 @@ VGPU_EXPORT CUresult cuLibraryUnload(CUlibrary lib)
     if (e.flags & VGPU_F_UNDONE)
         return CUDA_SUCCESS; /* libvgpu unloaded it already */
     CUresult rc = REAL(cuLibraryUnload)(lib);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         vgpu_release_overhead(e.dev, e.bytes);
-    else
+        vgpu_launches_forget(); /* its kernels' addresses may name another library's */
+    } else {
         vgpu_track_put_entry(&e, &e);
+    }
     return rc;
 }
 

@@ -13,6 +13,7 @@
  * The pool of cuMemAllocAsync is the device's current pool (cuDeviceSetMemPool, cuMemSetMemPool,
  * else the default one). Imported pools allocate nothing; pointers imported from another process
  * are the exporter's (not charged). */
+#include <pthread.h>
 #include <string.h>
 
 #include "cuda_shim.h"
@@ -28,12 +29,18 @@ static int npools;
 static CUmemoryPool current[VGPU_MAX_DEVICES], defaults[VGPU_MAX_DEVICES];
 static vgpu_spin lock = VGPU_SPIN_INIT; /* every stream-ordered allocation and free takes it */
 
-void vgpu_pools_forget(void)
+/* In a fork child: no pool allocation is its own. */
+static void forget_in_child(void)
 {
     memset(pools, 0, sizeof pools);
     npools = 0;
     memset(current, 0, sizeof current);
     vgpu_spin_init(&lock);
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+    pthread_atfork(NULL, NULL, forget_in_child);
 }
 
 static CUmemoryPool default_of_locked(int dev)

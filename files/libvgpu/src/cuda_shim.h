@@ -37,7 +37,7 @@ struct vgpu_cuda_state {
 };
 extern VGPU_HIDDEN struct vgpu_cuda_state vgpu_cuda;
 
-/* Load the real library, and the configuration, once (cuda_core.c). */
+/* Load the real library, and the configuration, once (cuda_loader.c). */
 VGPU_HIDDEN void vgpu_cuda_load_library(void);
 VGPU_HIDDEN void vgpu_cuda_load(void);
 VGPU_HIDDEN CUresult vgpu_cuda_ready_slow(void);
@@ -101,7 +101,6 @@ VGPU_HIDDEN void vgpu_overheads_forget_context(CUcontext ctx);
 /* ---- stream-ordered pools (cuda_pools.c) ---- */
 /* Re-read what dev's pools reserve and settle their charges (before a refusal, after a trim) */
 VGPU_HIDDEN void vgpu_pools_reread(int dev);
-VGPU_HIDDEN void vgpu_pools_forget(void);
 
 /* Common shape of "allocate bytes on dev, keyed by what the driver wrote to *out". */
 #define ALLOC_BODY(KIND, OUT, BYTES, DEV, CALL)                                                                       \
@@ -133,7 +132,6 @@ VGPU_HIDDEN void vgpu_pools_forget(void);
     } while (0)
 
 /* ---- contexts (cuda_contexts.c) ---- */
-VGPU_HIDDEN void vgpu_contexts_forget(void); /* in a fork child: it holds no primary context */
 /* Whether the process has at most one context: a library's kernel can then run in that one only
  * (a second one forgets every covered launch target). */
 VGPU_HIDDEN int vgpu_contexts_single(void);
@@ -149,9 +147,7 @@ VGPU_HIDDEN CUresult vgpu_graph_kernels_cover(CUgraph g, size_t *stack);
 VGPU_HIDDEN void vgpu_graph_exec_needs(CUgraphExec exec, size_t stack); /* remember what exec's launches need */
 VGPU_HIDDEN void vgpu_graph_exec_gone(CUgraphExec exec);
 VGPU_HIDDEN CUresult vgpu_graph_exec_cover(CUgraphExec exec); /* before a launch or an upload of exec */
-VGPU_HIDDEN void vgpu_graph_kernels_forget(void);              /* in a fork child */
 extern VGPU_HIDDEN int vgpu_capture_seen; /* a stream capture began in this process */
-VGPU_HIDDEN void vgpu_graphs_forget(void);  /* in a fork child */
 /* Whether a stream-ordered call on stream goes into a graph being captured (asked only once a
  * capture has begun in this process: the check costs a driver call). */
 static inline int vgpu_stream_captured(vgpu_fn_cuStreamIsCapturing *is_capturing, CUstream stream)
@@ -170,8 +166,39 @@ VGPU_HIDDEN CUresult vgpu_launch_local(CUfunction f, size_t *local, int *bound);
 /* What a launch of f (a function or a library's kernel) would grow in the current context,
  * charged first: CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY. *local: its local memory a thread. */
 VGPU_HIDDEN CUresult vgpu_launch_cover(CUfunction f, size_t *local);
+VGPU_HIDDEN void vgpu_count_launch(void); /* GPU_COMPUTE_AUDIT: one more launch in our slot */
+
+/* Launch targets already covered (cuda_launch.c): a direct-mapped table of hashed keys, read
+ * without a lock (cuda_state.c holds it). A key holds the generation, so bumping it forgets every
+ * target at once. */
+#define VGPU_COVERED 4096 /* a power of two */
+extern VGPU_HIDDEN uint64_t vgpu_covered[VGPU_COVERED];
+extern VGPU_HIDDEN uint64_t vgpu_launch_generation;
+/* A launch target's key: the four words, each multiplied by its own odd constant (a bijection),
+ * summed and mixed once; never 0 (an empty entry). */
+static inline uint64_t vgpu_target_key(const void *f, CUcontext ctx, CUstream stream)
+{
+    uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ULL + (uint64_t)(uintptr_t)stream * 0xc2b2ae3d27d4eb4fULL
+                 + (uint64_t)(uintptr_t)ctx * 0x165667b19e3779f9ULL
+                 + __atomic_load_n(&vgpu_launch_generation, __ATOMIC_ACQUIRE) * 0xd6e8feb86659fd93ULL;
+    h ^= h >> 32;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 29;
+    return h | 1;
+}
+static inline int vgpu_is_covered(uint64_t key)
+{
+    return __atomic_load_n(&vgpu_covered[(key >> 40) & (VGPU_COVERED - 1)], __ATOMIC_RELAXED) == key;
+}
+static inline void vgpu_remember_covered(uint64_t key)
+{
+    __atomic_store_n(&vgpu_covered[(key >> 40) & (VGPU_COVERED - 1)], key, __ATOMIC_RELAXED);
+}
 /* Forget which launch targets are covered (a limit lowered, a context, module or library gone). */
-VGPU_HIDDEN void vgpu_launches_forget(void);
+static inline void vgpu_launches_forget(void)
+{
+    __atomic_fetch_add(&vgpu_launch_generation, 1, __ATOMIC_RELEASE);
+}
 
 /* ---- limits (cuda_contexts.c) ---- */
 /* The current context's per-thread stack raised to bytes if it is lower, charged before the

@@ -1,19 +1,11 @@
 /* Process-local table of what this process charged: (kind, key) -> entry (bytes, device and the
  * kind's own fields). Open addressing with backward-shift deletion, one lock (vgpu_spin: every
  * allocation and free takes it, a stream-ordered pair twice), grows by doubling. */
-#include <sched.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "vgpu.h"
-
-void vgpu_spin_wait(vgpu_spin *l)
-{
-    do {
-        while (__atomic_load_n(&l->held, __ATOMIC_RELAXED))
-            sched_yield();
-    } while (__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE));
-}
 
 static vgpu_spin lock = VGPU_SPIN_INIT;
 static struct vgpu_track_entry *table;
@@ -189,10 +181,15 @@ int vgpu_track_find(int kind, int (*pick)(const struct vgpu_track_entry *, void 
 }
 
 /* After fork(): the child owns no GPU memory of its parent. */
-void vgpu_track_reset(void)
+static void forget_in_child(void)
 {
     vgpu_spin_init(&lock);
     if (table)
         memset(table, 0, cap * sizeof *table);
     count = 0;
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+    pthread_atfork(NULL, NULL, forget_in_child);
 }

@@ -3,6 +3,7 @@
 #define VGPU_H
 
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,7 +31,13 @@ typedef struct {
     int held;
 } vgpu_spin;
 #define VGPU_SPIN_INIT {0}
-VGPU_HIDDEN void vgpu_spin_wait(vgpu_spin *l); /* track.c: the contended path */
+static inline void vgpu_spin_wait(vgpu_spin *l) /* the contended path */
+{
+    do {
+        while (__atomic_load_n(&l->held, __ATOMIC_RELAXED))
+            sched_yield();
+    } while (__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE));
+}
 static inline void vgpu_spin_lock(vgpu_spin *l)
 {
     if (__builtin_expect(__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE), 0))
@@ -159,7 +166,6 @@ VGPU_HIDDEN void vgpu_track_drain(int kind, int (*pick)(const struct vgpu_track_
 /* The first entry of kind for which pick returns 1, copied to *out: 0, or -1 when none. */
 VGPU_HIDDEN int vgpu_track_find(int kind, int (*pick)(const struct vgpu_track_entry *, void *), void *arg,
                                 struct vgpu_track_entry *out);
-VGPU_HIDDEN void vgpu_track_reset(void);
 
 /* In libvgpu.so our own exported dlsym is the hook: internal lookups must use the real one. */
 #ifdef VGPU_PRELOAD
