@@ -227,22 +227,24 @@ EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph g, const CUgr
     return add_kernel_node(node, g, params->func ? params->func : (CUfunction)params->kern);
 }
 
-EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1 *params)
+/* A kernel node's parameters (size: the v1 or v2 struct, both starting with the function). */
+static CUresult kernel_node_params(CUgraphNode node, void *params, size_t size)
 {
     if (!node || !params || node->type != CU_GRAPH_NODE_TYPE_KERNEL)
         return CUDA_ERROR_INVALID_VALUE;
-    memset(params, 0, sizeof *params);
-    params->func = node->func;
+    memset(params, 0, size);
+    memcpy(params, &node->func, sizeof node->func);
     return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1 *params)
+{
+    return kernel_node_params(node, params, sizeof *params);
 }
 
 EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v2 *params)
 {
-    if (!node || !params || node->type != CU_GRAPH_NODE_TYPE_KERNEL)
-        return CUDA_ERROR_INVALID_VALUE;
-    memset(params, 0, sizeof *params);
-    params->func = node->func;
-    return CUDA_SUCCESS;
+    return kernel_node_params(node, params, sizeof *params);
 }
 
 /* What g's kernel nodes (child graphs included) grow. Caller holds lock. */

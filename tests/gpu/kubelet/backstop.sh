@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # cgpu-monitor's backstop against a tenant who knows its rules (issue 38), through the real kubelet
 # on the H200: sourced by run.sh after outside_quota.sh (it uses run.sh's helpers: k, poll, pass,
-# fail, skip, section, phase, in_time, monitor_metrics, over_quota_message, has_over_quota_event,
+# fail, skip, section, phase, in_time, gpu_pod, monitor_metrics, over_quota_message, has_over_quota_event,
 # NS, IMAGE, FAKE, LOG), then `backstop_checks`.
 #   - a pod with terminationGracePeriodSeconds of a year whose PID 1 ignores SIGTERM takes 3000 MiB
 #     past libvgpu on a 1000 MiB quota: it is gone, and its memory with it, within the bound
@@ -30,22 +30,9 @@ BACKSTOP_BOUND=$((BACKSTOP_GRACE + BACKSTOP_CHECK + BACKSTOP_TERMINATION + BACKS
 DIRECT='/usr/bin/env -u LD_LIBRARY_PATH -u LD_PRELOAD /opt/vgpu/vgpu-memory-usage'  # past libvgpu
 
 # backstop_pod <name> <units> <grace seconds> <shell script>: a pod asking for GPU memory only, its
-# PID 1 a shell running the script.
+# PID 1 a shell running the script (run.sh's gpu_pod).
 backstop_pod() {
-    k apply -f - >>"$LOG" 2>&1 <<POD
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $NS}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: $3
-  containers:
-    - name: app
-      image: $IMAGE
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$4")]
-      resources: {limits: {vgpu.io/gpu-memory: $2}}
-POD
+    POD_GRACE=$3 gpu_pod "$1" "$2" "[\"/bin/sh\", \"-c\", $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$4")]"
 }
 pod_gone() { k get pod -n "$NS" "$1" 2>&1 | grep -q NotFound; }
 logs_say() { k logs -n "$NS" "$1" 2>/dev/null | grep -q "$2"; }

@@ -383,7 +383,8 @@ if [[ $SCHEDULING == extender ]]; then
 fi
 
 # ----------------------------------------------------------------------------------- workloads
-# gpu_pod <name> <units> <command json> [extra spec yaml]: a pod that asks for GPU memory only.
+# gpu_pod <name> <units> <command json> [extra spec yaml]: a pod that asks for GPU memory only
+# (its grace period POD_GRACE seconds, default 1).
 gpu_pod() {
     k apply -f - >>"$LOG" 2>&1 <<POD
 apiVersion: v1
@@ -391,7 +392,7 @@ kind: Pod
 metadata: {name: $1, namespace: $NS}
 spec:
   restartPolicy: Never
-  terminationGracePeriodSeconds: 1
+  terminationGracePeriodSeconds: ${POD_GRACE:-1}
   containers:
     - name: app
       image: $IMAGE
