@@ -550,9 +550,12 @@ gpu_pod ref-10 10 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'
 oom_check ref-10 120
 
 section "launches that grow what the driver reserves (issue 37), 30 units"
-# a kernel of 64 KiB local memory a thread (16632 MiB on an H200), a 4500 MiB device heap and a
-# kernel that calls malloc: refused at the call; a kernel of 4 KiB (792 MiB) runs.
-gpu_pod launch-local 30 '["/opt/vgpu/vgpu-memory-usage", "100", "30", "--local", "64"]'
+# a kernel of 64 KiB local memory a thread (16632 MiB on an H200; the fake driver's 16384 threads
+# need 256 KiB to pass 3000 MiB), a 4500 MiB device heap and a kernel that calls malloc: refused at
+# the call; a kernel of 4 KiB (792 MiB) runs.
+local_kib=64
+[[ $FAKE == 1 ]] && local_kib=256
+gpu_pod launch-local 30 "[\"/opt/vgpu/vgpu-memory-usage\", \"100\", \"30\", \"--local\", \"$local_kib\"]"
 gpu_pod launch-heap 30 '["/opt/vgpu/vgpu-memory-usage", "100", "30", "--heap", "4500"]'
 gpu_pod launch-fits 30 '["/opt/vgpu/vgpu-memory-usage", "100", "5", "--local", "4"]'
 oom_check launch-local 120
