@@ -27,6 +27,8 @@
 # checks above, after the same set-up. VGPU_KUBELET_SCENARIO=dra runs the reference on the DRA path
 # (dra.sh): containerd $CONTAINERD_VERSION from the payload (CRI with CDI) instead of Debian's 1.6,
 # the stack with vgpu_scheduling: dra, and kube-scheduler as it comes (no extender).
+# VGPU_KUBELET_ONLY=backstop runs, after the same set-up, only backstop.sh's checks (a rerun of them
+# costs less of the device's time).
 # VGPU_KUBELET_FAKE=1 runs it without a GPU (emulate.sh): libvgpu's fake driver and a static CDI
 # spec stand in for the driver (VGPU_KUBELET_FAKE_GPUS of them, default 2); the checks that need
 # NVIDIA's nvidia-smi or PyTorch are skipped.
@@ -533,8 +535,14 @@ elif [[ $SCENARIO == dra ]]; then
     exit 0
 fi
 
-section "the reference pod: 30 units, vgpu-memory-usage 1200"
 logrun k create namespace "$NS"
+if [[ ${VGPU_KUBELET_ONLY:-} == backstop ]]; then # a rerun of the backstop alone, the cluster set up as always
+    # shellcheck source=tests/gpu/kubelet/backstop.sh
+    VGPU_BACKSTOP_GRACE=10 source "$HERE/backstop.sh"
+    backstop_checks
+    exit 0 # finish (the EXIT trap) writes the logs and stops the daemons
+fi
+section "the reference pod: 30 units, vgpu-memory-usage 1200"
 gpu_pod ref-30 30 '["/opt/vgpu/vgpu-memory-usage", "1200", "900"]'
 holds_1200 ref-30 120
 gpu=$(k get pod -n "$NS" ref-30 -o jsonpath='{.metadata.annotations.vgpu\.io/gpu-uuid}')
