@@ -38,14 +38,14 @@ backstop_pod() {
 pod_gone() { [[ $(k get pod -n "$NS" "$1" 2>&1) == *NotFound* ]]; }
 logs_say() { k logs -n "$NS" "$1" 2>/dev/null | grep -q "$2"; }
 # gpu_pids: the PIDs NVML lists with memory on the GPU (compute and graphics), one per line.
-gpu_pids() {
-    nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null
-    nvidia-smi --query-graphics-apps=pid --format=csv,noheader 2>/dev/null
+gpu_pids() { # (nvidia-smi 580 has no --query-graphics-apps: its error goes to stdout; digits only)
+    { nvidia-smi --query-compute-apps=pid --format=csv,noheader
+        nvidia-smi --query-graphics-apps=pid --format=csv,noheader; } 2>/dev/null | tr -d ' ' | grep -E '^[0-9]+$'
 }
 # exited_gpu_pid: a PID NVML lists whose process has exited (the fork orphans' parents).
 exited_gpu_pid() {
     local pid
-    for pid in $(gpu_pids | tr -d ' ' | sort -u); do
+    for pid in $(gpu_pids | sort -u); do
         [[ -d /proc/$pid ]] || { echo "$pid"; return 0; }
     done
     return 1
