@@ -111,12 +111,13 @@ backstop_checks() {
     fi
     # The innocent pod first: honest, under libvgpu, all along.
     backstop_pod innocent 10 1 'exec /opt/vgpu/vgpu-memory-usage 300 600'
+    if ((fork_orphan)); then
+        backstop_pod forker 10 1 "for i in 1 2 3; do $DIRECT 600 3600 --fork-orphan; done; sleep 3600"
+        reuse_a_dead_pid # at once: the monitor evicts forker, and its orphans with it, after the grace
+    fi
     # A year's grace, and a PID 1 that ignores SIGTERM (as do its children: the ignored disposition
     # is inherited), 3000 MiB on a 1000 MiB quota past libvgpu.
     backstop_pod holdout 10 31536000 "trap '' TERM; $DIRECT 3000 3600; sleep 3600"
-    if ((fork_orphan)); then
-        backstop_pod forker 10 1 "for i in 1 2 3; do $DIRECT 600 3600 --fork-orphan; done; sleep 3600"
-    fi
     holdout_check
     if ((fork_orphan)); then
         fork_orphan_checks
@@ -161,8 +162,10 @@ holdout_check() {
     fi
 }
 
-fork_orphan_checks() {
-    local dead sleeper innocent_pid message
+# reuse_a_dead_pid: a PID that NVML lists for an exited process of forker is given to a process
+# of the innocent pod (sets $sleeper, killed by fork_orphan_checks).
+reuse_a_dead_pid() {
+    local dead innocent_pid
     if ! poll 120 exited_gpu_pid; then
         fail "NVML lists the memory of forker's exited processes under their PIDs ($(gpu_pids | tr '\n' ' '); $(k logs -n "$NS" forker 2>&1 | tail -n 2 | tr '\n' ' '))"
     else
@@ -175,6 +178,10 @@ fork_orphan_checks() {
             skip "a process of the innocent pod with the exited PID $dead (the PID was taken first, or no cgroup to join)"
         fi
     fi
+}
+
+fork_orphan_checks() {
+    local message
     if poll 150 has_over_quota_event forker; then
         message=$(over_quota_message forker)
         if grep -q "listed under processes that exited" <<<"$message"; then
