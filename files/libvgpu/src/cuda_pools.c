@@ -3,7 +3,8 @@
  * PyTorch's cudaMallocAsync backend sets), until cuMemPoolTrimTo. So a pool is charged
  * max(its live allocations, its last known CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT):
  *  - an allocation the pool's charge covers costs nothing more and touches nothing shared (the
- *    fast path: one process-local lock for the pool, one for the table of charged pointers);
+ *    fast path: the pool's live count moved atomically, no lock; then the pointer remembered in
+ *    the table of charges);
  *  - one that may grow the pool is admitted for the growth first, then the reserve is read
  *    back (one cuMemPoolGetAttribute) and the charge settled to what the driver holds;
  *  - a free lowers the live count only: the charge stays until the reserve is read again, which
@@ -18,6 +19,10 @@
 
 #include "cuda_shim.h"
 
+/* A pool's counts. live moves atomically (the fast paths do without the lock); reserved and
+ * charged change under the lock only, and the fast paths read them without it: charged is
+ * max(live, reserved) after every settle, so an allocation that keeps live within charged, or a
+ * free while charged is the reserve, changes no charge. */
 struct pool {
     CUmemoryPool h;
     int dev, destroyed, imported;
@@ -27,7 +32,10 @@ struct pool {
 static struct pool pools[MAX_POOLS];
 static int npools;
 static CUmemoryPool current[VGPU_MAX_DEVICES], defaults[VGPU_MAX_DEVICES];
-static vgpu_spin lock = VGPU_SPIN_INIT; /* every stream-ordered allocation and free takes it */
+static struct pool *current_record[VGPU_MAX_DEVICES]; /* the current pool's record, once known */
+static vgpu_spin lock = VGPU_SPIN_INIT;
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 /* In a fork child: no pool allocation is its own. */
 static void forget_in_child(void)
@@ -35,6 +43,7 @@ static void forget_in_child(void)
     memset(pools, 0, sizeof pools);
     npools = 0;
     memset(current, 0, sizeof current);
+    memset(current_record, 0, sizeof current_record);
     vgpu_spin_init(&lock);
 }
 
@@ -74,8 +83,8 @@ static struct pool *find_locked(CUmemoryPool h, int dev)
  * allocation); returns the change. Caller holds lock. */
 static int64_t settle_locked(struct pool *p)
 {
-    uint64_t target = p->live > p->reserved ? p->live : p->reserved;
-    if (p->destroyed && p->live == 0)
+    uint64_t live = LOAD(p->live), target = live > p->reserved ? live : p->reserved;
+    if (p->destroyed && live == 0)
         target = 0;
     int64_t delta = (int64_t)(target - p->charged);
     p->charged = target;
@@ -96,7 +105,7 @@ void vgpu_pools_reread(int dev)
     vgpu_spin_lock(&lock);
     for (int i = 0; i < npools; i++) {
         struct pool *p = &pools[i];
-        if (p->dev != dev || p->imported || p->charged <= p->live)
+        if (p->dev != dev || p->imported || p->charged <= LOAD(p->live))
             continue;
         read_reserve_locked(p);
         delta += settle_locked(p);
@@ -112,27 +121,46 @@ struct ticket {
     uint64_t size, growth;
 };
 
+/* An allocation of size from p that its charge covers: counted in live, no lock. 0 when it would
+ * grow the charge (nothing changed). */
+static int covered(struct pool *p, uint64_t size)
+{
+    if (!p || LOAD(p->destroyed) || LOAD(p->imported))
+        return 0;
+    if (__atomic_add_fetch(&p->live, size, __ATOMIC_RELAXED) <= LOAD(p->charged))
+        return 1;
+    __atomic_sub_fetch(&p->live, size, __ATOMIC_RELAXED);
+    return 0;
+}
+
 /* 0: go on with the driver call; 1: not a charged pool (plain forward); -1: over the quota.
  * h NULL: dev's current pool (cuDeviceSetMemPool, cuMemSetMemPool, else its default one). */
 static int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
 {
+    struct pool *fast = h ? NULL : __atomic_load_n(&current_record[dev], __ATOMIC_ACQUIRE);
+    if (covered(fast, size)) {
+        *t = (struct ticket){fast, dev, size, 0};
+        return 0;
+    }
     vgpu_spin_lock(&lock);
     if (!h)
         h = current[dev] ? current[dev] : default_of_locked(dev);
     struct pool *p = h ? find_locked(h, dev) : NULL;
+    if (p && !current[dev] && h == defaults[dev])
+        __atomic_store_n(&current_record[dev], p, __ATOMIC_RELEASE);
     if (!p || p->imported || p->destroyed) {
         vgpu_spin_unlock(&lock);
         return 1;
     }
-    p->live += size;
-    uint64_t target = p->live > p->reserved ? p->live : p->reserved;
+    uint64_t live = __atomic_add_fetch(&p->live, size, __ATOMIC_RELAXED);
+    uint64_t target = live > p->reserved ? live : p->reserved;
     uint64_t growth = target > p->charged ? target - p->charged : 0;
     p->charged += growth;
     *t = (struct ticket){p, p->dev, size, growth};
     vgpu_spin_unlock(&lock);
     if (growth && vgpu_adjust(t->dev, (int64_t)growth, 0, 1) != 0) {
         vgpu_spin_lock(&lock);
-        p->live -= size;
+        __atomic_sub_fetch(&p->live, size, __ATOMIC_RELAXED);
         p->charged -= growth;
         vgpu_spin_unlock(&lock);
         return -1;
@@ -148,7 +176,7 @@ static void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
     if (rc != CUDA_SUCCESS || t->growth) {
         vgpu_spin_lock(&lock);
         if (rc != CUDA_SUCCESS)
-            p->live -= t->size;
+            __atomic_sub_fetch(&p->live, t->size, __ATOMIC_RELAXED);
         else
             read_reserve_locked(p);
         int64_t delta = settle_locked(p);
@@ -157,21 +185,37 @@ static void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
     }
     if (rc == CUDA_SUCCESS) {
         struct vgpu_track_entry e = {.key = ptr, .bytes = t->size, .aux = (uint64_t)(uintptr_t)p->h, .dev = t->dev,
-                                     .kind = VGPU_K_PTR},
+                                     .kind = VGPU_K_PTR, .refs = (uint32_t)(p - pools) + 1},
                                 old;
         if (vgpu_track_put_entry(&e, &old) == 1 && !old.aux)
             vgpu_released(old.dev, old.bytes);
     }
 }
 
-/* A pool allocation freed (aux of its entry is the pool): its memory stays in the pool. */
+/* live less bytes, never below 0. */
+static void fewer_live(struct pool *p, uint64_t bytes)
+{
+    uint64_t live = LOAD(p->live);
+    while (!__atomic_compare_exchange_n(&p->live, &live, live > bytes ? live - bytes : 0, 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        ;
+}
+
+/* A pool allocation freed (aux of its entry is the pool, refs its record + 1): its memory stays
+ * in the pool. While the pool's charge is its reserve (the usual case), only live moves. */
 void vgpu_pool_freed(const struct vgpu_track_entry *e)
 {
+    CUmemoryPool h = (CUmemoryPool)(uintptr_t)e->aux;
+    struct pool *p = e->refs && e->refs <= MAX_POOLS ? &pools[e->refs - 1] : NULL;
+    if (p && LOAD(p->h) == h && !LOAD(p->destroyed) && LOAD(p->charged) <= LOAD(p->reserved)) {
+        fewer_live(p, e->bytes);
+        return;
+    }
     vgpu_spin_lock(&lock);
-    struct pool *p = find_locked((CUmemoryPool)(uintptr_t)e->aux, e->dev);
+    p = find_locked(h, e->dev);
     int64_t delta = 0;
     if (p) {
-        p->live -= e->bytes < p->live ? e->bytes : p->live;
+        fewer_live(p, e->bytes);
         delta = settle_locked(p);
     }
     vgpu_spin_unlock(&lock);
@@ -254,7 +298,7 @@ VGPU_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *p
         vgpu_spin_lock(&lock);
         struct pool *p = find_locked(*pool, props->location.id);
         if (p) /* a new pool at an address the driver reused */
-            *p = (struct pool){.h = *pool, .dev = props->location.id, .charged = p->charged, .live = p->live};
+            *p = (struct pool){.h = *pool, .dev = props->location.id, .charged = p->charged, .live = LOAD(p->live)};
         vgpu_spin_unlock(&lock);
     }
     return rc;
@@ -275,11 +319,13 @@ VGPU_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
             pools[i].destroyed = 1;
             dev = pools[i].dev;
             delta = settle_locked(&pools[i]);
-            pools[i].h = pools[i].live ? pools[i].h : NULL;
+            pools[i].h = LOAD(pools[i].live) ? pools[i].h : NULL;
         }
     for (int d = 0; d < VGPU_MAX_DEVICES; d++)
-        if (current[d] == pool)
+        if (current[d] == pool) {
             current[d] = NULL;
+            __atomic_store_n(&current_record[d], NULL, __ATOMIC_RELEASE);
+        }
     vgpu_spin_unlock(&lock);
     vgpu_adjust(dev, delta, 0, 0);
     return rc;
@@ -324,7 +370,7 @@ static void set_current(int dev, CUmemoryPool pool)
         return;
     vgpu_spin_lock(&lock);
     current[dev] = pool;
-    find_locked(pool, dev);
+    __atomic_store_n(&current_record[dev], find_locked(pool, dev), __ATOMIC_RELEASE);
     vgpu_spin_unlock(&lock);
 }
 
