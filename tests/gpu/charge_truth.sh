@@ -191,7 +191,7 @@ for MODE in shim preload; do
     orphans=$(sed -n 's/fork-orphan child=//p' "$C/r1" "$C/r2")
     all=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr -d ' ' \
         | awk -F, '{ s += $2 } END { print s + 0 }')
-    kill $orphans 2>/dev/null
+    for orphan in $orphans; do kill "$orphan" 2>/dev/null; done
     cat "$C/r1" "$C/r2" >>"$LOG"
     grep -q "alloc 1000 v2 rc=0" "$C/r1" && grep -q "alloc 1000 v2 rc=0" "$C/r2" && grep -q "alloc 1000 v2 rc=2" "$C/out"
     result $? "$MODE: a parent gone while its forked child holds its memory: the third 1000 MiB refused (the whole GPU held $all MiB for all processes)"

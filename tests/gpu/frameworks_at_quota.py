@@ -23,7 +23,7 @@ def torch_run(fill_mib: int) -> list[float]:
     torch = importlib.import_module("torch")
     torch.manual_seed(37)
     torch.backends.cudnn.deterministic = True
-    mats = [torch.randn(SIDE, SIDE, device="cuda") for _ in range(max(2, fill_mib // 64 - 2))]
+    mats = [torch.randn(SIDE, SIDE, device="cuda") for _i in range(max(2, fill_mib // 64 - 2))]
     print(f"holding {torch.cuda.memory_reserved() // MIB} MiB reserved", flush=True)
     prod = mats[0] @ mats[1]
     image = mats[2][:1024].reshape(1, 16, 256, 1024)
@@ -36,7 +36,7 @@ def torch_run(fill_mib: int) -> list[float]:
 def cupy_run(fill_mib: int) -> list[float]:
     cupy = importlib.import_module("cupy")
     rs = cupy.random.RandomState(37)
-    mats = [rs.standard_normal((SIDE, SIDE), dtype=cupy.float32) for _ in range(max(2, fill_mib // 64 - 2))]
+    mats = [rs.standard_normal((SIDE, SIDE), dtype=cupy.float32) for _i in range(max(2, fill_mib // 64 - 2))]
     print(f"holding {cupy.get_default_memory_pool().total_bytes() // MIB} MiB in CuPy's pool", flush=True)
     prod = mats[0] @ mats[1]
     cupy.cuda.Device().synchronize()

@@ -35,7 +35,8 @@ gpu_mib() { # MiB the GPU holds for the pids given, read without libvgpu
 # run NAME FRAMEWORK: the workload in $WORK/NAME.out, its peak (MiB) in $peak
 run() {
     local name=$1 fw=$2
-    timeout 300 "$PY" "$ROOT/tests/gpu/frameworks_at_quota.py" "$fw" "$FILL" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    shift 2 # the rest: env(1) arguments for this run only
+    timeout 300 env "$@" "$PY" "$ROOT/tests/gpu/frameworks_at_quota.py" "$fw" "$FILL" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     local pid=$!
     peak=0
     while kill -0 "$pid" 2>/dev/null; do
@@ -68,8 +69,8 @@ for case in torch:default torch:cudaMallocAsync cupy:default jax:default; do
     unset PYTORCH_CUDA_ALLOC_CONF VGPU_LOG_LEVEL
     [ "$alloc" = cudaMallocAsync ] && export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
     # natively: no libvgpu, no preallocation of most of the GPU by JAX
-    (unset VGPU_REGION_DIR VGPU_CONFIG_FILE; export LD_LIBRARY_PATH=$ORIG_LLP XLA_PYTHON_CLIENT_PREALLOCATE=false
-        run "$fw-$alloc-native" "$fw")
+    run "$fw-$alloc-native" "$fw" -u VGPU_REGION_DIR -u VGPU_CONFIG_FILE \
+        LD_LIBRARY_PATH="$ORIG_LLP" XLA_PYTHON_CLIENT_PREALLOCATE=false
     C=$(mktemp -d "$WORK/ctr.XXXX")
     printf 'memory_limit=0:%sMiB\ngpu_virtual_memory=1\nlimit=1\n' "$QUOTA" >"$C/quota.conf"
     export VGPU_REGION_DIR=$C VGPU_CONFIG_FILE=$C/quota.conf LD_LIBRARY_PATH=$PREFIX${ORIG_LLP:+:$ORIG_LLP}
