@@ -284,6 +284,26 @@ def quota_problems(quota, unit, reserved, gpus):
     ]
 
 
+# Settings that have one working value: the components refuse any other at start (config.py), so the
+# check refuses it first, with the same reason.
+ONLY_VALUE = {
+    "vgpu_mps_set_exclusive_process": (
+        False,
+        "every GPU allocation has its own MPS server (docs/architecture.md), and a GPU in EXCLUSIVE_PROCESS "
+        "mode takes one process; the GPUs stay in Default compute mode",
+    ),
+}
+
+
+def only_value_problems(settings):
+    problems = []
+    for name, (only, why) in sorted(ONLY_VALUE.items()):
+        value = settings.get(name, only)
+        if _not_bool(value) is None and (str(value).lower() in ("true", "yes", "on", "1")) != only:
+            problems.append("%s: %r must be %s: %s" % (name, value, str(only).lower(), why))
+    return problems
+
+
 def range_problems(settings):
     problems = []
     prefix = settings.get("vgpu_resource_prefix")
@@ -492,6 +512,7 @@ def settings_problems(settings, schema=None, given=None):
     problems += version_problems(settings)
     problems += memory_problems(settings)
     problems += range_problems(settings)
+    problems += only_value_problems(settings)
     problems += scheduling_problems(settings)
     return problems
 

@@ -44,7 +44,6 @@ DRIFTS = [
         True,
         ("mps", "set_exclusive_process"),
         id="exclusive-process",
-        marks=pytest.mark.xfail(strict=True, reason="issue 39 drift 1: the check passes it"),
     ),
 ]
 

@@ -192,6 +192,10 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
         ),
         ({"vgpu_enforcement_context_allowance_mib": "512MB"}, "vgpu_enforcement_context_allowance_mib: '512MB'"),
         ({"vgpu_enforcement_unattributed_tolerance_mib": "1GB"}, "vgpu_enforcement_unattributed_tolerance_mib: '1GB'"),
+        (
+            {"vgpu_mps_set_exclusive_process": True},
+            "vgpu_mps_set_exclusive_process: True must be false: every GPU allocation has its own MPS server",
+        ),
     ],
 )
 def test_each_bad_setting_is_reported(overrides, fragment):
