@@ -23,6 +23,7 @@ import re
 from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib, units_for
 
 _PREFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+_KUBERNETES_DOMAIN = "kubernetes.io"
 _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 # Version settings: the form each must have. YAML reads an unquoted 1.30 as the number 1.3, so a
@@ -310,6 +311,12 @@ def range_problems(settings):
     # A prefix of another type is the type check's to report.
     if prefix is None or (isinstance(prefix, str) and not _PREFIX.match(prefix)):
         problems.append("vgpu_resource_prefix: %r must be a DNS subdomain such as 'vgpu.io'" % (prefix,))
+    elif isinstance(prefix, str) and prefix.endswith(_KUBERNETES_DOMAIN):
+        # The API server takes any resource name with "kubernetes.io/" in it for one of its own.
+        problems.append(
+            "vgpu_resource_prefix: %r is in the kubernetes.io domain, which Kubernetes keeps for its own resources; "
+            "choose a domain of your own such as 'vgpu.io'" % (prefix,)
+        )
     for name, low, high in (
         ("vgpu_mps_active_thread_percentage", 1, 100),
         ("vgpu_compute_shares_total", 1, 1000),

@@ -50,7 +50,6 @@ DRIFTS = [
         "gpus.kubernetes.io",
         ("resource_prefix",),
         id="prefix-in-kubernetes-io",
-        marks=pytest.mark.xfail(strict=True, reason="issue 39 drift 2: the check passes any DNS subdomain"),
     ),
 ]
 

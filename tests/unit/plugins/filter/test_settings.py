@@ -173,6 +173,7 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
     ("overrides", "fragment"),
     [
         ({"vgpu_resource_prefix": "Vgpu_IO"}, "vgpu_resource_prefix: 'Vgpu_IO'"),
+        ({"vgpu_resource_prefix": "gpus.kubernetes.io"}, "'gpus.kubernetes.io' is in the kubernetes.io domain"),
         ({"vgpu_memory_unit_mib": 0}, "vgpu_memory_unit_mib: 0 must be greater than 0 MiB"),
         ({"vgpu_memory_unit_mib": "100MB"}, "vgpu_memory_unit_mib: '100MB' has an unknown unit"),
         ({"vgpu_reserved_memory_mib": -1}, "vgpu_reserved_memory_mib: -1 must be at least 0 MiB"),
