@@ -19,6 +19,7 @@ from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     parse_smi_memory,
     parse_vgpu_report_memory,
 )
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
 
 COMPONENTS = (
     "nvidia-shared-device-plugin",
@@ -102,6 +103,16 @@ def node_memory(node, prefix, unit_mib):
     }
 
 
+def _slice_mib(value):
+    """A device's memory capacity in MiB. The driver publishes "<n>Mi", and the API server returns the
+    canonical quantity ("8Gi" for 8192Mi, "1Ti"): Kubernetes' binary suffixes are memory sizes of the
+    inventory's grammar. A value of another form offers nothing."""
+    try:
+        return parse_mib(str(value), "memory", 0)
+    except ValueError:
+        return 0
+
+
 def slice_memory(node_name, slices, prefix, unit_mib):
     """What a node offers on the DRA path: the memory of the devices of its ResourceSlices of our driver."""
     driver = "gpu.%s" % prefix
@@ -114,8 +125,7 @@ def slice_memory(node_name, slices, prefix, unit_mib):
             continue
         published = True
         for index, device in enumerate(spec.get("devices") or []):
-            value = str(((device.get("capacity") or {}).get("memory") or {}).get("value", "0"))
-            offered = _quantity_int(value[:-2] if value.endswith("Mi") else value)
+            offered = _slice_mib(((device.get("capacity") or {}).get("memory") or {}).get("value", "0"))
             total += offered
             gpus.append({"index": index, "offered_mib": offered})
     return published, {

@@ -194,15 +194,12 @@ def test_an_unreadable_annotation_offers_no_gpu():
     assert cluster_health([broken], [], ["edge"])["nodes"][0]["gpus"] == []
 
 
-DRIFT_3 = pytest.mark.xfail(strict=True, reason="issue 39 drift 3: slice_memory reads only <n>Mi")
-
-
 @pytest.mark.parametrize(
     ("value", "mib"),
     [
-        pytest.param("8Gi", 8192, marks=DRIFT_3),
+        ("8Gi", 8192),
         ("12200Mi", 12200),
-        pytest.param("1Ti", 1048576, marks=DRIFT_3),
+        ("1Ti", 1048576),
         ("0", 0),
     ],
 )
