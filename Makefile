@@ -67,7 +67,7 @@ MOLECULE_ALL := $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/mol
 # so the short ones (1 to 2 minutes each) fill in at the end and the lanes finish together.
 MOLECULE_LONG := nvidia_driver k3s_config vgpu_interposer
 MOLECULE_SCENARIOS ?= $(foreach s,$(MOLECULE_LONG),$(filter $(s),$(MOLECULE_ALL))) $(filter-out $(MOLECULE_LONG),$(MOLECULE_ALL))
-PY_SOURCES := plugins files/components files/site tests bench molecule
+PY_SOURCES := plugins files/components files/site tests bench molecule contract
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev containerd
 
@@ -177,8 +177,14 @@ test: host-packages prebuild venv lint sanity unit security ## the complete offl
 prebuild: ## start the Go builds of the upstream binaries in the background (make test: they use the idle core)
 	tests/harness/prebuild.sh
 
+.PHONY: generate
+generate: venv ## write every file generated from the contract (contract/contract.yml)
+	$(PY) contract/generate.py
+
 .PHONY: lint
-lint: venv collection ## ruff, mypy, ansible-lint (production profile)
+lint: venv collection ## ruff, mypy, ansible-lint (production profile), generated files fresh
+	@echo ">> generated files (contract/generate.py --check: each equal to a fresh generation)"
+	$(PY) contract/generate.py --check
 	@echo ">> ruff"
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)

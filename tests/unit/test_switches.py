@@ -25,6 +25,24 @@ from vgpu_components.config import DEFAULTS
 from vgpu_components.nvml import Gpu
 
 SWITCHES_DEF = ROOT / "files" / "libvgpu" / "src" / "switches.def"
+# SWITCH(file key, environment, struct vgpu_config field, default, flags bit)
+_LINE = re.compile(r"SWITCH\(\s*(\w+)\s*,\s*(\w+)\s*,\s*\w+\s*,\s*([01])\s*,\s*(\d+)\s*\)")
+
+
+def parse(text: str) -> tuple[switches.Switch, ...]:
+    """The switches of switches.def's text; a SWITCH line of another shape is a ValueError naming it."""
+    found = []
+    for line in text.splitlines():
+        if not line.startswith("SWITCH"):
+            continue
+        match = _LINE.fullmatch(line.strip())
+        if not match:
+            raise ValueError(f"not a switch line (key, env, field, 0 or 1, bit): {line}")
+        key, env, default, bit = match.groups()
+        found.append(switches.Switch(key, env, int(default), int(bit)))
+    return tuple(found)
+
+
 ROLE = ROOT / "roles" / "vgpu_stack"
 
 
@@ -90,13 +108,13 @@ def drift(listed: Sequence[switches.Switch]) -> list[str]:
 
 
 def test_switches_def_parses_to_the_components_table():
-    assert switches.parse(SWITCHES_DEF.read_text()) == switches.SWITCHES, (
+    assert parse(SWITCHES_DEF.read_text()) == switches.SWITCHES, (
         "vgpu_components/switches.py differs from files/libvgpu/src/switches.def: copy the lines"
     )
 
 
 def test_every_home_of_a_switch_is_switches_def():
-    assert drift(switches.parse(SWITCHES_DEF.read_text())) == []
+    assert drift(parse(SWITCHES_DEF.read_text())) == []
 
 
 def renamed(text: str) -> str:
@@ -123,7 +141,7 @@ HOMES_OF_A_NAME = HOMES_OF_A_DEFAULT | {"vgpu_stack argument spec description", 
 def test_a_switch_renamed_or_added_in_switches_def_is_caught_in_every_home(change, tmp_path: Path):
     copy = tmp_path / "switches.def"
     copy.write_text(change(SWITCHES_DEF.read_text()))
-    listed = switches.parse(copy.read_text())
+    listed = parse(copy.read_text())
     assert listed != switches.SWITCHES
     missed = HOMES_OF_A_NAME - set(drift(listed))
     assert missed == set()
@@ -131,7 +149,7 @@ def test_a_switch_renamed_or_added_in_switches_def_is_caught_in_every_home(chang
 
 def test_a_renamed_switch_the_verify_module_turns_on_is_caught():
     text = SWITCHES_DEF.read_text().replace("LIMIT,  ", "LIMITS, ")
-    assert "gpu_verify.ENFORCING_SWITCHES" in drift(switches.parse(text))
+    assert "gpu_verify.ENFORCING_SWITCHES" in drift(parse(text))
 
 
 @pytest.mark.parametrize(
@@ -143,9 +161,9 @@ def test_a_renamed_switch_the_verify_module_turns_on_is_caught():
 )
 def test_a_switch_line_the_parser_cannot_read_is_an_error_naming_it(line):
     with pytest.raises(ValueError, match=re.escape(line)):
-        switches.parse(line + "\n")
+        parse(line + "\n")
 
 
 def test_a_default_changed_in_switches_def_is_caught_in_every_home_of_a_default():
     text = SWITCHES_DEF.read_text().replace("cgroup_enable,      0,", "cgroup_enable,      1,")
-    assert set(drift(switches.parse(text))) >= HOMES_OF_A_DEFAULT
+    assert set(drift(parse(text))) >= HOMES_OF_A_DEFAULT
