@@ -537,7 +537,9 @@ def components_py(contract: dict[str, Any]) -> str:
 
 # Modules written for the collection (module_utils, which also runs on the nodes) and copied into the
 # components' package, which the image carries alone.
-COPIES: dict[str, str] = {}
+COPIES = {
+    "plugins/module_utils/memory_size.py": "files/components/src/vgpu_components/memory_size.py",
+}
 _COLLECTION_IMPORT = "ansible_collections.vgpu.isolation.plugins.module_utils."
 
 
@@ -639,6 +641,7 @@ def outputs(root: Path = ROOT) -> dict[str, str]:
         "plugins/module_utils/contract.py": module_utils_py(contract),
         "files/components/src/vgpu_components/contract.py": components_py(contract),
         "files/libvgpu/src/switches.def": switches_def(contract),
+        **{target: copied(root, source) for source, target in COPIES.items()},
     }
     blocks = {
         "roles/vgpu/vars/main.yml": [Block("names", names_vars(contract))],

@@ -17,6 +17,8 @@ its region file and nothing else it did not create itself.
 - One Allocate call prepares all its containers or none: on a failure it retires what it made.
 - Folders and quota files of allocations that kubelet's PodResources no longer lists, for longer
   than a grace period, are retired (collect): their number follows the allocated containers.
+
+What a quota file says is quota_file.py's: this module lays the files out, it does not read them.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from vgpu_components.mps import MpsRequest
 
 log = logging.getLogger("vgpu.device_plugin")
 
-MIB = 1024 * 1024
 REGION_FILE = "vgpu.region"
 RETIRED_PREFIX = ".retired-"
 CONTAINERS_MODE = 0o711
@@ -54,76 +55,6 @@ class Prepared(Protocol):
     region_host_dir: Path
     quota_host_file: Path
     mps_request: MpsRequest | None
-
-
-class QuotaFileError(ValueError):
-    """A quota file libvgpu would refuse; the message names the file, the value and what is expected."""
-
-
-_SIZE_UNITS = {"": MIB, "MiB": MIB, "KiB": 1024, "GiB": 1024 * MIB, "TiB": 1024 * 1024 * MIB}
-MAX_DEVICES = 16  # libvgpu's VGPU_MAX_DEVICES: CUDA ordinals 0-15
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a libvgpu size: "3000MiB", "3GiB", "512KiB", "1TiB" or a plain number of MiB
-    (files/libvgpu/src/config.c, vgpu_parse_size); zero and decimal units (MB, GB) are refused."""
-    digits = text[: len(text) - len(text.lstrip("0123456789"))]
-    unit = text[len(digits) :]
-    if not digits or unit not in _SIZE_UNITS or int(digits) == 0:
-        raise ValueError(f"{text!r} is not a size: expected e.g. 3000MiB, 3GiB or 0:3000MiB,1:2000MiB")
-    return int(digits) * _SIZE_UNITS[unit]
-
-
-def parse_memory_limit(text: str) -> dict[int, int]:
-    """libvgpu's memory_limit value as bytes per CUDA ordinal inside the container: one size for
-    every device ("3000MiB") or "0:3000MiB,1:2000MiB" (a device not listed has no quota)."""
-    if ":" not in text:
-        return dict.fromkeys(range(MAX_DEVICES), parse_size(text))
-    limits: dict[int, int] = {}
-    for item in filter(None, text.split(",")):  # as strtok: empty items are skipped
-        device, _colon, size = item.partition(":")
-        if not device.isdigit() or not device.isascii() or int(device) >= MAX_DEVICES:
-            raise ValueError(f"item {item!r} of {text!r}: expected <device 0-{MAX_DEVICES - 1}>:<size>, e.g. 0:3000MiB")
-        if int(device) in limits:
-            raise ValueError(f"{text!r} names device {int(device)} twice")
-        limits[int(device)] = parse_size(size)
-    return limits
-
-
-def quota_bytes(text: str, where: str = "quota file") -> int | None:
-    """The quota on the container's GPU (CUDA ordinal 0: the container sees one GPU) that a quota
-    file's text gives, read as libvgpu reads it (# comments, blank lines, the last memory_limit line
-    wins); None when it sets none for that device. QuotaFileError when libvgpu would refuse it."""
-    limits: dict[int, int] | None = None
-    for number, line in enumerate(text.splitlines(), 1):
-        content = line.split("#", 1)[0].strip()
-        if not content:
-            continue
-        key, sep, value = content.partition("=")
-        if not sep:
-            raise QuotaFileError(f"{where} line {number}: {content!r} is not key=value")
-        if key.strip() == "memory_limit":
-            try:
-                limits = parse_memory_limit(value.strip())
-            except ValueError as exc:
-                raise QuotaFileError(f"{where} line {number}: memory_limit {exc}") from None
-    if limits is None:
-        raise QuotaFileError(f"{where} has no memory_limit line")
-    return limits.get(0)
-
-
-def read_quota_bytes(state_dir: str | os.PathLike[str], alloc_id: str) -> int | None:
-    """The quota of an allocation, from the quota file the device plugin or the DRA driver wrote
-    for it (the one source of a container's quota); None when the file is gone or sets no quota
-    on the container's GPU. QuotaFileError when the file is not what libvgpu accepts."""
-    path = Path(state_dir) / "quotas" / f"{alloc_id}.conf"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QuotaFileError(f"{path}: cannot be read ({exc})") from None
-    return quota_bytes(text, str(path))
 
 
 class HostPaths:

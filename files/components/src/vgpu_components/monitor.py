@@ -3,7 +3,7 @@
 Per GPU (NVML): total and used memory. Per container holding <prefix>/gpu-memory units, or a
 device of the DRA driver through a claim (both from kubelet's PodResources API): quota, used,
 context and peak. The quota is the one in the allocation's quota file, which the device plugin or
-the DRA driver wrote for it (host_paths.read_quota_bytes reads it as libvgpu does): one quota per
+the DRA driver wrote for it (quota_file.read_quota_bytes reads it as libvgpu does): one quota per
 container, on both scheduling paths, for the metrics and the enforcement alike. Used, context and
 peak come from the interposer's region file, found by the alloc-id rule of docs/architecture.md
 (for a claim: the alloc-id in the name of the CDI device the driver prepared). Containers that
@@ -34,7 +34,7 @@ import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vgpu_components import component, dra, health, host_paths, ids, kube, nvml, region
+from vgpu_components import component, dra, health, ids, kube, nvml, quota_file, region
 from vgpu_components.attribution import Unattributed
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import HostProcess
@@ -227,8 +227,8 @@ class MonitorCollector(Collector):
     def _quota(self, alloc_id: str) -> int | None:
         """An allocation's quota in bytes from its quota file; None (counted, logged) when unreadable."""
         try:
-            quota = host_paths.read_quota_bytes(self.cfg["state_dir"], alloc_id)
-        except host_paths.QuotaFileError as exc:
+            quota = quota_file.read_quota_bytes(self.cfg["state_dir"], alloc_id)
+        except quota_file.QuotaFileError as exc:
             self.quota_file_errors += 1
             log.warning("%s", exc)
             return None
