@@ -95,6 +95,33 @@ def _check_setting(name: str, entry: dict[str, Any]) -> None:
         raise ContractError(f"{where}: has no default")
     if computed(entry["default"]) and not entry.get("shown"):
         raise ContractError(f"{where}: a computed default says how the docs show it (shown:)")
+    _check_default(where, entry)
+
+
+def _check_default(where: str, entry: dict[str, Any]) -> None:
+    python_type = _PYTHON_TYPES.get(entry["type"])
+    literal = entry["default"]
+    if python_type and not computed(literal) and literal != "switches" and not _is(literal, python_type):
+        raise ContractError(f"{where}: default {literal!r} is not of type {entry['type']}")
+    if "choices" in entry and not computed(literal):
+        for item in literal if isinstance(literal, list) else [literal]:
+            if item not in entry["choices"]:
+                raise ContractError(f"{where}: default {item!r} is not one of its choices {entry['choices']}")
+
+
+_PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "path": str,
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+}
+
+
+def _is(value: Any, python_type: type | tuple[type, ...]) -> bool:
+    return isinstance(value, python_type) and not (python_type is int and isinstance(value, bool))
 
 
 def _check_config_key(key: str, entry: dict[str, Any], settings: dict[str, Any]) -> None:
@@ -279,12 +306,16 @@ def doc_line(text: str) -> str:
 # ---- roles/vgpu -------------------------------------------------------------------------------------
 
 
+# Whether a setting's default reads its old names first (vgpu_stack's aliases still define them).
+READ_OLD_NAMES = False
+
+
 def role_default(contract: dict[str, Any], name: str) -> str:
     """The default of a setting in defaults/main.yml: a literal, or Jinja; a setting with old names
     takes an old name's value first (for one release)."""
     entry = contract["settings"][name]
     literal = setting_default(contract, name)
-    olds = entry.get("old_names", [])
+    olds = entry.get("old_names", []) if READ_OLD_NAMES else []
     if not olds:
         return yaml_scalar(literal) if literal is not None or not computed(entry["default"]) else entry["default"]
     fallback = f"({_inner(entry['default'])})" if literal is None else jinja(literal)
@@ -476,16 +507,18 @@ def module_utils_py(contract: dict[str, Any]) -> str:
         "",
         "from __future__ import annotations",
         "",
+        "from typing import Any",
+        "",
         *names_py(contract),
         "",
         *sizes_py(contract),
         "",
         "# Every setting (settings) but its docs: type, rules, scope, default (None: Jinja computes it).",
-        f"SETTINGS = {py(settings)}",
+        f"SETTINGS: dict[str, dict[str, Any]] = {py(settings)}",
         "# Old names, each read for one release: old -> new.",
-        f"OLD_NAMES = {py(old_names(contract))}",
+        f"OLD_NAMES: dict[str, str] = {py(old_names(contract))}",
         "# Names no longer read, each with why: a deprecation for one release.",
-        f"RETIRED = {py(contract.get('retired', {}))}",
+        f"RETIRED: dict[str, str] = {py(contract.get('retired', {}))}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -539,6 +572,7 @@ def components_py(contract: dict[str, Any]) -> str:
 # components' package, which the image carries alone.
 COPIES = {
     "plugins/module_utils/memory_size.py": "files/components/src/vgpu_components/memory_size.py",
+    "plugins/module_utils/rules.py": "files/components/src/vgpu_components/rules.py",
 }
 _COLLECTION_IMPORT = "ansible_collections.vgpu.isolation.plugins.module_utils."
 
@@ -638,13 +672,23 @@ def outputs(root: Path = ROOT) -> dict[str, str]:
     """Every generated file's path and the text it must have."""
     contract = load(root)
     whole = {
+        "roles/vgpu/defaults/main.yml": defaults_yml(contract),
         "plugins/module_utils/contract.py": module_utils_py(contract),
         "files/components/src/vgpu_components/contract.py": components_py(contract),
         "files/libvgpu/src/switches.def": switches_def(contract),
         **{target: copied(root, source) for source, target in COPIES.items()},
     }
+    md = {"comment": "<!--", "end": " -->"}
     blocks = {
+        "roles/vgpu/meta/argument_specs.yml": [
+            Block("settings", spec_options(contract, scope_run=False)),
+            Block("playbooks", spec_options(contract, scope_run=True)),
+        ],
         "roles/vgpu/vars/main.yml": [Block("names", names_vars(contract))],
+        "docs/variables.md": [
+            *(Block(section, variables_table(contract, section), **md) for section in DOC_SECTIONS),
+            Block("cluster-wide", cluster_wide_list(contract), **md),
+        ],
         "galaxy.yml": [Block("version", f"version: {contract['version']}")],
     }
     for path, parts in blocks.items():

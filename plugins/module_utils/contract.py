@@ -8,6 +8,8 @@ parser (memory_size.py), the cluster views (filter/cluster.py) and the settings 
 
 from __future__ import annotations
 
+from typing import Any
+
 VERSION = "0.1.0"
 
 # The names (names): <prefix>/<name> each; the DRA driver is <dra_driver>.<prefix>.
@@ -130,7 +132,7 @@ SWITCHES = (
 )
 
 # Every setting (settings) but its docs: type, rules, scope, default (None: Jinja computes it).
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "vgpu_kubernetes_flavour": {
         "type": "str",
         "choices": [
@@ -809,7 +811,7 @@ SETTINGS = {
     },
 }
 # Old names, each read for one release: old -> new.
-OLD_NAMES = {
+OLD_NAMES: dict[str, str] = {
     "vgpu_stack_flavour": "vgpu_kubernetes_flavour",
     "vgpu_stack_kubeconfig": "vgpu_kubeconfig",
     "vgpu_stack_driver_branch": "vgpu_driver_branch",
@@ -867,6 +869,6 @@ OLD_NAMES = {
     "vgpu_stack_force_unit_change": "vgpu_force_unit_change",
 }
 # Names no longer read, each with why: a deprecation for one release.
-RETIRED = {
+RETIRED: dict[str, str] = {
     "vgpu_stack_version": "the component image's tag and the collection's version name the release now",
 }

@@ -69,6 +69,14 @@ def broken(change) -> dict[str, Any]:
             "settings.vgpu_memory_unit_mib: a memory size has type raw",
         ),
         (
+            lambda c: c["settings"]["vgpu_kubernetes_version"].update(default=1.3),
+            "settings.vgpu_kubernetes_version: default 1.3 is not of type str",
+        ),
+        (
+            lambda c: c["settings"]["vgpu_enforcement"].update(default="kill"),
+            "settings.vgpu_enforcement: default 'kill' is not one of its choices",
+        ),
+        (
             lambda c: c["config"]["monitor.enforcement"].update(setting="vgpu_enforcment"),
             "config.monitor.enforcement: setting vgpu_enforcment is no setting of the contract",
         ),
