@@ -306,16 +306,12 @@ def doc_line(text: str) -> str:
 # ---- roles/vgpu -------------------------------------------------------------------------------------
 
 
-# Whether a setting's default reads its old names first (vgpu_stack's aliases still define them).
-READ_OLD_NAMES = False
-
-
 def role_default(contract: dict[str, Any], name: str) -> str:
     """The default of a setting in defaults/main.yml: a literal, or Jinja; a setting with old names
     takes an old name's value first (for one release)."""
     entry = contract["settings"][name]
     literal = setting_default(contract, name)
-    olds = entry.get("old_names", []) if READ_OLD_NAMES else []
+    olds = entry.get("old_names", [])
     if not olds:
         return yaml_scalar(literal) if literal is not None or not computed(entry["default"]) else entry["default"]
     fallback = f"({_inner(entry['default'])})" if literal is None else jinja(literal)
@@ -688,6 +684,7 @@ def outputs(root: Path = ROOT) -> dict[str, str]:
         "docs/variables.md": [
             *(Block(section, variables_table(contract, section), **md) for section in DOC_SECTIONS),
             Block("cluster-wide", cluster_wide_list(contract), **md),
+            Block("old names", old_names_table(contract), **md),
         ],
         "galaxy.yml": [Block("version", f"version: {contract['version']}")],
     }

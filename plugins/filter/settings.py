@@ -24,7 +24,7 @@ import difflib
 import re
 
 from ansible_collections.vgpu.isolation.plugins.module_utils import rules
-from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import OLD_NAMES, RETIRED, SETTINGS, VERSION
 from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib, read_mib, units_for
 
 _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
@@ -59,40 +59,54 @@ def role_prefixes(schema):
     return tuple(sorted(name + "_" for name in schema["roles"]))
 
 
-# Variables renamed since the last release, old name -> new name: an inventory that still sets the
-# old name would be ignored silently (the new one keeps its default), so the check names the new one.
-# kube-scheduler's wiring to the extender moved from vgpu_stack to roles/vgpu after 0.1.0.
-_SCHEDULER_HOME = "after release 0.1.0 (kube-scheduler's wiring moved to roles/vgpu)"
-RENAMED = {
-    "vgpu_stack_extender_port": "vgpu_extender_port",
-    "vgpu_stack_extender_http_timeout": "vgpu_extender_http_timeout",
-    "vgpu_stack_extender_tls": "vgpu_extender_tls",
-    "vgpu_stack_tls_dir": "vgpu_extender_tls_dir",
-    "vgpu_stack_tls_ca_days": "vgpu_extender_tls_ca_days",
-    "vgpu_stack_tls_cert_days": "vgpu_extender_tls_cert_days",
-    "vgpu_stack_tls_renew_days": "vgpu_extender_tls_renew_days",
-    "vgpu_stack_tls_install_python": "vgpu_extender_tls_install_python",
-    "vgpu_stack_extender_ignorable": "vgpu_extender_ignorable",
-    "vgpu_stack_extender_packing": "vgpu_extender_packing",
-    "vgpu_stack_extender_weight": "vgpu_extender_weight",
-    "vgpu_stack_percentage_of_nodes_to_score": "vgpu_scheduler_percentage_of_nodes_to_score",
-    "vgpu_stack_scheduler_config_path": "vgpu_scheduler_config_path",
-    "vgpu_stack_scheduler_kubeconfig": "vgpu_scheduler_kubeconfig",
-    "vgpu_stack_manage_scheduler": "vgpu_scheduler_manage",
-    "vgpu_stack_scheduler_health_timeout": "vgpu_scheduler_health_timeout",
-    "vgpu_stack_scheduler_health_url": "vgpu_scheduler_health_url",
-    "vgpu_stack_force_unit_change": "vgpu_force_unit_change",
-}
+# Old names (the contract's old_names, module_utils/contract.py OLD_NAMES): a setting renamed since
+# the last release keeps working under its old name for one release. roles/vgpu's default of the new
+# name reads the old one (defaults/main.yml, generated), the check names the new one in a deprecation,
+# and refuses an inventory that sets both to different values: which one it means is unknown.
+# Retired names are read no more; set, they get a deprecation too, so an upgrade does not stop on them.
 
 
-def renamed_names(given):
-    """One problem per given name that was renamed, naming the new one."""
-    return [
-        "%s: renamed %s %s; set %s instead, the value means the same"
-        % (name, RENAMED[name], _SCHEDULER_HOME, RENAMED[name])
-        for name in sorted(set(given))
-        if name in RENAMED
-    ]
+def deprecations(given):
+    """One line per old or retired name the inventory sets, saying what to set instead."""
+    lines = []
+    for name in sorted(set(given)):
+        if name in OLD_NAMES:
+            lines.append(
+                "%s: deprecated, renamed %s: set %s instead; release %s still reads the old name, the next "
+                'refuses it (docs/variables.md, "Old names")' % (name, OLD_NAMES[name], OLD_NAMES[name], VERSION)
+            )
+        elif name in RETIRED:
+            lines.append("%s: deprecated, no longer read: %s; remove it" % (name, RETIRED[name]))
+    return lines
+
+
+def renamed_problems(settings, given):
+    """An old name and its new one both set, to values that act differently: one problem naming both."""
+    problems = []
+    for old in sorted(set(given)):
+        new = OLD_NAMES.get(old)
+        if new is None or new not in given or old not in settings or new not in settings:
+            continue
+        (old_value, old_shown), (new_value, new_shown) = (
+            _comparable(new, settings[old], SETTINGS[new]),
+            _comparable(new, settings[new], SETTINGS[new]),
+        )
+        if old_value != new_value:
+            problems.append(
+                "%s and %s are one setting (%s is its old name) set to different values, %s and %s; remove %s"
+                % (old, new, old, old_shown, new_shown, old)
+            )
+    return problems
+
+
+def with_new_names(values):
+    """A host's settings with each old name's value under its new name, where the new one is not set
+    (what roles/vgpu's defaults do for one release)."""
+    out = dict(values)
+    for old, new in OLD_NAMES.items():
+        if old in values and new not in values:
+            out[new] = values[old]
+    return out
 
 
 # A name this close to a known one (difflib's ratio) is taken for a typo of it, whatever its prefix
@@ -105,7 +119,7 @@ def unknown_names(given, known, prefixes):
     problems = []
     candidates = sorted(known)
     for name in sorted(set(given)):
-        if name in known or name in RENAMED or name.startswith(("_", "ansible_")):
+        if name in known or name in OLD_NAMES or name in RETIRED or name.startswith(("_", "ansible_")):
             continue
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=_TYPO_CUTOFF)
         if not close and not name.startswith(prefixes):
@@ -310,6 +324,7 @@ def cluster_problems(values_by_host, spec, first_control_plane=None):
     it does not set has its default from ``spec``, roles/vgpu's argument spec options).
     """
     problems = []
+    values_by_host = {host: with_new_names(values) for host, values in values_by_host.items()}
     for name, reason in CLUSTER_WIDE.items():
         option = spec.get(name, {})
         groups: dict = {}  # comparable value -> (shown, [hosts]) in host order
@@ -379,16 +394,18 @@ def server_version_problems(server_version, scheduling, where="the API server"):
 def settings_problems(settings, schema=None, given=None):
     """Every problem of the settings, one message each (empty when valid).
 
-    ``settings`` maps each setting to its value. ``schema`` is the collection's variables
-    (lookup vgpu.isolation.settings_schema): roles/vgpu's settings give the types and choices, every
-    role's variables the names known. ``given`` lists the names the inventory and the command line
-    set; one that looks like a variable of the collection but is none is refused with the nearest
-    known name, and a k3s_* or kubeadm_* variable the chosen flavour does not read is refused too.
+    ``settings`` maps each setting to its value, and each old name the inventory sets to its own
+    (a new name not set has taken the old one's value: roles/vgpu's defaults read it). ``schema`` is
+    the collection's variables (lookup vgpu.isolation.settings_schema): every role's variables are
+    the names known. ``given`` lists the names the inventory and the command line set; one that
+    looks like a variable of the collection but is none is refused with the nearest known name, an
+    old name set beside its new one to another value is refused naming both, and a k3s_* or kubeadm_*
+    variable the chosen flavour does not read is refused too.
     """
     problems = []
     if schema:
-        problems += renamed_names(given or [])
         problems += unknown_names(given or [], known_names(schema), role_prefixes(schema))
+    problems += renamed_problems(settings, given or [])
     problems += type_problems(settings)
     problems += rule_problems(settings)
     problems += flavour_problems(settings, given or [])
@@ -421,5 +438,6 @@ class FilterModule(object):
             "cluster_problems": cluster_problems,
             "settings_report": settings_report,
             "quota_problems": quota_problems,
+            "settings_deprecations": deprecations,
             "server_version_problems": server_version_problems,
         }

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from ansible_collections.vgpu.isolation.plugins.filter.settings import settings_problems
 from ansible_collections.vgpu.isolation.plugins.lookup.settings_schema import load
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS
 from role_render import ROOT
 
 sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
 from vgpu_components import config
 
 SCHEMA = load(str(ROOT))
-DEFAULTS = SCHEMA["roles"]["vgpu"]["defaults"]
+DEFAULTS = {name: entry["default"] for name, entry in SETTINGS.items() if entry["default"] is not None}
 
 
 def components_refuse(key: tuple[str, ...], value: Any) -> bool:

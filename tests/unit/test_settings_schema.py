@@ -25,11 +25,14 @@ import pytest
 import yaml
 from ansible_collections.vgpu.isolation.plugins.lookup.settings_schema import load
 from ansible_collections.vgpu.isolation.plugins.module_utils import platforms
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS as CONTRACT_SETTINGS
 from role_render import ROOT, render
 
 SCHEMA = load(str(ROOT))["roles"]
 SETTINGS = SCHEMA["vgpu"]["entry_points"]["settings"]
-DEFAULTS = SCHEMA["vgpu"]["defaults"]
+# roles/vgpu's literal defaults, as the contract states them (its defaults file wraps most of them in
+# a fallback to the setting's old name, read for one release).
+DEFAULTS = {name: entry["default"] for name, entry in CONTRACT_SETTINGS.items() if entry["default"] is not None}
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
 _REFERENCE = re.compile(r"^\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}$")
 _TYPES: dict[str, Any] = {

@@ -21,6 +21,7 @@ ANNOTATIONS = {
     "assume_time": "assume-time",
     "unit_mib": "unit-mib",
     "managed_by": "managed-by",
+    "config_sha256": "config-sha256",
 }
 LABELS = {
     "gpu_node": "gpu-node",
