@@ -83,6 +83,12 @@ $(VENV)/.stamp: requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps -r requirements-dev.txt
 	touch $@
 
+# The components' package, installed editable into the development venv: the tests and the benches
+# import it as the image does (vgpu_components), from files/components/src.
+$(VENV)/.components.stamp: files/components/pyproject.toml | $(VENV)/.stamp
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e files/components
+	touch $@
+
 $(SITE_VENV)/.stamp: requirements-site.txt
 	files/site/venv.sh $(SITE_VENV) requirements-site.txt $(if $(BUNDLE),$(BUNDLE)/site/wheels)
 	touch $@
@@ -182,7 +188,7 @@ generate: venv ## write every file generated from the contract (contract/contrac
 	$(PY) contract/generate.py
 
 .PHONY: lint
-lint: venv collection ## ruff, mypy, ansible-lint (production profile), generated files fresh
+lint: venv $(VENV)/.components.stamp collection ## ruff, mypy, ansible-lint (production profile), generated files fresh
 	@echo ">> generated files (contract/generate.py --check: each equal to a fresh generation)"
 	$(PY) contract/generate.py --check
 	@echo ">> ruff"
@@ -203,14 +209,14 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 
 .PHONY: unit
-unit: venv $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
+unit: venv $(VENV)/.components.stamp $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	@# Two workers: one core was idle for 13 minutes once the prebuild's Go builds were done. A
 	@# file's tests stay on one worker, so its module fixtures (libvgpu builds) run once.
 	$(BIN)/pytest -q -n $(UNIT_JOBS) --dist loadfile tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
+security: venv $(VENV)/.components.stamp $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 
@@ -219,7 +225,7 @@ libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under s
 	$(MAKE) -C files/libvgpu check PYTHON=$(abspath $(PY))
 
 .PHONY: images
-images: venv ## the locally built container images (molecule node image, component image)
+images: venv $(VENV)/.components.stamp ## the locally built container images (molecule node image, component image)
 	tests/harness/ensure-docker.sh
 	tests/harness/build-node-image.sh
 	@echo ">> component image (built by files/components/image/build.sh when stale) and its tests"
@@ -230,7 +236,7 @@ molecule: collection images ## every molecule scenario: converge, idempotence, v
 	tests/harness/molecule.sh $(MOLECULE_JOBS) $(MOLECULE_SCENARIOS)
 
 .PHONY: e2e
-e2e: collection ## end-to-end tests against a real local Kubernetes control plane
+e2e: collection $(VENV)/.components.stamp ## end-to-end tests against a real local Kubernetes control plane
 	$(MAKE) -C tests/k8s test
 
 .PHONY: e2e-node

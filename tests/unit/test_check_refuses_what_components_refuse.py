@@ -8,7 +8,6 @@ that set it succeeded. So for each such value the check must refuse it first, na
 from __future__ import annotations
 
 import copy
-import sys
 from typing import Any
 
 import pytest
@@ -16,8 +15,6 @@ from ansible_collections.vgpu.isolation.plugins.filter.settings import settings_
 from ansible_collections.vgpu.isolation.plugins.lookup.settings_schema import load
 from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS
 from role_render import ROOT
-
-sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
 from vgpu_components import config
 
 SCHEMA = load(str(ROOT))

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import copy
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from role_render import ROOT
 
-sys.path.insert(0, str(ROOT / "contract"))
-import generate  # contract/ is no package: the generator is a script
+from contract import generate
 
 CONTRACT = generate.load()
 

@@ -18,7 +18,6 @@ settings check reads it.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import pytest
@@ -218,7 +217,6 @@ def test_the_component_image_is_tagged_with_the_collection_version():
 
 
 # --- the components' defaults ----------------------------------------------------------------
-sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
 from vgpu_components import config as component_config  # noqa: E402
 
 # Where the rendered ConfigMap differs from config.DEFAULTS on purpose, and why.

@@ -8,12 +8,8 @@ on the DRA path an admission policy gives pods with claims the toleration that k
 ExtendedResourceToleration gives pods with units.
 """
 
-import sys
-
 import pytest
-from role_render import ROOT, render
-
-sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
+from role_render import render
 from vgpu_components import allocator
 
 CASES = {
