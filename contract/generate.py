@@ -669,6 +669,7 @@ def outputs(root: Path = ROOT) -> dict[str, str]:
     contract = load(root)
     whole = {
         "roles/vgpu/defaults/main.yml": defaults_yml(contract),
+        "roles/vgpu_stack/templates/vgpu-config.yaml.j2": config_template(contract),
         "plugins/module_utils/contract.py": module_utils_py(contract),
         "files/components/src/vgpu_components/contract.py": components_py(contract),
         "files/libvgpu/src/switches.def": switches_def(contract),
@@ -686,6 +687,7 @@ def outputs(root: Path = ROOT) -> dict[str, str]:
             Block("cluster-wide", cluster_wide_list(contract), **md),
             Block("old names", old_names_table(contract), **md),
         ],
+        "files/components/README.md": [Block("config", config_table(contract), **md)],
         "galaxy.yml": [Block("version", f"version: {contract['version']}")],
     }
     for path, parts in blocks.items():

@@ -208,7 +208,8 @@ def test_gpus_must_stay_in_default_compute_mode(short_tmp: Path, fake_binary: st
 
 
 def test_exclusive_process_cannot_be_asked_for() -> None:
-    with pytest.raises(config.ConfigError, match=r"mps\.set_exclusive_process: cannot be true"):
+    refused = r"mps\.set_exclusive_process: True must be false: every GPU allocation has its own MPS server"
+    with pytest.raises(config.ConfigError, match=refused):
         config.validate(config.load(None, environ={"VGPU_MPS_SET_EXCLUSIVE_PROCESS": "true"}))
 
 
