@@ -569,6 +569,7 @@ def components_py(contract: dict[str, Any]) -> str:
 COPIES = {
     "plugins/module_utils/memory_size.py": "files/components/src/vgpu_components/memory_size.py",
     "plugins/module_utils/rules.py": "files/components/src/vgpu_components/rules.py",
+    "plugins/module_utils/gpus_annotation.py": "files/components/src/vgpu_components/gpus_annotation.py",
 }
 _COLLECTION_IMPORT = "ansible_collections.vgpu.isolation.plugins.module_utils."
 

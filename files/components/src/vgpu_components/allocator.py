@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import contract, ids, kube, nvml, switches
+from vgpu_components import contract, ids, kube, names, nvml, switches
 from vgpu_components.mps import MpsRequest, new_serial, pipe_folder
 from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
@@ -110,7 +110,7 @@ def mps_contract(
 def node_mps(cfg: dict[str, Any], node_api: kube.NodeApi | None, node: str) -> None:
     """MPS is on for this node where its `<prefix>/mps` label says so (roles/vgpu_stack sets it per
     node, and the nvidia-mps DaemonSet runs only there); without the label, the config decides."""
-    key = f"{cfg['resource_prefix']}/mps"
+    key = names.label(cfg["resource_prefix"], "mps")
     try:
         labels = node_api.node_labels(node) if node_api is not None else {}
     except Exception as exc:

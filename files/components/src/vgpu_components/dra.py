@@ -35,8 +35,9 @@ from typing import Any
 
 import yaml
 
-from vgpu_components import ids
+from vgpu_components import ids, names
 from vgpu_components.allocator import Allocation
+from vgpu_components.memory_size import MIB
 from vgpu_components.nvml import Gpu
 from vgpu_components.quantity import parse_quantity
 
@@ -44,7 +45,6 @@ API_VERSION = "resource.k8s.io/v1"
 CAPACITY = "memory"
 CDI_VERSION = "0.6.0"
 NVIDIA_GPU_KIND = "nvidia.com/gpu"
-MIB = 1024 * 1024
 # A CDI device name (tags.cncf.io/container-device-interface, parser.ValidateDeviceName).
 _CDI_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
@@ -54,7 +54,7 @@ class PrepareError(ValueError):
 
 
 def driver_name(cfg: Mapping[str, Any]) -> str:
-    return f"gpu.{cfg['resource_prefix']}"
+    return names.dra_driver(cfg["resource_prefix"])
 
 
 def cdi_kind(cfg: Mapping[str, Any]) -> str:
@@ -324,14 +324,14 @@ def cdi_spec(
     """A CDI specification with one device per allocation, under each of its names."""
     version = CDI_VERSION
     out: list[dict[str, Any]] = []
-    for names, allocation in devices:
+    for device_names, allocation in devices:
         own = contract_edits(allocation)
         gpu = allocation.gpu
         nvidia = gpu_edits.get(gpu.uuid) or gpu_edits.get(str(gpu.index))
         if nvidia is not None:
             own = merge_edits(nvidia.edits, own)
             version = max(version, nvidia.cdi_version, key=_version)
-        out.extend({"name": name, "containerEdits": own} for name in names)
+        out.extend({"name": name, "containerEdits": own} for name in device_names)
     return {"cdiVersion": version, "kind": kind, "devices": out}
 
 

@@ -34,15 +34,15 @@ import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vgpu_components import component, dra, health, ids, kube, nvml, quota_file, region
+from vgpu_components import component, dra, health, ids, kube, names, nvml, quota_file, region
 from vgpu_components.attribution import Unattributed
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import HostProcess
+from vgpu_components.memory_size import MIB
 from vgpu_components.nvml import Gpu
 from vgpu_components.podresources import ContainerClaimDevice, PodResourcesClient
 
 log = logging.getLogger("vgpu.monitor")
-MIB = 1024 * 1024
 GPU_LABELS = ["gpu", "UUID", "modelName", "Hostname"]
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu", "UUID", "Hostname"]
 HOST_PROCESS_LABELS = ["pid", "command", "gpu", "UUID", "Hostname"]
@@ -76,7 +76,7 @@ class MonitorCollector(Collector):
         self.node = node
         self.backend = backend
         self.pod_resources = pod_resources
-        self.resource = f"{cfg['resource_prefix']}/gpu-memory"
+        self.resource = names.resource(cfg["resource_prefix"], "memory")
         self.dra_driver = dra.driver_name(cfg)
         self.claim_prefix = f"{dra.cdi_kind(cfg)}="
         self.gpus: list[Gpu] = backend.gpus() if backend is not None else []

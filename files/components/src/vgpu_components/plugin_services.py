@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from vgpu_components import ids, mps, protos
+from vgpu_components import ids, mps, names, protos
 from vgpu_components.allocator import Allocation, AllocationError, DeviceTable, MpsContract, build_allocation
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.shares import ShareLedger, ShareTokens
@@ -27,11 +27,11 @@ class AdvertiseError(RuntimeError):
 
 
 def resource_name(cfg: dict[str, Any]) -> str:
-    return f"{cfg['resource_prefix']}/gpu-memory"
+    return names.resource(cfg["resource_prefix"], "memory")
 
 
 def shares_resource_name(cfg: dict[str, Any]) -> str:
-    return f"{cfg['resource_prefix']}/gpu-cores"
+    return names.resource(cfg["resource_prefix"], "cores")
 
 
 def socket_name(cfg: dict[str, Any], resource: str = "gpu-memory") -> str:
