@@ -468,7 +468,7 @@ class Exporter:
         self.collector = monitor.MonitorCollector(
             self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
         )
-        self.server = monitor.serve(self.collector, 0, "127.0.0.1")
+        self.server = monitor.serve(self.collector, 0, "127.0.0.1").start()
         self.port = self.server.server_address[1]
 
     def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -99,7 +99,7 @@ def smoke_device_plugin(backend: nvml.NvmlBackend, root: Path) -> None:
 def smoke_monitor(backend: nvml.NvmlBackend) -> None:
     cfg = config.load(None, environ={})
     collector = monitor.MonitorCollector(cfg, "gpu-smoke", backend, None)
-    server = monitor.serve(collector, 0, "127.0.0.1")
+    server = monitor.serve(collector, 0, "127.0.0.1").start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=10) as resp:
             text = resp.read().decode()

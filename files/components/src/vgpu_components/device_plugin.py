@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import component, health, kube, mps, nvml
+from vgpu_components import component, kube, mps, nvml
 from vgpu_components.allocator import Allocation, DeviceTable, MpsContract, mps_contract, node_mps
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.mps import READY_FILE
@@ -234,16 +234,8 @@ def run(started: component.Started) -> int:
         log.error("%s", exc)
         kube.try_event(node_api, node, "GPUMemoryNotAdvertised", str(exc))
         return component.EXIT_BAD_CONFIG
-    server = health.HealthServer(
-        "", cfg["device_plugin"]["healthz_port"], {"/healthz": health.check(plugin.healthy)}
-    ).start()
-    plugin.start()
-    started.wait()
-    log.info("stopping")
-    plugin.stop()
-    server.stop()
-    backend.close()
-    return component.EXIT_OK
+    healthz = component.healthz(cfg["device_plugin"]["healthz_port"], plugin.healthy)
+    return component.serve(started, component.Closing(backend), healthz, plugin)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -378,14 +378,24 @@ def run(started: component.Started) -> int:
         start_background(extender, started.stop)
     scheme = "https (client certificates required)" if tls else "http"
     log.info("listening on %s:%d, %s", section["address"], server.server_address[1], scheme)
-    serving = threading.Thread(target=server.serve_forever, name="extender-http", daemon=True)
-    serving.start()
-    started.wait()
-    server.shutdown()
-    serving.join(10)
-    server.server_close()
-    log.info("stopped")
-    return component.EXIT_OK
+    return component.serve(started, Serving(server))
+
+
+class Serving:
+    """The extender's HTTP server on a thread of its own, shut down and closed at stop."""
+
+    def __init__(self, server: ExtenderServer) -> None:
+        self.server = server
+        self.thread = threading.Thread(target=server.serve_forever, name="extender-http", daemon=True)
+
+    def start(self) -> Serving:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+        self.server.server_close()
 
 
 def main(argv: list[str] | None = None) -> int:

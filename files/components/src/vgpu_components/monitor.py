@@ -366,9 +366,7 @@ def serve(collector: MonitorCollector, port: int, address: str = "") -> health.H
         except ScrapeStuck as exc:
             return 503, "text/plain", f"{exc}\n".encode()
 
-    return health.HealthServer(
-        address, port, {"/metrics": metrics, "/healthz": health.check(collector.healthy)}
-    ).start()
+    return health.HealthServer(address, port, {"/metrics": metrics, "/healthz": health.check(collector.healthy)})
 
 
 def run(started: component.Started) -> int:
@@ -390,16 +388,27 @@ def run(started: component.Started) -> int:
     collector = MonitorCollector(
         cfg, node, backend, PodResourcesClient(cfg["monitor"]["pod_resources_socket"]), enforcer
     )
+    parts: list[component.Part] = [component.Closing(backend), MetricsServer(collector, cfg["monitor"]["port"])]
     if enforcer is not None:
         enforcer.quotas = collector.quotas  # the containers' quotas, as /metrics sees them
-        threading.Thread(target=enforcer.run, args=(started.stop,), name="ground-truth", daemon=True).start()
-    server = serve(collector, cfg["monitor"]["port"])
-    log.info("serving /metrics on port %d", server.server_address[1], extra={"gpus": len(collector.gpus)})
-    started.wait()
-    server.stop()
-    if backend is not None:
-        backend.close()
-    return component.EXIT_OK
+        parts.append(component.Background(lambda: enforcer.run(started.stop), "ground-truth"))
+    return component.serve(started, *parts)
+
+
+class MetricsServer:
+    """/metrics and /healthz, which logs the port it serves on once it does (port 0: any free one)."""
+
+    def __init__(self, collector: MonitorCollector, port: int) -> None:
+        self.collector = collector
+        self.server = serve(collector, port)
+
+    def start(self) -> MetricsServer:
+        self.server.start()
+        log.info("serving /metrics on port %d", self.server.server_address[1], extra={"gpus": len(self.collector.gpus)})
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import component, contract, health, ids, nvml
+from vgpu_components import component, contract, ids, nvml
 
 log = logging.getLogger("vgpu.mps")
 READY_FILE = ".ready"
@@ -443,16 +443,11 @@ def run(started: component.Started) -> int:
     except Exception as exc:
         log.warning("NVML unavailable (%s): the GPUs' compute modes are not checked", exc)
     manager = MpsManager(cfg, backend, stopping=started.stop)
-    server = health.HealthServer("", cfg["mps"]["healthz_port"], {"/healthz": health.check(manager.healthy)})
-    server.start()
-    manager.start()
-    manager.run()  # until a stop signal: it wakes every tick, so the handler runs in time
-    log.info("stopping")
-    manager.stop()
-    server.stop()
-    if backend is not None:
-        backend.close()
-    return component.EXIT_OK
+    healthz = component.healthz(cfg["mps"]["healthz_port"], manager.healthy)
+    # The manager's loop runs until the stop signal; then the manager quits every daemon.
+    return component.serve(
+        started, component.Closing(backend), healthz, manager, component.Background(manager.run, "mps-reconcile")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
