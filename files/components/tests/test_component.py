@@ -131,3 +131,33 @@ def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, modu
     )
     assert out.returncode == 2
     assert "unit_mib" in out.stderr.decode()
+
+
+class Recorded:
+    def __init__(self, name: str, seen: list[str], fail: bool = False) -> None:
+        self.name, self.seen, self.fail = name, seen, fail
+
+    def start(self) -> None:
+        if self.fail:
+            raise RuntimeError(f"{self.name} cannot start")
+        self.seen.append(f"start {self.name}")
+
+    def stop(self) -> None:
+        self.seen.append(f"stop {self.name}")
+
+
+def test_serve_starts_the_parts_in_order_and_stops_them_in_reverse_after_the_signal() -> None:
+    seen: list[str] = []
+    stop = threading.Event()
+    stop.set()  # the signal came
+    started = component.Started(args=None, cfg={}, stop=stop)  # type: ignore[arg-type]
+    assert component.serve(started, Recorded("a", seen), Recorded("b", seen)) == component.EXIT_OK
+    assert seen == ["start a", "start b", "stop b", "stop a"]
+
+
+def test_a_part_that_cannot_start_leaves_none_of_the_others_running() -> None:
+    seen: list[str] = []
+    started = component.Started(args=None, cfg={}, stop=threading.Event())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="b cannot start"):
+        component.serve(started, Recorded("a", seen), Recorded("b", seen, fail=True), Recorded("c", seen))
+    assert seen == ["start a", "stop a"]
