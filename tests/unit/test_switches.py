@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pytest
 from ansible_collections.vgpu.isolation.plugins.module_utils import gpu_verify
 from role_render import ROOT
-from vgpu_components import allocator, switches
+from vgpu_components import container, switches
 from vgpu_components.config import DEFAULTS
 from vgpu_components.nvml import Gpu
 
@@ -60,10 +60,10 @@ def quota_switches(text: str) -> list[list[str]]:
     return [line.split("=", 1) for line in lines]
 
 
-def contract() -> allocator.Allocation:
+def contract() -> container.Allocation:
     gpu = Gpu(uuid="GPU-0", index=0, total_mib=1000)
     cfg = {**DEFAULTS, "state_dir": "/tmp/state"}  # noqa: S108 (never written: the contract is data)
-    return allocator.container_contract(gpu, 1, 100, "a" * 16, cfg)
+    return container.container_contract(gpu, 1, 100, "a" * 16, cfg)
 
 
 def drift(listed: Sequence[switches.Switch]) -> list[str]:

@@ -29,8 +29,9 @@ from fakes import (
     mps_ask,
     two_gpus,
 )
-from vgpu_components import allocator, config, dra, mps
-from vgpu_components.allocator import DeviceTable, build_allocation, container_contract
+from vgpu_components import config, dra, mps, mps_contract
+from vgpu_components.allocator import DeviceTable
+from vgpu_components.container import build_allocation, container_contract
 from vgpu_components.dra import PrepareError
 from vgpu_components.dra_driver import DraDriver
 from vgpu_components.mps import MpsManager
@@ -209,7 +210,7 @@ def test_a_claim_on_an_mps_node_gets_the_mps_contract_as_the_device_plugin_gives
     assert claim.mps_request.settings() == (GPUS[0].uuid, 40, 3000)
     table = DeviceTable(GPUS, 100)
     ids = [f"{table.gpus()[0].key}-{n}" for n in range(30)]
-    plugin = build_allocation(table, ids, cfg, allocator.mps_contract(cfg, backend, logging.getLogger("test")))
+    plugin = build_allocation(table, ids, cfg, mps_contract.for_node(cfg, backend, logging.getLogger("test")))
     assert {k: v for k, v in plugin.envs.items() if k.startswith("CUDA_MPS")} == {
         k: v for k, v in claim.envs.items() if k.startswith("CUDA_MPS")
     }

@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import component, kube, mps, nvml
-from vgpu_components.allocator import Allocation, DeviceTable, MpsContract, mps_contract, node_mps
+from vgpu_components.allocator import DeviceTable
+from vgpu_components.container import Allocation
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.mps import READY_FILE
+from vgpu_components.mps_contract import MpsContract, node_mps
+from vgpu_components.mps_contract import for_node as mps_contract
 from vgpu_components.nvml import Gpu, GpuBackend
 from vgpu_components.plugin_health import XidHealth
 from vgpu_components.plugin_holders import Holders

@@ -11,7 +11,7 @@ The rules:
   (allowMultipleAllocations, KEP-5075). Its request policy: at least one unit, in steps of a unit,
   and a request that names no memory takes the whole GPU. kube-scheduler rounds every request up
   to the unit and allocates a device only while the claims on it fit its memory.
-- A claim's result for one of this pool's devices becomes one container contract (allocator.py)
+- A claim's result for one of this pool's devices becomes one container contract (container.py)
   for its consumed memory. Its alloc-id, the name of its host paths, is derived from the claim
   UID, the request, the device and the share ID, so preparing the same claim again finds the same
   folders. A result without consumed capacity (the API server's DRAConsumableCapacity gate off:
@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from vgpu_components import ids, names
-from vgpu_components.allocator import Allocation
+from vgpu_components.container import Allocation
 from vgpu_components.memory_size import MIB
 from vgpu_components.nvml import Gpu
 from vgpu_components.quantity import parse_quantity

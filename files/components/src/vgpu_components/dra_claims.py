@@ -1,5 +1,5 @@
 """The DRA driver's claims: prepare a claim for this node (the device plugin's container contract,
-allocator.container_contract and host_paths.HostPaths, handed to the container runtime as CDI
+container.container_contract and host_paths.HostPaths, handed to the container runtime as CDI
 devices), record it (dra_records.py), unprepare it, and write the CDI specifications again at start
 (they live on a tmpfs)."""
 
@@ -13,10 +13,11 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from vgpu_components import dra, kube, mps, nvml
-from vgpu_components.allocator import Allocation, container_contract, mps_contract
+from vgpu_components.container import Allocation, container_contract
 from vgpu_components.dra import ClaimDevice, PrepareError
 from vgpu_components.dra_records import ClaimRecords
 from vgpu_components.host_paths import HostPaths
+from vgpu_components.mps_contract import for_node as mps_contract
 from vgpu_components.nvml import Gpu
 
 log = logging.getLogger("vgpu.dra_driver")

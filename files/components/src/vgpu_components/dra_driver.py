@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from vgpu_components import component, dra, kube, nvml
-from vgpu_components.allocator import Allocation, node_mps
+from vgpu_components.container import Allocation
 from vgpu_components.dra import ClaimDevice
 from vgpu_components.dra_claims import ClaimPreparer
 from vgpu_components.dra_services import DraServer
 from vgpu_components.dra_slices import SlicePublisher
+from vgpu_components.mps_contract import node_mps
 from vgpu_components.nvml import Gpu
 
 log = logging.getLogger("vgpu.dra_driver")

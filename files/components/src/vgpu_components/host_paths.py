@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from vgpu_components import mps
+from vgpu_components import layout, mps
 from vgpu_components.mps import MpsRequest
 
 log = logging.getLogger("vgpu.device_plugin")
 
-REGION_FILE = "vgpu.region"
+REGION_FILE = layout.REGION_FILE
 RETIRED_PREFIX = ".retired-"
 CONTAINERS_MODE = 0o711
 FOLDER_MODE = 0o755
@@ -48,7 +48,7 @@ QUOTA_MODE = 0o644
 
 
 class Prepared(Protocol):
-    """What prepare needs of an allocation (allocator.Allocation)."""
+    """What prepare needs of an allocation (container.Allocation)."""
 
     alloc_id: str
     quota_text: str
@@ -60,8 +60,8 @@ class Prepared(Protocol):
 class HostPaths:
     def __init__(self, state_dir: str | os.PathLike[str], grace_s: float) -> None:
         self.state_dir = Path(state_dir)
-        self.containers = Path(state_dir) / "containers"
-        self.quotas = Path(state_dir) / "quotas"
+        self.containers = layout.containers(state_dir)
+        self.quotas = layout.quotas(state_dir)
         self.grace_s = grace_s
         self._unlisted_since: dict[str, float] = {}  # alloc-id -> when collect first missed it
         self._serial = itertools.count()

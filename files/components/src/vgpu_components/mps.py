@@ -29,7 +29,7 @@ The protocol with the device plugin and the DRA driver (this module is its one h
            lose their MPS server, as with any MPS daemon restart.
 
 The container gets only <pipe_dir>/<alloc-id>, read-only, at <pipe_dir>, and
-CUDA_MPS_PIPE_DIRECTORY (allocator.container_contract): it can reach no other allocation's daemon,
+CUDA_MPS_PIPE_DIRECTORY (container.container_contract): it can reach no other allocation's daemon,
 and no variable it sets raises what its daemon allows. `<pipe_dir>/.ready` exists while nvidia-mps
 runs (the device plugin advertises compute shares only then).
 
@@ -52,11 +52,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import component, contract, ids, nvml
+from vgpu_components import component, contract, ids, layout, nvml
 
 log = logging.getLogger("vgpu.mps")
 READY_FILE = ".ready"
-REQUESTS = "mps"  # <state_dir>/mps/<alloc-id>.json
 VERSION = 1
 
 
@@ -106,7 +105,7 @@ def new_serial() -> str:
 
 
 def requests_dir(state_dir: str | os.PathLike[str]) -> Path:
-    return Path(state_dir) / REQUESTS
+    return layout.mps_requests(state_dir)
 
 
 def write_request(state_dir: str | os.PathLike[str], request: MpsRequest) -> None:
@@ -114,7 +113,7 @@ def write_request(state_dir: str | os.PathLike[str], request: MpsRequest) -> Non
     folder = requests_dir(state_dir)
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
-    path = folder / f"{request.alloc_id}.json"
+    path = layout.mps_request_path(state_dir, request.alloc_id)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(request.dumps(), encoding="utf-8")
     tmp.chmod(0o644)
@@ -122,7 +121,7 @@ def write_request(state_dir: str | os.PathLike[str], request: MpsRequest) -> Non
 
 
 def read_request(state_dir: str | os.PathLike[str], alloc_id: str) -> MpsRequest | None:
-    path = requests_dir(state_dir) / f"{alloc_id}.json"
+    path = layout.mps_request_path(state_dir, alloc_id)
     try:
         return MpsRequest.loads(path.read_text(encoding="utf-8"), str(path))
     except FileNotFoundError:
@@ -130,7 +129,7 @@ def read_request(state_dir: str | os.PathLike[str], alloc_id: str) -> MpsRequest
 
 
 def remove_request(state_dir: str | os.PathLike[str], alloc_id: str) -> None:
-    (requests_dir(state_dir) / f"{alloc_id}.json").unlink(missing_ok=True)
+    layout.mps_request_path(state_dir, alloc_id).unlink(missing_ok=True)
 
 
 def pipe_folder(pipe_dir: str | os.PathLike[str], alloc_id: str) -> Path:

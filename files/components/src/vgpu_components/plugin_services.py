@@ -15,8 +15,10 @@ from typing import Any, Protocol
 import grpc
 
 from vgpu_components import ids, mps, names, protos
-from vgpu_components.allocator import Allocation, AllocationError, DeviceTable, MpsContract, build_allocation
+from vgpu_components.allocator import AllocationError, DeviceTable
+from vgpu_components.container import Allocation, build_allocation
 from vgpu_components.host_paths import HostPaths
+from vgpu_components.mps_contract import MpsContract
 from vgpu_components.shares import ShareLedger, ShareTokens
 
 log = logging.getLogger("vgpu.device_plugin")

@@ -1,6 +1,6 @@
 """A quota file as libvgpu reads it: the one source of a container's quota (docs/architecture.md,
 "One quota per container"). The device plugin's Allocate and the DRA driver's prepare write it
-(allocator.container_contract), libvgpu enforces it, and cgpu-monitor reads it here.
+(container.container_contract), libvgpu enforces it, and cgpu-monitor reads it here.
 
     # comments and blank lines
     memory_limit=3000MiB                 every CUDA ordinal of the container
@@ -13,8 +13,8 @@ must hold something, so zero is refused. The last memory_limit line wins, as in 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from vgpu_components import layout
 from vgpu_components.memory_size import MIB, parse_mib
 
 MAX_DEVICES = 16  # libvgpu's VGPU_MAX_DEVICES: CUDA ordinals 0-15
@@ -75,7 +75,7 @@ def read_quota_bytes(state_dir: str | os.PathLike[str], alloc_id: str) -> int | 
     """The quota of an allocation, from the quota file the device plugin or the DRA driver wrote
     for it; None when the file is gone or sets no quota on the container's GPU. QuotaFileError when
     the file is not what libvgpu accepts."""
-    path = Path(state_dir) / "quotas" / f"{alloc_id}.conf"
+    path = layout.quota_path(state_dir, alloc_id)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
