@@ -32,7 +32,7 @@ SERVER = """
 import json, sys
 sys.path[:0] = [{bench!r}]  # extender_latency; vgpu_components is installed
 from extender_latency import build_model
-from vgpu_components.extender import Extender
+from vgpu_components.extender_verbs import Extender
 from vgpu_components.extender_http import ExtenderServer
 server = ExtenderServer("127.0.0.1", 0, Extender(build_model({nodes}, 8)))
 print(server.server_address[1], flush=True)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from vgpu_components import config, monitor
+from vgpu_components import config, monitor_collector
 
 SRC = Path(config.__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def test_dashboard_queries_only_metrics_the_monitor_exports() -> None:
     dashboard = json.loads((SRC.parent / "dashboards" / "cgpu-monitor.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"\bvgpu_[a-z_]+", e)}
-    source = Path(monitor.__file__).read_text()
+    source = Path(monitor_collector.__file__).read_text()
     exported = set(re.findall(r'"(vgpu_[a-z_]+)"', source))
     exported |= {f"{name}_total" for name in exported}
     assert used and used <= exported, used - exported

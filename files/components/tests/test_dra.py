@@ -29,12 +29,12 @@ from fakes import (
     mps_ask,
     two_gpus,
 )
-from vgpu_components import config, dra, mps, mps_contract
+from vgpu_components import config, dra, mps_contract, mps_requests
 from vgpu_components.allocator import DeviceTable
 from vgpu_components.container import build_allocation, container_contract
 from vgpu_components.dra import PrepareError
 from vgpu_components.dra_driver import DraDriver
-from vgpu_components.mps import MpsManager
+from vgpu_components.mps_supervisor import MpsManager
 from vgpu_components.nvml import Gpu
 
 from tests.polling import wait_for
@@ -352,7 +352,9 @@ def test_a_claim_on_an_mps_node_starts_with_its_own_mps_daemon_and_ends_with_it(
         api.pods[("ns", "p")] = pod_with_claim("p", POD_UID, "p-gpu-1")
         assert kubelet.prepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
         share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
-        pipe = mps.pipe_folder(manager_cfg["mps"]["pipe_dir"], dra.dra_alloc_id(CLAIM_UID, "gpu", "gpu-1", share))
+        pipe = mps_requests.pipe_folder(
+            manager_cfg["mps"]["pipe_dir"], dra.dra_alloc_id(CLAIM_UID, "gpu", "gpu-1", share)
+        )
         assert mps_ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M"
         assert mps_ask(pipe, "get_default_active_thread_percentage") == "100.0"
         assert kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
@@ -373,7 +375,7 @@ def test_a_claim_whose_mps_daemon_does_not_start_is_not_prepared(short_tmp: Path
     with pytest.raises(PrepareError, match="is nvidia-mps running on this node"):
         driver.prepare("ns", CLAIM_UID, "p-gpu-1")
     assert not list((short_tmp / "state" / "quotas").glob("*.conf"))  # nothing left behind
-    assert not list(mps.requests_dir(cfg["state_dir"]).glob("*.json"))
+    assert not list(mps_requests.requests_dir(cfg["state_dir"]).glob("*.json"))
 
 
 def test_each_claim_gets_its_own_answer(node: DraNode) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from vgpu_components import contract, ids, layout, switches
 from vgpu_components.allocator import AllocationError, DeviceTable
-from vgpu_components.mps import MpsRequest, new_serial, pipe_folder
 from vgpu_components.mps_contract import MpsContract
+from vgpu_components.mps_requests import MpsRequest, new_serial, pipe_folder
 from vgpu_components.nvml import Gpu
 
 # The NVIDIA runtime's device list as mounts (its accept-nvidia-visible-devices-as-volume-mounts):
@@ -99,7 +99,7 @@ def container_contract(
     ]
     mps_request = None
     if mps is not None:
-        # The allocation's own daemon (mps.py) holds its share and its pinned limit (the quota, the
+        # The allocation's own daemon (mps_requests.py) holds its share and its pinned limit (the quota, the
         # driver's own limit under libvgpu's) as the defaults of every server it starts: no variable
         # the container sets raises them. Its pipe folder alone, read-only (a client only connects
         # to the daemon's sockets: tests/gpu/mps_readonly_pipe.sh, on the H200), at mps.pipe_dir.

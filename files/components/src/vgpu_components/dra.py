@@ -1,7 +1,8 @@
 """The DRA driver's pure core: the ResourceSlice it publishes, what a claim's allocation gives this
 node, and the CDI specification that carries the container contract.
 
-No gRPC, NVML or Kubernetes client here (dra_driver.py wires them), so the rules are easy to test.
+No gRPC, NVML or Kubernetes client here (dra_claims.py, dra_slices.py and dra_services.py apply the
+rules), so the rules are easy to test.
 
 The rules:
 - The driver is `gpu.<resource_prefix>` (gpu.vgpu.io); its pool on a node is the node's name, one

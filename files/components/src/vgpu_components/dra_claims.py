@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from vgpu_components import dra, kube, mps, nvml
+from vgpu_components import dra, kube, mps_requests, nvml
 from vgpu_components.container import Allocation, container_contract
 from vgpu_components.dra import ClaimDevice, PrepareError
 from vgpu_components.dra_records import ClaimRecords
@@ -109,7 +109,7 @@ class ClaimPreparer:
         return path
 
     def _prepare_host(self, allocations: list[Allocation]) -> None:
-        """The allocations' host paths, and on an MPS node their running MPS daemons (mps.py): a
+        """The allocations' host paths, and on an MPS node their running MPS daemons (mps_requests.py): a
         container must not start before its daemon, or its CUDA runs without MPS, unlimited."""
         self.host_paths.prepare(allocations)
         if self.mps is None:
@@ -117,8 +117,8 @@ class ClaimPreparer:
         try:
             for allocation in allocations:
                 if allocation.mps_request is not None:
-                    mps.wait_ready(self.mps.pipe_dir, allocation.mps_request, self.mps.start_timeout_s)
-        except mps.MpsNotReady as exc:
+                    mps_requests.wait_ready(self.mps.pipe_dir, allocation.mps_request, self.mps.start_timeout_s)
+        except mps_requests.MpsNotReady as exc:
             for allocation in allocations:
                 self.host_paths.retire(allocation.alloc_id)
             raise PrepareError(str(exc)) from None

@@ -2,7 +2,7 @@
 
     <state_dir>/containers/<alloc-id>/vgpu.region    mounted read-write at /var/run/vgpu
     <state_dir>/quotas/<alloc-id>.conf               mounted read-only at /etc/vgpu/quota.conf
-    <state_dir>/mps/<alloc-id>.json                  MPS nodes: what its MPS daemon enforces (mps.py)
+    <state_dir>/mps/<alloc-id>.json                  MPS nodes: what its MPS daemon enforces (mps_requests.py)
 
 The rule: the plugin owns both folders and everything it creates in them; a container can write
 its region file and nothing else it did not create itself.
@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from vgpu_components import layout, mps
-from vgpu_components.mps import MpsRequest
+from vgpu_components import layout, mps_requests
+from vgpu_components.mps_requests import MpsRequest
 
 log = logging.getLogger("vgpu.device_plugin")
 
@@ -97,7 +97,7 @@ class HostPaths:
         tmp.chmod(QUOTA_MODE)
         tmp.replace(quota)
         if allocation.mps_request is not None:
-            mps.write_request(self.state_dir, allocation.mps_request)
+            mps_requests.write_request(self.state_dir, allocation.mps_request)
 
     def _ensure_parents(self) -> None:
         self.containers.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ class HostPaths:
             folder.rename(retired)
             _delete(retired)
         (self.quotas / f"{alloc_id}.conf").unlink(missing_ok=True)
-        mps.remove_request(self.state_dir, alloc_id)  # nvidia-mps stops its daemon
+        mps_requests.remove_request(self.state_dir, alloc_id)  # nvidia-mps stops its daemon
 
     def collect(self, allocated: Iterable[str], now: float | None = None) -> list[str]:
         """Retire allocations PodResources has not listed for grace_s; returns their alloc-ids.
@@ -124,7 +124,7 @@ class HostPaths:
         listed = set(allocated)
         on_disk = {p.name for p in _entries(self.containers) if not p.name.startswith(RETIRED_PREFIX)}
         on_disk |= {p.name.removesuffix(".conf") for p in _entries(self.quotas) if p.name.endswith(".conf")}
-        on_disk |= {p.stem for p in _entries(mps.requests_dir(self.state_dir)) if p.name.endswith(".json")}
+        on_disk |= {p.stem for p in _entries(mps_requests.requests_dir(self.state_dir)) if p.name.endswith(".json")}
         for alloc_id in list(self._unlisted_since):
             if alloc_id in listed or alloc_id not in on_disk:
                 del self._unlisted_since[alloc_id]

@@ -1,7 +1,7 @@
 """The host layout of an allocation under state_dir (docs/architecture.md, "Contract: container env
 and mounts"), built here only: the device plugin and the DRA driver make it (host_paths.py, from the
 container contract, container.py), cgpu-monitor reads it (quota_file.py, region.py), nvidia-mps
-reads its requests (mps.py).
+reads its requests (mps_supervisor.py).
 
     <state_dir>/containers/<alloc-id>/vgpu.region    the region, mounted read-write at /var/run/vgpu
     <state_dir>/quotas/<alloc-id>.conf               the quota file, read-only at /etc/vgpu/quota.conf

@@ -1,5 +1,5 @@
 """What MPS adds to the container contract on a node (docs/architecture.md, "Decision: an MPS server
-per allocation"): each allocation's own MPS daemon (mps.py), whose defaults carry the thread
+per allocation"): each allocation's own MPS daemon (mps_requests.py), whose defaults carry the thread
 percentage and the pinned memory limit, so the container's environment holds nothing it could raise.
 The device plugin's Allocate and the DRA driver's prepare decide it alike (for_node), and the node's
 <prefix>/mps label says whether MPS is on for the node (node_mps)."""
@@ -18,8 +18,8 @@ log = logging.getLogger("vgpu.mps")
 
 @dataclass(frozen=True)
 class MpsContract:
-    """What MPS adds to the container contract on this node (device_plugin.DevicePlugin decides):
-    each allocation's own MPS daemon (mps.py), whose defaults carry the thread percentage and the
+    """What MPS adds to the container contract on this node (plugin.DevicePlugin decides):
+    each allocation's own MPS daemon (mps_requests.py), whose defaults carry the thread percentage and the
     pinned memory limit, so the container's environment holds nothing it could raise."""
 
     pipe_dir: str
@@ -29,7 +29,7 @@ class MpsContract:
     shares: bool = False
     thread_percentage: int = 100
     pinned_limit: bool = False  # the daemon's pinned device-memory limit = the quota (CUDA 11.5+)
-    start_timeout_s: float = 10.0  # how long an allocation waits for its daemon (mps.wait_ready)
+    start_timeout_s: float = 10.0  # how long an allocation waits for its daemon (mps_requests.wait_ready)
 
 
 # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT came with CUDA 11.5; R470 drivers support CUDA 11.4.
