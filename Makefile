@@ -67,7 +67,7 @@ MOLECULE_ALL := $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/mol
 # so the short ones (1 to 2 minutes each) fill in at the end and the lanes finish together.
 MOLECULE_LONG := nvidia_driver k3s_config vgpu_interposer
 MOLECULE_SCENARIOS ?= $(foreach s,$(MOLECULE_LONG),$(filter $(s),$(MOLECULE_ALL))) $(filter-out $(MOLECULE_LONG),$(MOLECULE_ALL))
-PY_SOURCES := plugins files/components files/site tests bench molecule
+PY_SOURCES := plugins files/components files/site tests bench molecule contract
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev containerd
 
@@ -81,6 +81,12 @@ $(VENV)/.stamp: requirements-dev.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-deps -r requirements-dev.txt
+	touch $@
+
+# The components' package, installed editable into the development venv: the tests and the benches
+# import it as the image does (vgpu_components), from files/components/src.
+$(VENV)/.components.stamp: files/components/pyproject.toml | $(VENV)/.stamp
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e files/components
 	touch $@
 
 $(SITE_VENV)/.stamp: requirements-site.txt
@@ -177,8 +183,14 @@ test: host-packages prebuild venv lint sanity unit security ## the complete offl
 prebuild: ## start the Go builds of the upstream binaries in the background (make test: they use the idle core)
 	tests/harness/prebuild.sh
 
+.PHONY: generate
+generate: venv ## write every file generated from the contract (contract/contract.yml)
+	$(PY) contract/generate.py
+
 .PHONY: lint
-lint: venv collection ## ruff, mypy, ansible-lint (production profile)
+lint: venv $(VENV)/.components.stamp collection ## ruff, mypy, ansible-lint (production profile), generated files fresh
+	@echo ">> generated files (contract/generate.py --check: each equal to a fresh generation)"
+	$(PY) contract/generate.py --check
 	@echo ">> ruff"
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)
@@ -197,14 +209,14 @@ sanity: venv host-packages ## ansible-test sanity from an ansible_collections/vg
 	    && $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --color no --exclude files/libvgpu/ $(SANITY_ARGS)
 
 .PHONY: unit
-unit: venv $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
+unit: venv $(VENV)/.components.stamp $(DEP_COLL_STAMPS) ## pytest: plugin and component unit and integration tests
 	$(MAKE) -C files/components proto
 	@# Two workers: one core was idle for 13 minutes once the prebuild's Go builds were done. A
 	@# file's tests stay on one worker, so its module fixtures (libvgpu builds) run once.
 	$(BIN)/pytest -q -n $(UNIT_JOBS) --dist loadfile tests/unit files/components/tests -m "not docker"
 
 .PHONY: security
-security: venv $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
+security: venv $(VENV)/.components.stamp $(DEP_COLL_STAMPS) ## tests/security: a regression test for each finding of the adversarial review
 	$(MAKE) -C files/components proto
 	$(BIN)/pytest -q tests/security
 
@@ -213,7 +225,7 @@ libvgpu-test: ## build libvgpu with -Werror and run its tests, plain and under s
 	$(MAKE) -C files/libvgpu check PYTHON=$(abspath $(PY))
 
 .PHONY: images
-images: venv ## the locally built container images (molecule node image, component image)
+images: venv $(VENV)/.components.stamp ## the locally built container images (molecule node image, component image)
 	tests/harness/ensure-docker.sh
 	tests/harness/build-node-image.sh
 	@echo ">> component image (built by files/components/image/build.sh when stale) and its tests"
@@ -224,7 +236,7 @@ molecule: collection images ## every molecule scenario: converge, idempotence, v
 	tests/harness/molecule.sh $(MOLECULE_JOBS) $(MOLECULE_SCENARIOS)
 
 .PHONY: e2e
-e2e: collection ## end-to-end tests against a real local Kubernetes control plane
+e2e: collection $(VENV)/.components.stamp ## end-to-end tests against a real local Kubernetes control plane
 	$(MAKE) -C tests/k8s test
 
 .PHONY: e2e-node

@@ -22,8 +22,8 @@ from typing import Any
 import _components_path
 from fakes import FakeKubelet
 from vgpu_components import config
-from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.nvml import Gpu
+from vgpu_components.plugin import DevicePlugin
 
 GPU_MIB = 141 * 1024
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import _components_path
 from fakes import make_pki
-from vgpu_components.extender import Extender
 from vgpu_components.extender_http import ExtenderServer
+from vgpu_components.extender_verbs import Extender
 from vgpu_components.scheduling import ClusterModel
 from vgpu_components.tls import TlsFiles
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import _components_path
+import _components_path  # noqa: F401  (the test peers on the path, the gRPC stubs)
 from extender_latency import pod
 from vgpu_components.extender_http import MAX_BODY
 
@@ -30,9 +30,9 @@ MIB = 1024 * 1024
 
 SERVER = """
 import json, sys
-sys.path[:0] = [{src!r}, {bench!r}]
+sys.path[:0] = [{bench!r}]  # extender_latency; vgpu_components is installed
 from extender_latency import build_model
-from vgpu_components.extender import Extender
+from vgpu_components.extender_verbs import Extender
 from vgpu_components.extender_http import ExtenderServer
 server = ExtenderServer("127.0.0.1", 0, Extender(build_model({nodes}, 8)))
 print(server.server_address[1], flush=True)
@@ -68,9 +68,7 @@ def cases() -> dict[str, Callable[[], bytes]]:
 
 
 def run_case(name: str, body: bytes, nodes: int) -> dict[str, object]:
-    code = SERVER.format(
-        src=str(_components_path.ROOT / "files" / "components" / "src"), bench=str(Path(__file__).parent), nodes=nodes
-    )
+    code = SERVER.format(bench=str(Path(__file__).parent), nodes=nodes)
     server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None

@@ -16,8 +16,5 @@ if "ansible_collections.vgpu.isolation" not in sys.modules and ROOT.parent.paren
     if not _LINK.is_symlink():
         _LINK.symlink_to(ROOT, target_is_directory=True)
     sys.path.insert(0, str(_TREE))
-# Helpers the unit tests of several folders share (role_render.py).
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
-# tests.polling, the suites' one wait helper (files/components/tests/conftest.py does the same).
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The helpers the suites share (role_render.py, tests.polling) are on the path by pytest's
+# configuration (pyproject.toml, pythonpath).

@@ -13,20 +13,39 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
-
+from ansible_collections.vgpu.isolation.plugins.module_utils import gpus_annotation
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import (
+    ANNOTATIONS,
+    DRA_DRIVER,
+    LABELS,
+    RESOURCES,
+)
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import (
+    COMPONENTS as CONTRACT_COMPONENTS,
+)
 from ansible_collections.vgpu.isolation.plugins.module_utils.gpu_info import (
     parse_smi_memory,
     parse_vgpu_report_memory,
 )
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
 
-COMPONENTS = (
-    "nvidia-shared-device-plugin",
-    "vgpu-dra-driver",
-    "cgpu-monitor",
-    "nvidia-mps",
-    "gpushare-scheduler-extender",
-)
+# The components (the contract's list, contract/contract.yml).
+COMPONENTS = tuple(component["name"] for component in CONTRACT_COMPONENTS)
+
+
+# The names of the contract, composed from the resource prefix.
+def _memory(prefix):
+    return "%s/%s" % (prefix, RESOURCES["memory"])
+
+
+def _label(prefix, which):
+    return "%s/%s" % (prefix, LABELS[which])
+
+
+def _driver(prefix):
+    return "%s.%s" % (DRA_DRIVER, prefix)
+
+
 NAME_LABEL = "app.kubernetes.io/name"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 
@@ -56,7 +75,7 @@ def expected_components(node, gpu_node_names, prefix, scheduling="extender"):
     wanted = []
     if _meta(node).get("name") in gpu_node_names:
         wanted += ["vgpu-dra-driver" if scheduling == "dra" else "nvidia-shared-device-plugin", "cgpu-monitor"]
-        if labels.get("%s/mps" % prefix) == "true":
+        if labels.get(_label(prefix, "mps")) == "true":
             wanted.append("nvidia-mps")
     if is_control_plane(node) and scheduling != "dra":
         wanted.append("gpushare-scheduler-extender")
@@ -71,40 +90,48 @@ def _quantity_int(value):
         return 0
 
 
-def _annotated_gpus(text, unit_mib):
+def _annotated_gpus(text):
     """Each GPU of the device plugin's <prefix>/gpus annotation: its index, memory and the MiB its
-    units offer; [] when there is none or it cannot be read."""
+    units offer, in the annotation's own unit (the extender's reader, module_utils/gpus_annotation.py);
+    [] when there is none or it cannot be read, as the extender counts such a node."""
     try:
-        gpus = json.loads(text)["gpus"]
-        return [
-            {"index": int(g["index"]), "total_mib": int(g["total_mib"]), "offered_mib": int(g["units"]) * int(unit_mib)}
-            for g in gpus
-        ]
-    except (TypeError, ValueError, KeyError):
+        unit, gpus = gpus_annotation.read(text)
+    except ValueError:
         return []
+    return [{"index": g["index"], "total_mib": g["total_mib"], "offered_mib": g["units"] * unit} for g in gpus]
 
 
 def node_memory(node, prefix, unit_mib):
     """What a node advertises: units of <prefix>/gpu-memory and the MiB they stand for, and per GPU
     (the device plugin's annotation) what it offers."""
     status = node.get("status") or {}
-    resource = "%s/gpu-memory" % prefix
+    resource = _memory(prefix)
     capacity = _quantity_int((status.get("capacity") or {}).get(resource))
     allocatable = _quantity_int((status.get("allocatable") or {}).get(resource))
-    annotation = (_meta(node).get("annotations") or {}).get("%s/gpus" % prefix)
+    annotation = (_meta(node).get("annotations") or {}).get("%s/%s" % (prefix, ANNOTATIONS["gpus"]))
     return {
         "name": _meta(node).get("name"),
         "capacity_units": capacity,
         "allocatable_units": allocatable,
         "allocatable_mib": allocatable * int(unit_mib),
         "gpus_annotation": annotation,
-        "gpus": _annotated_gpus(annotation, unit_mib),
+        "gpus": _annotated_gpus(annotation),
     }
+
+
+def _slice_mib(value):
+    """A device's memory capacity in MiB. The driver publishes "<n>Mi", and the API server returns the
+    canonical quantity ("8Gi" for 8192Mi, "1Ti"): Kubernetes' binary suffixes are memory sizes of the
+    inventory's grammar. A value of another form offers nothing."""
+    try:
+        return parse_mib(str(value), "memory", 0)
+    except ValueError:
+        return 0
 
 
 def slice_memory(node_name, slices, prefix, unit_mib):
     """What a node offers on the DRA path: the memory of the devices of its ResourceSlices of our driver."""
-    driver = "gpu.%s" % prefix
+    driver = _driver(prefix)
     total = 0
     published = False
     gpus = []
@@ -114,8 +141,7 @@ def slice_memory(node_name, slices, prefix, unit_mib):
             continue
         published = True
         for index, device in enumerate(spec.get("devices") or []):
-            value = str(((device.get("capacity") or {}).get("memory") or {}).get("value", "0"))
-            offered = _quantity_int(value[:-2] if value.endswith("Mi") else value)
+            offered = _slice_mib(((device.get("capacity") or {}).get("memory") or {}).get("value", "0"))
             total += offered
             gpus.append({"index": index, "offered_mib": offered})
     return published, {
@@ -134,9 +160,9 @@ def gpu_node_memory(node, prefix, unit_mib, scheduling="extender", slices=None):
     name = _meta(node).get("name")
     if scheduling == "dra":
         published, view = slice_memory(name, slices or [], prefix, unit_mib)
-        return view, None if published else "GPU node %s publishes no ResourceSlice of gpu.%s" % (name, prefix)
+        return view, None if published else "GPU node %s publishes no ResourceSlice of %s" % (name, _driver(prefix))
     view = node_memory(node, prefix, unit_mib)
-    problem = "GPU node %s advertises no %s/gpu-memory" % (name, prefix) if view["allocatable_units"] <= 0 else None
+    problem = "GPU node %s advertises no %s" % (name, _memory(prefix)) if view["allocatable_units"] <= 0 else None
     return view, problem
 
 
@@ -150,11 +176,13 @@ def cluster_health(nodes, pods, gpu_nodes=None, prefix="vgpu.io", unit_mib=100, 
     by_name = {str(_meta(n).get("name")): n for n in nodes}
     if gpu_nodes is None:
         gpu_nodes = [
-            name for name, n in by_name.items() if (_meta(n).get("labels") or {}).get("%s/gpu-node" % prefix) == "true"
+            name
+            for name, n in by_name.items()
+            if (_meta(n).get("labels") or {}).get(_label(prefix, "gpu_node")) == "true"
         ]
     problems = ["GPU node %s is not registered in the cluster" % name for name in sorted(set(gpu_nodes) - set(by_name))]
     if not gpu_nodes:
-        problems.append("no GPU node: none named and none labelled %s/gpu-node=true" % prefix)
+        problems.append("no GPU node: none named and none labelled %s=true" % _label(prefix, "gpu_node"))
 
     components: dict = {name: {"expected": 0, "running": 0, "nodes": {}} for name in COMPONENTS}
     running_on: dict = {}
@@ -198,7 +226,7 @@ def gpu_memory_holders(pods, prefix="vgpu.io"):
     """The pods that hold GPU memory now: placed on a node, not finished, asking <prefix>/gpu-memory.
 
     Each is "namespace/name on node (N units)"; their quotas were computed in the unit in force."""
-    resource = "%s/gpu-memory" % prefix
+    resource = _memory(prefix)
     holders = []
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
@@ -217,7 +245,7 @@ def mps_label_changes(nodes, gpu_nodes, prefix="vgpu.io"):
     changed = []
     for node in nodes:
         name = _meta(node).get("name")
-        label = (_meta(node).get("labels") or {}).get("%s/mps" % prefix)
+        label = (_meta(node).get("labels") or {}).get(_label(prefix, "mps"))
         if name in wanted and label is not None and label != wanted[name]:
             changed.append(name)
     return sorted(changed)

@@ -6,11 +6,14 @@
 roles/vgpu runs it on the controller before any node is touched (playbooks/check.yml runs it before
 facts are gathered). It checks what a user can get wrong in the inventory: names (a misspelt
 setting or role variable is refused with the nearest known name, from the collection's schema,
-plugins/lookup/settings_schema.py), role variables of the other Kubernetes flavour, types against
-the role's argument specs (short messages instead of Ansible's argument-spec dump), version strings
-that YAML turned into numbers, memory sizes (module_utils/memory_size.py), the rules between
-settings, and quotas no GPU of the cluster can give. ``settings_report`` turns the problems of every
-host into one report.
+plugins/lookup/settings_schema.py), role variables of the other Kubernetes flavour, types (short
+messages instead of Ansible's argument-spec dump), version strings that YAML turned into numbers,
+memory sizes, ranges and choices, the rules between settings, and quotas no GPU of the cluster can
+give. ``settings_report`` turns the problems of every host into one report.
+
+What each setting is, its type, rules and scope, comes from the contract (contract/contract.yml,
+generated into module_utils/contract.py), and its rules are checked by module_utils/rules.py, the
+checker the components' config uses too: the check refuses what the components would refuse.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,20 +23,12 @@ __metaclass__ = type
 import difflib
 import re
 
-from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib, units_for
+from ansible_collections.vgpu.isolation.plugins.module_utils import rules
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import OLD_NAMES, RETIRED, SETTINGS, VERSION
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib, read_mib, units_for
 
-_PREFIX = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
-
-# Version settings: the form each must have. YAML reads an unquoted 1.30 as the number 1.3, so a
-# version given as a number is refused before its form is checked.
-VERSIONS = {
-    "vgpu_kubernetes_version": (re.compile(r"^\d+\.\d+\.\d+$"), "'1.31.4'"),
-    "vgpu_k3s_version": (re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$"), "'v1.36.3+k3s1'"),
-    "vgpu_driver_version": (re.compile(r"^\d+\.\d+(\.\d+)?$"), "'470.256.02'"),
-    "vgpu_driver_branch": (re.compile(r"^\d+$"), "'470'"),
-    "vgpu_cuda_version": (re.compile(r"^\d+\.\d+$"), "'11.4'"),
-}
+_MEMORY_SIZES = tuple(name for name, entry in SETTINGS.items() if "size" in entry)
 
 
 def _whole_number(value):
@@ -64,40 +59,54 @@ def role_prefixes(schema):
     return tuple(sorted(name + "_" for name in schema["roles"]))
 
 
-# Variables renamed since the last release, old name -> new name: an inventory that still sets the
-# old name would be ignored silently (the new one keeps its default), so the check names the new one.
-# kube-scheduler's wiring to the extender moved from vgpu_stack to roles/vgpu after 0.1.0.
-_SCHEDULER_HOME = "after release 0.1.0 (kube-scheduler's wiring moved to roles/vgpu)"
-RENAMED = {
-    "vgpu_stack_extender_port": "vgpu_extender_port",
-    "vgpu_stack_extender_http_timeout": "vgpu_extender_http_timeout",
-    "vgpu_stack_extender_tls": "vgpu_extender_tls",
-    "vgpu_stack_tls_dir": "vgpu_extender_tls_dir",
-    "vgpu_stack_tls_ca_days": "vgpu_extender_tls_ca_days",
-    "vgpu_stack_tls_cert_days": "vgpu_extender_tls_cert_days",
-    "vgpu_stack_tls_renew_days": "vgpu_extender_tls_renew_days",
-    "vgpu_stack_tls_install_python": "vgpu_extender_tls_install_python",
-    "vgpu_stack_extender_ignorable": "vgpu_extender_ignorable",
-    "vgpu_stack_extender_packing": "vgpu_extender_packing",
-    "vgpu_stack_extender_weight": "vgpu_extender_weight",
-    "vgpu_stack_percentage_of_nodes_to_score": "vgpu_scheduler_percentage_of_nodes_to_score",
-    "vgpu_stack_scheduler_config_path": "vgpu_scheduler_config_path",
-    "vgpu_stack_scheduler_kubeconfig": "vgpu_scheduler_kubeconfig",
-    "vgpu_stack_manage_scheduler": "vgpu_scheduler_manage",
-    "vgpu_stack_scheduler_health_timeout": "vgpu_scheduler_health_timeout",
-    "vgpu_stack_scheduler_health_url": "vgpu_scheduler_health_url",
-    "vgpu_stack_force_unit_change": "vgpu_force_unit_change",
-}
+# Old names (the contract's old_names, module_utils/contract.py OLD_NAMES): a setting renamed since
+# the last release keeps working under its old name for one release. roles/vgpu's default of the new
+# name reads the old one (defaults/main.yml, generated), the check names the new one in a deprecation,
+# and refuses an inventory that sets both to different values: which one it means is unknown.
+# Retired names are read no more; set, they get a deprecation too, so an upgrade does not stop on them.
 
 
-def renamed_names(given):
-    """One problem per given name that was renamed, naming the new one."""
-    return [
-        "%s: renamed %s %s; set %s instead, the value means the same"
-        % (name, RENAMED[name], _SCHEDULER_HOME, RENAMED[name])
-        for name in sorted(set(given))
-        if name in RENAMED
-    ]
+def deprecations(given):
+    """One line per old or retired name the inventory sets, saying what to set instead."""
+    lines = []
+    for name in sorted(set(given)):
+        if name in OLD_NAMES:
+            lines.append(
+                "%s: deprecated, renamed %s: set %s instead; release %s still reads the old name, the next "
+                'refuses it (docs/variables.md, "Old names")' % (name, OLD_NAMES[name], OLD_NAMES[name], VERSION)
+            )
+        elif name in RETIRED:
+            lines.append("%s: deprecated, no longer read: %s; remove it" % (name, RETIRED[name]))
+    return lines
+
+
+def renamed_problems(settings, given):
+    """An old name and its new one both set, to values that act differently: one problem naming both."""
+    problems = []
+    for old in sorted(set(given)):
+        new = OLD_NAMES.get(old)
+        if new is None or new not in given or old not in settings or new not in settings:
+            continue
+        (old_value, old_shown), (new_value, new_shown) = (
+            _comparable(new, settings[old], SETTINGS[new]),
+            _comparable(new, settings[new], SETTINGS[new]),
+        )
+        if old_value != new_value:
+            problems.append(
+                "%s and %s are one setting (%s is its old name) set to different values, %s and %s; remove %s"
+                % (old, new, old, old_shown, new_shown, old)
+            )
+    return problems
+
+
+def with_new_names(values):
+    """A host's settings with each old name's value under its new name, where the new one is not set
+    (what roles/vgpu's defaults do for one release)."""
+    out = dict(values)
+    for old, new in OLD_NAMES.items():
+        if old in values and new not in values:
+            out[new] = values[old]
+    return out
 
 
 # A name this close to a known one (difflib's ratio) is taken for a typo of it, whatever its prefix
@@ -110,7 +119,7 @@ def unknown_names(given, known, prefixes):
     problems = []
     candidates = sorted(known)
     for name in sorted(set(given)):
-        if name in known or name in RENAMED or name.startswith(("_", "ansible_")):
+        if name in known or name in OLD_NAMES or name in RETIRED or name.startswith(("_", "ansible_")):
             continue
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=_TYPO_CUTOFF)
         if not close and not name.startswith(prefixes):
@@ -179,56 +188,54 @@ _TYPE_CHECKS = {
 }
 
 
-def type_problems(settings, spec):
-    """Types and choices of the settings against the argument spec of roles/vgpu."""
+def type_problems(settings):
+    """Types of the settings (the contract's, which roles/vgpu's argument spec is generated from)."""
     problems = []
-    for name, option in sorted(spec.items()):
+    for name, entry in sorted(SETTINGS.items()):
         if name not in settings:
             continue
         value = settings[name]
-        check = _TYPE_CHECKS.get(option.get("type", "str"))
+        check = _TYPE_CHECKS.get(entry["type"])
         wrong = check(value) if check else None
-        if wrong is None and option.get("choices") and str(value) not in [str(c) for c in option["choices"]]:
-            wrong = "is not one of %s" % ", ".join(str(c) for c in option["choices"])
         if wrong:
             problems.append("%s: %r %s" % (name, value, wrong))
     return problems
 
 
-def version_problems(settings):
+def rule_problems(settings):
+    """Each setting's rules (module_utils/rules.py): ranges, choices, memory sizes, versions' forms,
+    the resource prefix, the one working value, libvgpu's switches."""
     problems = []
-    for name, (form, example) in sorted(VERSIONS.items()):
-        value = settings.get(name)
-        if value is None or isinstance(value, float):
-            continue  # absent, or a number: type_problems says to quote it
-        if not form.match(str(value)):
-            problems.append("%s: %r is not a version of the form %s" % (name, value, example))
-    branch, version = settings.get("vgpu_driver_branch"), settings.get("vgpu_driver_version")
-    if branch is not None and isinstance(version, str) and version.split(".")[0] != str(branch):
-        problems.append(
-            "vgpu_driver_version: %r is not in vgpu_driver_branch %r; set both to the same branch" % (version, branch)
-        )
+    for name, entry in SETTINGS.items():
+        if name in settings and not type_problems({name: settings[name]}):
+            problems += rules.problems(name, settings[name], entry)
     return problems
 
 
-def _size(settings, name, problems, minimum=1, default=None):
-    try:
-        return parse_mib(settings.get(name, default), name, minimum)
-    except ValueError as exc:
-        problems.append(str(exc))
-        return None
+def version_problems(settings):
+    """The driver's version and branch agree (each version's form is a rule of its own)."""
+    branch, version = settings.get("vgpu_driver_branch"), settings.get("vgpu_driver_version")
+    if branch is not None and isinstance(version, str) and version.split(".")[0] != str(branch):
+        return [
+            "vgpu_driver_version: %r is not in vgpu_driver_branch %r; set both to the same branch" % (version, branch)
+        ]
+    return []
+
+
+def _mib(value, minimum=0):
+    """A size in MiB, or None when it is none (rule_problems reports that)."""
+    mib, _why = read_mib(value)
+    return mib if mib is not None and mib >= minimum else None
 
 
 def memory_problems(settings):
-    """Memory sizes and the rules between them: quotas in whole units, the sample app within its
-    quota, stated GPUs that offer at least one unit (a GPU's remainder below a unit is left unused)."""
-    problems: list[str] = []
-    unit = _size(settings, "vgpu_memory_unit_mib", problems)
-    reserved = _size(settings, "vgpu_reserved_memory_mib", problems, minimum=0, default=0) or 0
-    _size(settings, "vgpu_enforcement_context_allowance_mib", problems, minimum=0, default=0)
-    _size(settings, "vgpu_enforcement_unattributed_tolerance_mib", problems, minimum=0, default=0)
-    quota = _size(settings, "vgpu_sample_app_quota", problems)
-    use = _size(settings, "vgpu_sample_app_use", problems)
+    """The rules between memory sizes: quotas in whole units, the sample app within its quota, stated
+    GPUs that offer at least one unit (a GPU's remainder below a unit is left unused)."""
+    problems: list = []
+    unit = _mib(settings.get("vgpu_memory_unit_mib"), 1)
+    reserved = _mib(settings.get("vgpu_reserved_memory_mib", 0)) or 0
+    quota = _mib(settings.get("vgpu_sample_app_quota"), 1)
+    use = _mib(settings.get("vgpu_sample_app_use"), 1)
     if unit and quota and quota % unit:
         problems.append(
             "vgpu_sample_app_quota: %d MiB is not a multiple of vgpu_memory_unit_mib (%d MiB); pods request whole "
@@ -284,111 +291,21 @@ def quota_problems(quota, unit, reserved, gpus):
     ]
 
 
-def range_problems(settings):
-    problems = []
-    prefix = settings.get("vgpu_resource_prefix")
-    # A prefix of another type is the type check's to report.
-    if prefix is None or (isinstance(prefix, str) and not _PREFIX.match(prefix)):
-        problems.append("vgpu_resource_prefix: %r must be a DNS subdomain such as 'vgpu.io'" % (prefix,))
-    for name, low, high in (
-        ("vgpu_mps_active_thread_percentage", 1, 100),
-        ("vgpu_compute_shares_total", 1, 1000),
-        ("vgpu_enforcement_grace_seconds", 0, 24 * 3600),
-        ("vgpu_enforcement_termination_grace_seconds", 0, 3600),
-    ):
-        value = _whole_number(settings.get(name, low))
-        if value is not None and not low <= value <= high:
-            problems.append("%s: %r must be from %d to %d" % (name, settings.get(name), low, high))
-    return problems
-
-
-# Settings that must be equal on every host of k8s_control_plane and gpu_nodes, each with why: the
-# components read one ConfigMap rendered on the first control-plane host, and a pod's request means
-# the same on every node. The others are per node (PER_NODE): each host acts on its own value.
-CLUSTER_WIDE = {
-    "vgpu_kubernetes_flavour": "one cluster runs one distribution",
-    "vgpu_kubernetes_version": "every node joins at the control plane's version",
-    "vgpu_k3s_version": "every K3s server and agent runs the same release",
-    "vgpu_resource_prefix": "pods request <prefix>/gpu-memory, and kube-scheduler's extender manages it",
-    "vgpu_memory_unit_mib": "one ConfigMap for every node, and every pod's request counts in it",
-    "vgpu_reserved_memory_mib": "one ConfigMap for every node: the device plugins advertise what it leaves",
-    "vgpu_install_prefix": "one ConfigMap tells every device plugin which folder to mount into containers",
-    "vgpu_component_image": "one DaemonSet per component runs it on every node",
-    "vgpu_component_image_import": "every node runs the same image, imported or pulled",
-    "vgpu_component_registry_credentials": "one Secret per namespace pulls the image for every node",
-    "vgpu_mps_active_thread_percentage": "one ConfigMap for every node's device plugin",
-    "vgpu_mps_set_exclusive_process": "one nvidia-mps DaemonSet runs on every MPS node",
-    "vgpu_enforcement": "one ConfigMap for every node's cgpu-monitor",
-    "vgpu_enforcement_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
-    "vgpu_enforcement_termination_grace_seconds": "one ConfigMap for every node's cgpu-monitor",
-    "vgpu_enforcement_context_allowance_mib": "one ConfigMap for every node's cgpu-monitor",
-    "vgpu_enforcement_unattributed_tolerance_mib": "one ConfigMap for every node's cgpu-monitor",
-    "vgpu_nvidia_runtime_default": "a pod without runtimeClassName must get its GPU on whichever node it lands",
-    "vgpu_compute_shares": "one ConfigMap tells every device plugin and the extender whether shares exist",
-    "vgpu_compute_shares_total": "one ConfigMap: what the shares on any GPU may add up to",
-    "vgpu_mps_pinned_memory_limit": "one ConfigMap for every node's device plugin",
-    "vgpu_scheduling": "kube-scheduler places every GPU pod of the cluster by one path, extender or DRA",
-    "vgpu_gpu_node_taint": "the API server gives every GPU pod the toleration: every GPU node has the taint or none",
-    "vgpu_extender_port": "one extender DaemonSet listens on it and every kube-scheduler calls it there",
-    "vgpu_extender_tls": "one extender DaemonSet serves HTTPS or HTTP to every kube-scheduler",
-    "vgpu_extender_tls_dir": "one extender DaemonSet mounts the certificates from the same folder on every node",
-    "vgpu_extender_http_timeout": "every kube-scheduler of the cluster waits on the extender alike",
-    "vgpu_extender_ignorable": "a GPU pod must not land differently by which kube-scheduler leads",
-    "vgpu_extender_packing": "a GPU pod must not land differently by which kube-scheduler leads",
-    "vgpu_extender_weight": "a GPU pod must not land differently by which kube-scheduler leads",
-    "vgpu_scheduler_percentage_of_nodes_to_score": "a GPU pod must not land differently by which kube-scheduler leads",
-    "vgpu_scheduler_manage": "either the collection wires every kube-scheduler or the operator wires them all",
-    "vgpu_scheduler_config_path": "kubeadm's ClusterConfiguration gives every kube-scheduler one --config path",
-}
-# Per node, and why that makes sense: GPUs of different generations need different driver branches
-# (docs/platforms.md); a node's GPUs are its own; MPS suits nodes of many small pods (the node label
-# <prefix>/mps places nvidia-mps and tells that node's device plugin); nodes of different releases
-# need bundles built for their release; verification runs on each node; paths on the hosts.
-PER_NODE = (
-    "vgpu_driver_branch",
-    "vgpu_driver_version",
-    "vgpu_cuda_version",
-    "vgpu_driver_policy",
-    "vgpu_driver_method",
-    "vgpu_driver_reboot",
-    "vgpu_driver_reboot_local",
-    "vgpu_gpu_memory_mib",
-    "vgpu_mps_enabled",
-    "vgpu_graphics_enabled",
-    "vgpu_offline_bundle_dir",
-    "vgpu_component_image_tarball",
-    "vgpu_sample_app_quota",
-    "vgpu_sample_app_use",
-    "vgpu_kubeconfig",
-    "vgpu_kubernetes_client_venv",
-    # kube-scheduler's side on each control-plane node, and what only the first one reads (the
-    # certificates it issues, the unit-change check it runs).
-    "vgpu_scheduler_kubeconfig",
-    "vgpu_scheduler_health_timeout",
-    "vgpu_scheduler_health_url",
-    "vgpu_extender_tls_install_python",
-    "vgpu_extender_tls_ca_days",
-    "vgpu_extender_tls_cert_days",
-    "vgpu_extender_tls_renew_days",
-    "vgpu_force_unit_change",
-)
-_MEMORY_SIZES = (
-    "vgpu_memory_unit_mib",
-    "vgpu_reserved_memory_mib",
-    "vgpu_enforcement_context_allowance_mib",
-    "vgpu_enforcement_unattributed_tolerance_mib",
-)
+# Settings that must be equal on every host of k8s_control_plane and gpu_nodes, each with why (the
+# contract's scope cluster): the components read one ConfigMap rendered on the first control-plane
+# host, and a pod's request means the same on every node. The others are per node: each host acts on
+# its own value (GPUs of different generations need different driver branches, a node's GPUs are its
+# own, MPS suits nodes of many small pods, nodes of different releases need their own bundles).
+CLUSTER_WIDE = {name: entry["why"] for name, entry in SETTINGS.items() if entry["scope"] == "cluster"}
+PER_NODE = tuple(name for name, entry in SETTINGS.items() if entry["scope"] == "node")
 
 
 def _comparable(name, value, option):
     """The value as it acts (256 and "256MiB" agree), and how to show it; the raw value when invalid
     (the per-host check reports that)."""
     if name in _MEMORY_SIZES:
-        try:
-            mib = parse_mib(value, name, 0)
-            return mib, "%d MiB" % mib
-        except ValueError:
-            return repr(value), repr(value)
+        mib = _mib(value)
+        return (mib, "%d MiB" % mib) if mib is not None else (repr(value), repr(value))
     kind = option.get("type", "str")
     if kind == "bool" and str(value).lower() in _BOOLEANS:
         flag = str(value).lower() in ("true", "yes", "on", "1")
@@ -407,6 +324,7 @@ def cluster_problems(values_by_host, spec, first_control_plane=None):
     it does not set has its default from ``spec``, roles/vgpu's argument spec options).
     """
     problems = []
+    values_by_host = {host: with_new_names(values) for host, values in values_by_host.items()}
     for name, reason in CLUSTER_WIDE.items():
         option = spec.get(name, {})
         groups: dict = {}  # comparable value -> (shown, [hosts]) in host order
@@ -476,22 +394,23 @@ def server_version_problems(server_version, scheduling, where="the API server"):
 def settings_problems(settings, schema=None, given=None):
     """Every problem of the settings, one message each (empty when valid).
 
-    ``settings`` maps each setting to its value. ``schema`` is the collection's variables
-    (lookup vgpu.isolation.settings_schema): roles/vgpu's settings give the types and choices, every
-    role's variables the names known. ``given`` lists the names the inventory and the command line
-    set; one that looks like a variable of the collection but is none is refused with the nearest
-    known name, and a k3s_* or kubeadm_* variable the chosen flavour does not read is refused too.
+    ``settings`` maps each setting to its value, and each old name the inventory sets to its own
+    (a new name not set has taken the old one's value: roles/vgpu's defaults read it). ``schema`` is
+    the collection's variables (lookup vgpu.isolation.settings_schema): every role's variables are
+    the names known. ``given`` lists the names the inventory and the command line set; one that
+    looks like a variable of the collection but is none is refused with the nearest known name, an
+    old name set beside its new one to another value is refused naming both, and a k3s_* or kubeadm_*
+    variable the chosen flavour does not read is refused too.
     """
     problems = []
     if schema:
-        spec = schema["roles"]["vgpu"]["entry_points"]["settings"]
-        problems += renamed_names(given or [])
         problems += unknown_names(given or [], known_names(schema), role_prefixes(schema))
-        problems += type_problems(settings, spec)
+    problems += renamed_problems(settings, given or [])
+    problems += type_problems(settings)
+    problems += rule_problems(settings)
     problems += flavour_problems(settings, given or [])
     problems += version_problems(settings)
     problems += memory_problems(settings)
-    problems += range_problems(settings)
     problems += scheduling_problems(settings)
     return problems
 
@@ -519,5 +438,6 @@ class FilterModule(object):
             "cluster_problems": cluster_problems,
             "settings_report": settings_report,
             "quota_problems": quota_problems,
+            "settings_deprecations": deprecations,
             "server_version_problems": server_version_problems,
         }

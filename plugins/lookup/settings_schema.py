@@ -37,7 +37,8 @@ RETURN = r"""
 _raw:
   description:
     - One dictionary, C(roles), mapping each role name to its C(defaults), C(vars) and C(entry_points)
-      (each entry point's options as its argument spec writes them).
+      (each entry point's options as its argument spec writes them), and C(old_names), the names renamed or
+      retired since the last release, which the settings check accepts for one release.
   type: list
   elements: dict
 """
@@ -46,6 +47,7 @@ import os
 
 import yaml
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import OLD_NAMES, RETIRED
 
 # This file is plugins/lookup/settings_schema.py of the collection: the roles are two folders up.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,7 +77,8 @@ def load(root=COLLECTION_ROOT):
             "vars": _read(os.path.join(role, "vars", "main.yml")),
             "entry_points": {entry: body.get("options") or {} for entry, body in specs.items()},
         }
-    return {"roles": roles}
+    # The names renamed or retired since the last release (contract/contract.yml): read for one release.
+    return {"roles": roles, "old_names": sorted(set(OLD_NAMES) | set(RETIRED))}
 
 
 class LookupModule(LookupBase):

@@ -1,12 +1,18 @@
 # Copyright: vgpu.isolation contributors
-# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-# SPDX-License-Identifier: GPL-3.0-or-later
-"""Memory sizes of the inventory contract (docs/variables.md): the one parser of the collection.
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt),
+# or, as the components' copy of it, Apache License 2.0 (see LICENSES/Apache-2.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later OR Apache-2.0
+"""Memory sizes: the one Python parser of the size grammar (contract/contract.yml, sizes).
 
-The rule: a whole number of MiB (``3000``), or a string with a binary suffix, either the IEC one
-(``3000MiB``, ``3GiB``, ``1TiB``) or Kubernetes' (``3000Mi``, ``3Gi``, ``1Ti``), in any letter case.
-Decimal suffixes (``MB``, ``G``) are refused because they are ambiguous, ``KiB`` because a quota
-is counted in MiB. The filters (on the controller) and the modules (on the nodes) both call it.
+The collection's filters (on the controller) and modules (on the nodes) import it from module_utils;
+contract/generate.py copies it into the components' package (vgpu_components.memory_size), where the
+monitor reads quota files with it. libvgpu's C parser reads the same grammar, and all of them pass
+the conformance vectors of contract/sizes.def.
+
+A size is a whole number of MiB (3000) or a string: blanks, ASCII digits, blanks, a binary suffix in
+any letter case (MiB, GiB, TiB or Kubernetes' Mi, Gi, Ti; none means MiB), blanks. Decimal suffixes
+(MB, G) are refused because they are ambiguous, KiB because sizes count whole MiB, and a size whose
+bytes do not fit in 64 bits (libvgpu counts bytes). Zero is a size: each use states its minimum.
 """
 
 from __future__ import annotations
@@ -14,12 +20,48 @@ from __future__ import annotations
 import re
 from typing import Any
 
-EXPECTED = "a whole number of MiB (3000) or a string with a binary suffix ('3000MiB', '3GiB' or '3Gi')"
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import (
+    SIZE_BELOW_MIB,
+    SIZE_DECIMAL,
+    SIZE_EXPECTED,
+    SIZE_MAX_MIB,
+    SIZE_MIB_PER_SUFFIX,
+)
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-_MIB_PER_SUFFIX = {"": 1, "mi": 1, "mib": 1, "gi": 1024, "gib": 1024, "ti": 1 << 20, "tib": 1 << 20}
-_BELOW_MIB = ("ki", "kib")
-_DECIMAL = ("b", "k", "kb", "m", "mb", "g", "gb", "t", "tb")
+EXPECTED = SIZE_EXPECTED
+MIB = 1024 * 1024
+_SIZE = re.compile(r"[ \t]*([0-9]+)[ \t]*([A-Za-z]*)[ \t]*")
+_MAX_DIGITS = len(str(SIZE_MAX_MIB))
+# Why a size is refused (contract/sizes.def names the same reasons), as the message says it.
+_WHY = {
+    "form": "is not a memory size",
+    "unit": "has an unknown unit",
+    "decimal": "has an unknown unit (decimal units are ambiguous; write MiB or GiB)",
+    "below_mib": "has an unknown unit (sizes are counted in whole MiB; write MiB or GiB)",
+    "overflow": f"is more than the largest memory size, {SIZE_MAX_MIB} MiB",
+}
+
+
+def read_mib(value: Any) -> tuple[int | None, str]:
+    """(MiB, "") for a size of the grammar; (None, why) otherwise, why one of form, unit (letters that
+    are no suffix), decimal, below_mib or overflow. A negative int is returned as it is (see minimum)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None, "form"
+    if isinstance(value, int):
+        number, factor = value, 1
+    else:
+        match = _SIZE.fullmatch(value)
+        if match is None:
+            return None, "form"
+        digits, suffix = match.group(1).lstrip("0") or "0", match.group(2).lower()
+        if suffix not in SIZE_MIB_PER_SUFFIX:
+            return None, "decimal" if suffix in SIZE_DECIMAL else "below_mib" if suffix in SIZE_BELOW_MIB else "unit"
+        if len(digits) > _MAX_DIGITS:
+            return None, "overflow"  # before int(): a long string of digits is refused, not converted
+        number, factor = int(digits), SIZE_MIB_PER_SUFFIX[suffix]
+    if number * factor > SIZE_MAX_MIB:
+        return None, "overflow"
+    return number * factor, ""
 
 
 def parse_mib(value: Any, name: str = "memory size", minimum: int = 1) -> int:
@@ -28,24 +70,9 @@ def parse_mib(value: Any, name: str = "memory size", minimum: int = 1) -> int:
     ``minimum`` is the smallest size accepted: 1 for sizes that must hold something (quotas), 0 for
     amounts that may be nothing (the reserved memory).
     """
-    if isinstance(value, bool):
-        raise ValueError(f"{name}: {value!r} is not a memory size; expected {EXPECTED}")
-    if isinstance(value, int):
-        mib = value
-    else:
-        match = _SIZE.match(str(value))
-        if not match:
-            raise ValueError(f"{name}: {value!r} is not a memory size; expected {EXPECTED}")
-        number, suffix = int(match.group(1)), match.group(2).lower()
-        if suffix not in _MIB_PER_SUFFIX:
-            if suffix in _BELOW_MIB:
-                hint = " (sizes are counted in whole MiB; write MiB or GiB)"
-            elif suffix in _DECIMAL:
-                hint = " (decimal units are ambiguous; write MiB or GiB)"
-            else:
-                hint = ""
-            raise ValueError(f"{name}: {value!r} has an unknown unit{hint}; expected {EXPECTED}")
-        mib = number * _MIB_PER_SUFFIX[suffix]
+    mib, why = read_mib(value)
+    if mib is None:
+        raise ValueError(f"{name}: {value!r} {_WHY[why]}; expected {EXPECTED}")
     if mib < minimum:
         bound = "greater than 0 MiB" if minimum == 1 else f"at least {minimum} MiB"
         raise ValueError(f"{name}: {value!r} must be {bound}; expected {EXPECTED}")

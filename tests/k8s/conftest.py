@@ -5,7 +5,6 @@ Run through `make -C tests/k8s test`, which starts the control plane first and s
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,11 +13,6 @@ import pytest
 from kubernetes import client
 
 from tests.k8s import cluster
-
-# The components and their test peers, for the tests that run component code against this API.
-for _path in (cluster.REPO_ROOT / "files" / "components" / "src", cluster.REPO_ROOT / "files" / "components" / "tests"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
 
 @pytest.fixture(scope="session")

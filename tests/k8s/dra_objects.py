@@ -1,6 +1,6 @@
 """The DRA path's objects for the end-to-end tests and the throughput benchmark (docs/dra.md).
 
-Imported after the components' source is on sys.path (tests/k8s/conftest.py, bench/_components_path.py):
+Imported with the installed components' package (the Makefile installs it; bench/_components_path.py for the benches):
 the ResourceSlices of simulated nodes are published by the driver's own code.
 """
 

@@ -61,7 +61,7 @@ def playbook(work: Path, tasks: str, gpu_node: str, **extra: Any) -> subprocess.
         "vgpu_extender_port": cluster.extender_port(),
         "vgpu_extender_tls": False,
         "vgpu_stack_manifest_dir": str(work / "manifests"),
-        "vgpu_stack_import_image": False,
+        "vgpu_component_image_import": False,
         "vgpu_scheduler_manage": False,
         # How long a rollout may stand still: kwok has marked bound pods Running up to a minute
         # late (on Debian's etcd 3.4, which up.sh falls back to; cold CI of 2026-12-01).

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from vgpu_components import kube
-from vgpu_components.extender import Extender
 from vgpu_components.extender_http import Later
+from vgpu_components.extender_verbs import Extender
 from vgpu_components.scheduling import ClusterModel
 
 from tests.k8s import cluster

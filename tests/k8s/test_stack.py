@@ -83,14 +83,14 @@ def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
     playbook.write_text(PLAYBOOK.format(repo=cluster.REPO_ROOT, out=work))
     extra = {
         "vgpu_kubernetes_flavour": "kubeadm",
-        "vgpu_stack_kubeconfig": str(cluster.STATE_DIR / "admin.kubeconfig"),
+        "vgpu_kubeconfig": str(cluster.STATE_DIR / "admin.kubeconfig"),
         "vgpu_scheduler_kubeconfig": str(cluster.STATE_DIR / "scheduler.kubeconfig"),
         "vgpu_extender_port": cluster.extender_port(),
         "vgpu_stack_manifest_dir": str(work / "manifests"),
         # The certificates go to the test's folder, never to this machine's /etc/vgpu/tls.
         "vgpu_extender_tls_dir": str(work / "tls"),
         "vgpu_extender_tls_install_python": False,
-        "vgpu_stack_import_image": False,
+        "vgpu_component_image_import": False,
         "vgpu_scheduler_manage": False,
         "vgpu_stack_install_python_client": False,
         # The Kubernetes modules run in this machine's virtualenv, which has the client.
@@ -177,7 +177,7 @@ def test_a_status_written_during_a_rerun_is_no_change_of_the_roles(stack: Path) 
             written.append(name)
 
     with api_proxy.proxy(stack / "proxy.kubeconfig", status_between_read_and_apply) as kubeconfig:
-        output = run_playbook(stack, {"vgpu_stack_kubeconfig": str(kubeconfig)})
+        output = run_playbook(stack, {"vgpu_kubeconfig": str(kubeconfig)})
     assert written, "the rerun applied no DaemonSet through the proxy"
     assert recap.changed_count(output) == 0, (
         f"the status written to {written[0]} counted as the role's change, in {recap.changed_tasks(output)}"

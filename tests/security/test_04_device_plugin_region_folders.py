@@ -26,7 +26,7 @@ import grpc
 import pytest
 from fakes import PluginNode, allocate, make_config, two_gpus
 from vgpu_components import ids, protos
-from vgpu_components.device_plugin import DevicePlugin
+from vgpu_components.plugin import DevicePlugin
 from vgpu_components.plugin_services import DevicePluginService
 
 from tests.polling import wait_for

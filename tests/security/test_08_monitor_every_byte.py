@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fakes import Exporter, RecordingPodApi, cgroup_of, gpu_pod, host_process, value
-from vgpu_components import allocator
+from vgpu_components import allocator, container
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.nvml import Gpu
@@ -30,7 +30,7 @@ def allocate(exporter: Exporter, table: allocator.DeviceTable, first: int, units
     folder, and kubelet's PodResources listing it."""
     device_ids = table.gpus()[0].device_ids()[first : first + units]
     HostPaths(exporter.cfg["state_dir"], grace_s=300).prepare(
-        [allocator.build_allocation(table, device_ids, exporter.cfg)]
+        [container.build_allocation(table, device_ids, exporter.cfg)]
     )
     exporter.pod_resources.holders.append(("team", pod, "main", "vgpu.io/gpu-memory", device_ids))
 

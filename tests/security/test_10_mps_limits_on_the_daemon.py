@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from fakes import PluginNode, allocate, mps_ask, two_gpus
-from vgpu_components import ids, mps
+from vgpu_components import ids, mps_requests
 
 KEY0 = hashlib.sha256(two_gpus()[0].uuid.encode()).hexdigest()[:6]
 CORES = "vgpu.io/gpu-cores"
@@ -50,7 +50,7 @@ def test_a_containers_share_and_memory_limit_are_its_own_daemons_and_out_of_its_
         # Nothing the tenant could unset or raise is in its environment.
         assert {k for k in envs if k.startswith("CUDA_MPS")} == {"CUDA_MPS_PIPE_DIRECTORY"}, envs
         # Its own daemon's folder, read-only, and no other.
-        own = mps.pipe_folder(pipe_root, ids.alloc_id(memory))
+        own = mps_requests.pipe_folder(pipe_root, ids.alloc_id(memory))
         assert [m for m in mounts if m[1].startswith(pipe_root)] == [(pipe_root, str(own), True)]
         assert mps_ask(own, "get_default_active_thread_percentage") == f"{share}.0"
         assert mps_ask(own, "get_default_device_pinned_mem_limit 0") == f"{quota}M"

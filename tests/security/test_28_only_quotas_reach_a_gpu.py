@@ -7,7 +7,7 @@ here with the configuration the runtime role writes (its tasks/settings.yml, run
 mode with a static CDI specification of two GPUs (no GPU needed: device files stand in for them), and
 a stand-in low-level runtime that keeps the OCI specification it is handed. The specifications are
 what containerd would hand it: the container contract of the device plugin's Allocate
-(allocator.container_contract) and of the DRA driver's CDI device (dra.cdi_spec), turned into OCI
+(container.container_contract) and of the DRA driver's CDI device (dra.cdi_spec), turned into OCI
 mounts as kubelet and containerd do. Which device files the container gets decides.
 """
 
@@ -24,7 +24,7 @@ import pytest
 import tomllib
 import toolkit_binaries
 from role_render import ROOT, role_tasks_play, run_playbook
-from vgpu_components import allocator, config, dra
+from vgpu_components import config, container, dra
 from vgpu_components.nvml import Gpu
 
 GPUS = [Gpu(uuid="GPU-00000000-1111-2222-3333-444444444444", index=0, total_mib=12288),
@@ -116,9 +116,9 @@ def devices(
     return sorted(d["path"] for d in (handed.get("linux") or {}).get("devices") or [])
 
 
-def contract(gpu: Gpu) -> allocator.Allocation:
+def contract(gpu: Gpu) -> container.Allocation:
     cfg = config.load(None, environ={})
-    return allocator.container_contract(gpu, 30, 100, "a" * 16, cfg)
+    return container.container_contract(gpu, 30, 100, "a" * 16, cfg)
 
 
 def test_the_role_turns_the_env_off_and_the_device_list_mounts_on(runtime: Path) -> None:
@@ -136,7 +136,7 @@ def test_a_volume_of_its_own_at_the_device_list_path_gets_none(runtime: Path, tm
     """An emptyDir (or any volume but a hostPath of /dev/null) at the device-list path names no GPU:
     the runtime trusts a mount there only when its source is /dev/null."""
     empty_dir = "/var/lib/kubelet/pods/0000/volumes/kubernetes.io~empty-dir/forged"
-    got = devices(runtime, tmp_path, env={}, mounts=[(f"{allocator.DEVICE_LIST_ROOT}/all", empty_dir)])
+    got = devices(runtime, tmp_path, env={}, mounts=[(f"{container.DEVICE_LIST_ROOT}/all", empty_dir)])
     assert got == []
 
 

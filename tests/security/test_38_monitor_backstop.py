@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fakes import Exporter, RecordingPodApi, StandInNvml, cgroup_of, gpu_pod, nvml_backend, started, value
-from vgpu_components import allocator
+from vgpu_components import allocator, container
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.host_paths import HostPaths
 from vgpu_components.nvml import Gpu
@@ -46,7 +46,7 @@ class Node:
         device_ids = self.table.gpus()[0].device_ids()[self.next_unit : self.next_unit + units]
         self.next_unit += units
         HostPaths(self.exporter.cfg["state_dir"], grace_s=300).prepare(
-            [allocator.build_allocation(self.table, device_ids, self.exporter.cfg)]
+            [container.build_allocation(self.table, device_ids, self.exporter.cfg)]
         )
         self.exporter.pod_resources.holders.append(("team", name, "main", "vgpu.io/gpu-memory", device_ids))
         pod = gpu_pod(name, units, container_id=container_id)

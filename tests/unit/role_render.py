@@ -1,7 +1,7 @@
 """Render role templates with Ansible itself (ansible-playbook on localhost).
 
 Shared by the role tests (tests/unit/roles) and the live API tests, so both look at exactly what a
-run deploys. tests/conftest.py puts this folder on sys.path.
+run deploys. pytest's configuration (pyproject.toml, pythonpath) puts this folder on the path.
 """
 
 import os

@@ -1,9 +1,11 @@
-"""One settings schema (issue 26 item 1): every role's argument spec is the home of its variables'
-types, defaults and docs, and everything that repeats a default is checked against it.
+"""One settings schema (issue 26 item 1, issue 39): every role's argument spec is the home of its
+variables' types, defaults and docs, and everything that repeats a default is checked against it.
 
-- each role's defaults/main.yml against its meta/argument_specs.yml (names, values, types);
+roles/vgpu's defaults, argument spec and the tables of docs/variables.md are generated from the
+contract (contract/contract.yml; tests/unit/test_contract.py fails when one is stale), so the tests
+here hold what is written by hand:
+- each other role's defaults/main.yml against its meta/argument_specs.yml (names, values, types);
 - the vgpu_* settings other roles redeclare in their specs against roles/vgpu's;
-- docs/variables.md against roles/vgpu's spec (every setting documented, with its default);
 - the defaults the playbooks repeat (`vgpu_x | default(...)`) against roles/vgpu's;
 - the components' config.DEFAULTS against the ConfigMap vgpu_stack renders from its defaults;
 - the pinned versions written elsewhere (files/bundle/versions.env, the support matrix, the
@@ -16,18 +18,20 @@ settings check reads it.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
 import pytest
 import yaml
 from ansible_collections.vgpu.isolation.plugins.lookup.settings_schema import load
 from ansible_collections.vgpu.isolation.plugins.module_utils import platforms
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS as CONTRACT_SETTINGS
 from role_render import ROOT, render
 
 SCHEMA = load(str(ROOT))["roles"]
 SETTINGS = SCHEMA["vgpu"]["entry_points"]["settings"]
-DEFAULTS = SCHEMA["vgpu"]["defaults"]
+# roles/vgpu's literal defaults, as the contract states them (its defaults file wraps most of them in
+# a fallback to the setting's old name, read for one release).
+DEFAULTS = {name: entry["default"] for name, entry in CONTRACT_SETTINGS.items() if entry["default"] is not None}
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
 _REFERENCE = re.compile(r"^\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}$")
 _TYPES: dict[str, Any] = {
@@ -72,6 +76,8 @@ def options_of(role: str) -> dict[str, list[tuple[str, dict]]]:
 
 
 ROLES = sorted(SCHEMA)
+# roles/vgpu's defaults and spec are generated from the contract, which states each default once.
+HAND_WRITTEN_ROLES = [role for role in ROLES if role != "vgpu"]
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -81,7 +87,7 @@ def test_every_default_of_a_role_is_documented_in_its_argument_spec(role):
     assert undocumented == [], f"roles/{role}/defaults/main.yml: not in meta/argument_specs.yml: {undocumented}"
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", HAND_WRITTEN_ROLES)
 def test_the_spec_defaults_are_the_defaults_the_role_uses(role):
     """nvidia_container_runtime_version was 1.20.2 in defaults/main.yml and 1.17.8 in its spec.
 
@@ -113,7 +119,7 @@ def test_the_spec_defaults_are_the_defaults_the_role_uses(role):
     assert drift == [], f"roles/{role}: " + "; ".join(drift)
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", HAND_WRITTEN_ROLES)
 def test_each_literal_default_has_its_spec_type(role):
     wrong = []
     for name, entries in options_of(role).items():
@@ -149,59 +155,6 @@ def test_the_settings_other_roles_declare_are_roles_vgpu_s():
                             f"roles/vgpu: {SETTINGS[name].get(key)!r}"
                         )
     assert drift == []
-
-
-def test_every_setting_has_a_default_in_roles_vgpu():
-    assert set(DEFAULTS) == set(SETTINGS)
-
-
-# --- docs/variables.md ----------------------------------------------------------------------
-_ROW = re.compile(r"^\| `([a-z0-9_]+)` \| (.*?) \| .* \|$")
-
-
-def documented() -> dict[str, str]:
-    rows = {}
-    for line in (ROOT / "docs" / "variables.md").read_text().splitlines():
-        match = _ROW.match(line)
-        if match:
-            assert match.group(1) not in rows, f"docs/variables.md documents {match.group(1)} twice"
-            rows[match.group(1)] = match.group(2)
-    return rows
-
-
-def shown(value: Any) -> str:
-    """A default as docs/variables.md writes it in its tables (strings with or without quotes)."""
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if value == "":
-        return '`""`'
-    if isinstance(value, list):
-        return "`[{}]`".format(", ".join(str(v) for v in value))
-    return f"`{value}`"
-
-
-def unquoted(cell: str) -> str:
-    return re.sub(r'^`"(.+)"`$', r"`\1`", cell)
-
-
-def test_every_setting_and_playbook_variable_is_in_docs_variables_md():
-    rows = documented()
-    declared = set(SETTINGS) | set(SCHEMA["vgpu"]["entry_points"]["playbooks"])
-    assert sorted(declared - set(rows)) == [], "not in docs/variables.md"
-    assert sorted(set(rows) - declared) == [], "in docs/variables.md but no setting of roles/vgpu"
-
-
-def test_docs_variables_md_shows_each_default_the_role_uses():
-    rows, wrong = documented(), []
-    options = {**SETTINGS, **SCHEMA["vgpu"]["entry_points"]["playbooks"]}
-    for name, option in sorted(options.items()):
-        kind, value = resolve("vgpu", DEFAULTS.get(name, option.get("default")))
-        if kind == "computed":
-            continue  # a computed default: the table says how it is computed
-        cell = unquoted(rows[name].replace("<collection version>", GALAXY["version"]))
-        if cell != shown(value):
-            wrong.append(f"{name}: docs say {rows[name]}, the default is {shown(value)}")
-    assert wrong == []
 
 
 # --- the playbooks' own fallbacks -------------------------------------------------------------
@@ -264,7 +217,6 @@ def test_the_component_image_is_tagged_with_the_collection_version():
 
 
 # --- the components' defaults ----------------------------------------------------------------
-sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
 from vgpu_components import config as component_config  # noqa: E402
 
 # Where the rendered ConfigMap differs from config.DEFAULTS on purpose, and why.

@@ -18,7 +18,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 components=$(dirname "$here")
 root=$(cd "$components/../.." && pwd)
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$components/pyproject.toml")
+# The contract's version (contract/contract.yml, generated into the package), which the wheel carries.
+version=$(sed -n 's/^VERSION = "\(.*\)"$/\1/p' "$components/src/vgpu_components/contract.py")
 python=${PYTHON:-$root/.venv/bin/python}
 cache=${VGPU_CACHE_DIR:-$HOME/.cache/vgpu-isolation}
 wheelhouse=${1:-${VGPU_WHEELHOUSE:-}}

@@ -1,22 +1,15 @@
 """Shared set-up for the component tests.
 
-The package is imported from ../src (it is not installed in the tool chain venv),
-and the gRPC stubs are generated from the .proto files when they are missing.
+The package is the installed one (the Makefile installs files/components into the venv, editable);
+the gRPC stubs are generated from the .proto files when they are missing. The test helpers (this
+folder, and the repository root for tests.polling) are on the path by pytest's configuration.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-from pathlib import Path
 
 import pytest
-
-SRC = Path(__file__).resolve().parents[1] / "src"
-REPO = Path(__file__).resolve().parents[3]  # tests.polling, the suites' one wait helper
-for _path in (SRC, REPO):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
 
 def pytest_configure(config: pytest.Config) -> None:

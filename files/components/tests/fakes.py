@@ -26,13 +26,13 @@ import grpc
 import pynvml
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
-from vgpu_components import config, monitor, nvml, protos
-from vgpu_components.device_plugin import DevicePlugin
-from vgpu_components.extender import Extender
+from vgpu_components import config, monitor_collector, nvml, protos
 from vgpu_components.extender_http import ExtenderServer
+from vgpu_components.extender_verbs import Extender
 from vgpu_components.kube import Gone
-from vgpu_components.mps import MpsManager
+from vgpu_components.mps_supervisor import MpsManager
 from vgpu_components.nvml import Gpu, Memory, ProcessMemory, XidEvent
+from vgpu_components.plugin import DevicePlugin
 from vgpu_components.podresources import PodResourcesClient
 from vgpu_components.scheduling import ClusterModel
 
@@ -465,10 +465,10 @@ class Exporter:
         self.cfg["state_dir"] = str(root / "state")
         self.pod_resources = FakePodResources(root / "pr.sock").start()
         self.backend = FakeGpus(gpus or GPUS)
-        self.collector = monitor.MonitorCollector(
+        self.collector = monitor_collector.MonitorCollector(
             self.cfg, "node-a", self.backend, PodResourcesClient(str(root / "pr.sock"))
         )
-        self.server = monitor.serve(self.collector, 0, "127.0.0.1")
+        self.server = monitor_collector.serve(self.collector, 0, "127.0.0.1").start()
         self.port = self.server.server_address[1]
 
     def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:

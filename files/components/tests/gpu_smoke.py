@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from fakes import FakeKubelet
-from vgpu_components import config, ids, monitor, mps, nvml
-from vgpu_components.device_plugin import DevicePlugin
+from vgpu_components import config, ids, monitor_collector, mps_requests, mps_supervisor, nvml
+from vgpu_components.plugin import DevicePlugin
 
 from tests.polling import wait_for
 
@@ -98,8 +98,8 @@ def smoke_device_plugin(backend: nvml.NvmlBackend, root: Path) -> None:
 
 def smoke_monitor(backend: nvml.NvmlBackend) -> None:
     cfg = config.load(None, environ={})
-    collector = monitor.MonitorCollector(cfg, "gpu-smoke", backend, None)
-    server = monitor.serve(collector, 0, "127.0.0.1")
+    collector = monitor_collector.MonitorCollector(cfg, "gpu-smoke", backend, None)
+    server = monitor_collector.serve(collector, 0, "127.0.0.1").start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=10) as resp:
             text = resp.read().decode()
@@ -140,24 +140,24 @@ def smoke_mps(backend: nvml.NvmlBackend, root: Path) -> None:
     cfg["mps"].update(
         pipe_dir=str(root / "mps"), log_dir=str(root / "mps" / "log"), control_binary=binary, probe_interval_s=0.5
     )
-    manager = mps.MpsManager(cfg, backend)
+    manager = mps_supervisor.MpsManager(cfg, backend)
     manager.start()
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
     gpu = backend.gpus()[0]
-    request = mps.MpsRequest("00000000000000aa", gpu.uuid, 25, 2048, mps.new_serial())
-    mps.write_request(cfg["state_dir"], request)
+    request = mps_requests.MpsRequest("00000000000000aa", gpu.uuid, 25, 2048, mps_requests.new_serial())
+    mps_requests.write_request(cfg["state_dir"], request)
     try:
-        mps.wait_ready(cfg["mps"]["pipe_dir"], request, timeout_s=30)
+        mps_requests.wait_ready(cfg["mps"]["pipe_dir"], request, timeout_s=30)
         ready = True
-    except mps.MpsNotReady as exc:
+    except mps_requests.MpsNotReady as exc:
         ready = False
         report("the allocation's MPS daemon started", False, reason=str(exc), healthz=manager.healthy())
     daemon = manager.daemons[request.alloc_id]
     answer = daemon.control("get_default_active_thread_percentage")
     report("the allocation's MPS daemon has its share as its default", ready and answer[0], answer=answer)
     process = daemon.process
-    mps.remove_request(cfg["state_dir"], request.alloc_id)
+    mps_requests.remove_request(cfg["state_dir"], request.alloc_id)
     with contextlib.suppress(TimeoutError):  # reported just below
         wait_for("the MPS daemon to quit", lambda: process is None or process.poll() is not None, 30, 0.1)
     report(

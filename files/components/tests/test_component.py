@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from vgpu_components import component, config
+import tomllib
+from vgpu_components import component, config, contract
 
 SRC = Path(component.__file__).resolve().parents[1]
 DEMO = component.Component("demo-agent", "a component for the tests", kubeconfig_help="kubeconfig (tests)")
@@ -99,16 +100,18 @@ def test_node_name_comes_from_node_name_then_the_host_name() -> None:
     assert component.node_name({}) == os.uname().nodename
 
 
-@pytest.mark.parametrize(
-    ("module", "prog"),
-    [
-        ("device_plugin", "nvidia-shared-device-plugin"),
-        ("monitor", "cgpu-monitor"),
-        ("mps", "nvidia-mps"),
-        ("extender", "gpushare-scheduler-extender"),
-        ("dra_driver", "vgpu-dra-driver"),
-    ],
-)
+# The components (the contract's list, contract/contract.yml): each one's module and console script.
+COMPONENTS = [(c["module"], c["name"]) for c in contract.COMPONENTS]
+
+
+def test_the_package_s_console_scripts_are_the_contract_s_components() -> None:
+    """files/components/pyproject.toml names each console script; the contract lists the components
+    (the roles, the image and the cluster check read that list)."""
+    scripts = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {prog: f"vgpu_components.{module}:main" for module, prog in COMPONENTS}
+
+
+@pytest.mark.parametrize(("module", "prog"), COMPONENTS)
 def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, module: str, prog: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     out = subprocess.run(
@@ -128,3 +131,33 @@ def test_each_entry_point_has_help_and_rejects_a_bad_config(tmp_path: Path, modu
     )
     assert out.returncode == 2
     assert "unit_mib" in out.stderr.decode()
+
+
+class Recorded:
+    def __init__(self, name: str, seen: list[str], fail: bool = False) -> None:
+        self.name, self.seen, self.fail = name, seen, fail
+
+    def start(self) -> None:
+        if self.fail:
+            raise RuntimeError(f"{self.name} cannot start")
+        self.seen.append(f"start {self.name}")
+
+    def stop(self) -> None:
+        self.seen.append(f"stop {self.name}")
+
+
+def test_serve_starts_the_parts_in_order_and_stops_them_in_reverse_after_the_signal() -> None:
+    seen: list[str] = []
+    stop = threading.Event()
+    stop.set()  # the signal came
+    started = component.Started(args=None, cfg={}, stop=stop)  # type: ignore[arg-type]
+    assert component.serve(started, Recorded("a", seen), Recorded("b", seen)) == component.EXIT_OK
+    assert seen == ["start a", "start b", "stop b", "stop a"]
+
+
+def test_a_part_that_cannot_start_leaves_none_of_the_others_running() -> None:
+    seen: list[str] = []
+    started = component.Started(args=None, cfg={}, stop=threading.Event())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="b cannot start"):
+        component.serve(started, Recorded("a", seen), Recorded("b", seen, fail=True), Recorded("c", seen))
+    assert seen == ["start a", "stop a"]

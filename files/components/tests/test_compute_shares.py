@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 import pytest
 from fakes import PluginNode, RecordingNodeApi, allocate, make_config, mps_ask, two_gpus
-from vgpu_components import device_plugin, ids, mps
-from vgpu_components.mps import READY_FILE
+from vgpu_components import device_plugin, ids, mps_requests
+from vgpu_components.mps_requests import READY_FILE
 from vgpu_components.shares import Holder, ShareLedger, ShareTokens, holders
 
 from tests.polling import wait_for
@@ -74,7 +74,7 @@ def test_shares_are_refused_while_the_mps_daemon_is_not_ready(shares: PluginNode
 
 def daemon(node: PluginNode, memory_ids: list[str]) -> Path:
     """The pipe folder of the MPS daemon of the container holding these memory units."""
-    return mps.pipe_folder(node.cfg["mps"]["pipe_dir"], ids.alloc_id(memory_ids))
+    return mps_requests.pipe_folder(node.cfg["mps"]["pipe_dir"], ids.alloc_id(memory_ids))
 
 
 def test_the_share_and_the_quota_are_the_containers_own_mps_daemons_not_its_environment(shares: PluginNode) -> None:
@@ -114,7 +114,7 @@ def test_a_container_is_refused_when_its_mps_daemon_does_not_start(short_tmp: Pa
             allocate(n, [f"{KEY0}-0"])
         assert "is nvidia-mps running on this node" in err.value.details()
         aid = ids.alloc_id([f"{KEY0}-0"])
-        assert mps.read_request(n.cfg["state_dir"], aid) is None  # nothing left behind
+        assert mps_requests.read_request(n.cfg["state_dir"], aid) is None  # nothing left behind
         assert not (Path(n.cfg["state_dir"]) / "quotas" / f"{aid}.conf").exists()
     finally:
         n.stop()

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from vgpu_components import config, monitor
+from vgpu_components import config, monitor_collector
 
 SRC = Path(config.__file__).resolve().parents[1]
 
@@ -78,13 +78,16 @@ def test_missing_file_means_defaults() -> None:
     ("text", "env", "message"),
     [
         ("unit_mib: lots\n", {}, "unit_mib: expected an integer, got 'lots'"),
-        ("", {"VGPU_UNIT_MIB": "0"}, "unit_mib: expected a positive number"),
+        ("", {"VGPU_UNIT_MIB": "0"}, "unit_mib: 0 must be greater than 0 MiB"),
         ("", {"VGPU_EXTENDER_PORT": "http"}, "VGPU_EXTENDER_PORT: expected an integer"),
         ("device_plugin: [1, 2]\n", {}, "device_plugin: expected a mapping"),
         ("device_plugin: {mps_enabled: maybe}\n", {}, "device_plugin.mps_enabled: expected true or false"),
         ("device_plugin: {switches: {turbo: 1}}\n", {}, "unknown key 'turbo'"),
-        ("log_format: xml\n", {}, "log_format: expected json or text"),
-        ("resource_prefix: nvidia.com/gpu\n", {}, "resource_prefix: expected a domain"),
+        ("log_format: xml\n", {}, "log_format: 'xml' is not one of json, text"),
+        ("resource_prefix: nvidia.com/gpu\n", {}, "resource_prefix: 'nvidia.com/gpu' must be a DNS subdomain"),
+        ("resource_prefix: gpus.kubernetes.io\n", {}, "resource_prefix: 'gpus.kubernetes.io' is in the kubernetes.io"),
+        ("", {"VGPU_DEVICE_PLUGIN_SWITCHES": "{limit: 2}"}, "device_plugin.switches: limit=2 must be 0 or 1"),
+        ("monitor: {grace_seconds: 90000}\n", {}, "monitor.grace_seconds: 90000.0 must be from 0 to 86400"),
         ("- a\n- b\n", {}, "expected a mapping at the top level"),
     ],
 )
@@ -101,7 +104,7 @@ def test_dashboard_queries_only_metrics_the_monitor_exports() -> None:
     dashboard = json.loads((SRC.parent / "dashboards" / "cgpu-monitor.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"\bvgpu_[a-z_]+", e)}
-    source = Path(monitor.__file__).read_text()
+    source = Path(monitor_collector.__file__).read_text()
     exported = set(re.findall(r'"(vgpu_[a-z_]+)"', source))
     exported |= {f"{name}_total" for name in exported}
     assert used and used <= exported, used - exported

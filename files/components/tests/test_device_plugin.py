@@ -24,7 +24,7 @@ from fakes import (
     mps_ask,
     two_gpus,
 )
-from vgpu_components import device_plugin, ids, kube, mps, nvml
+from vgpu_components import device_plugin, ids, kube, mps_requests, nvml
 from vgpu_components.allocator import DeviceTable
 from vgpu_components.nvml import Gpu
 
@@ -100,7 +100,7 @@ def test_mps_adds_the_pipe_of_the_containers_own_daemon_read_only(short_tmp: Pat
         got = allocate(n, [f"{KEY0}-0"]).container_responses[0]
         pipe = n.cfg["mps"]["pipe_dir"]
         assert {k: v for k, v in got.envs.items() if k.startswith("CUDA_MPS")} == {"CUDA_MPS_PIPE_DIRECTORY": pipe}
-        own = mps.pipe_folder(pipe, ids.alloc_id([f"{KEY0}-0"]))
+        own = mps_requests.pipe_folder(pipe, ids.alloc_id([f"{KEY0}-0"]))
         assert [(m.container_path, m.host_path, m.read_only) for m in got.mounts if "mps" in m.host_path] == [
             (pipe, str(own), True)
         ]

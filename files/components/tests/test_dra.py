@@ -29,11 +29,12 @@ from fakes import (
     mps_ask,
     two_gpus,
 )
-from vgpu_components import allocator, config, dra, mps
-from vgpu_components.allocator import DeviceTable, build_allocation, container_contract
+from vgpu_components import config, dra, mps_contract, mps_requests
+from vgpu_components.allocator import DeviceTable
+from vgpu_components.container import build_allocation, container_contract
 from vgpu_components.dra import PrepareError
 from vgpu_components.dra_driver import DraDriver
-from vgpu_components.mps import MpsManager
+from vgpu_components.mps_supervisor import MpsManager
 from vgpu_components.nvml import Gpu
 
 from tests.polling import wait_for
@@ -209,7 +210,7 @@ def test_a_claim_on_an_mps_node_gets_the_mps_contract_as_the_device_plugin_gives
     assert claim.mps_request.settings() == (GPUS[0].uuid, 40, 3000)
     table = DeviceTable(GPUS, 100)
     ids = [f"{table.gpus()[0].key}-{n}" for n in range(30)]
-    plugin = build_allocation(table, ids, cfg, allocator.mps_contract(cfg, backend, logging.getLogger("test")))
+    plugin = build_allocation(table, ids, cfg, mps_contract.for_node(cfg, backend, logging.getLogger("test")))
     assert {k: v for k, v in plugin.envs.items() if k.startswith("CUDA_MPS")} == {
         k: v for k, v in claim.envs.items() if k.startswith("CUDA_MPS")
     }
@@ -351,7 +352,9 @@ def test_a_claim_on_an_mps_node_starts_with_its_own_mps_daemon_and_ends_with_it(
         api.pods[("ns", "p")] = pod_with_claim("p", POD_UID, "p-gpu-1")
         assert kubelet.prepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
         share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
-        pipe = mps.pipe_folder(manager_cfg["mps"]["pipe_dir"], dra.dra_alloc_id(CLAIM_UID, "gpu", "gpu-1", share))
+        pipe = mps_requests.pipe_folder(
+            manager_cfg["mps"]["pipe_dir"], dra.dra_alloc_id(CLAIM_UID, "gpu", "gpu-1", share)
+        )
         assert mps_ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M"
         assert mps_ask(pipe, "get_default_active_thread_percentage") == "100.0"
         assert kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
@@ -372,7 +375,7 @@ def test_a_claim_whose_mps_daemon_does_not_start_is_not_prepared(short_tmp: Path
     with pytest.raises(PrepareError, match="is nvidia-mps running on this node"):
         driver.prepare("ns", CLAIM_UID, "p-gpu-1")
     assert not list((short_tmp / "state" / "quotas").glob("*.conf"))  # nothing left behind
-    assert not list(mps.requests_dir(cfg["state_dir"]).glob("*.json"))
+    assert not list(mps_requests.requests_dir(cfg["state_dir"]).glob("*.json"))
 
 
 def test_each_claim_gets_its_own_answer(node: DraNode) -> None:
@@ -482,9 +485,9 @@ def test_a_stale_slice_of_this_node_is_deleted(short_tmp: Path) -> None:
 
 
 def test_the_dra_section_is_validated(tmp_path: Path) -> None:
-    with pytest.raises(config.ConfigError, match=r"dra\.resync_s: expected a positive number"):
+    with pytest.raises(config.ConfigError, match=r"dra\.resync_s: 0\.0 must be more than 0"):
         config.load(None, environ={"VGPU_DRA_RESYNC_S": "0"})
-    with pytest.raises(config.ConfigError, match=r"dra\.healthz_port: expected a TCP port"):
+    with pytest.raises(config.ConfigError, match=r"dra\.healthz_port: 70000 must be from 0 to 65535"):
         config.load(None, environ={"VGPU_DRA_HEALTHZ_PORT": "70000"})
     assert config.load(None, environ={})["dra"]["cdi_dir"] == "/var/run/cdi"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fakes import GPU0, GPU1, FakeClusterApi, Scheduler, node_obj, pod_obj
-from vgpu_components.extender import Extender
+from vgpu_components.extender_verbs import Extender
 from vgpu_components.scheduling import ClusterModel
 
 from tests.polling import wait_for

@@ -14,25 +14,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from vgpu_components import __version__, contract
 
 from tests.polling import wait_for
 
 COMPONENTS = Path(__file__).resolve().parents[1]
 ROOT = COMPONENTS.parents[1]
-VERSION = next(
-    line.split('"')[1]
-    for line in (COMPONENTS / "pyproject.toml").read_text().splitlines()
-    if line.startswith("version")
-)
+VERSION = __version__  # the contract's (contract/contract.yml), which names the wheel and the image
 IMAGE = f"localhost/vgpu-components:{VERSION}"
 TARBALL = ROOT / "build" / "images" / f"vgpu-components-{VERSION}.tar"
-ENTRY_POINTS = [
-    "nvidia-shared-device-plugin",
-    "gpushare-scheduler-extender",
-    "cgpu-monitor",
-    "nvidia-mps",
-    "vgpu-dra-driver",
-]
+ENTRY_POINTS = [component["name"] for component in contract.COMPONENTS]
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -123,7 +123,7 @@ def test_claim_container_on_the_dra_path_has_its_quota_and_usage(exporter: Expor
 @pytest.mark.parametrize(
     ("memory_limit", "mib"),
     [("0:3000MiB", 3000), ("3GiB", 3072), ("3000", 3000), ("3000MiB", 3000), ("0:2GiB,1:1000MiB", 2048),
-     ("3072000KiB", 3000), ("1TiB", 1024 * 1024)],
+     (" 3 gib ", 3072), ("3000Mi", 3000), ("1TiB", 1024 * 1024)],
 )  # fmt: skip
 def test_the_quota_is_the_quota_files_in_every_form_libvgpu_reads(
     exporter: Exporter, memory_limit: str, mib: int
@@ -145,7 +145,7 @@ def test_the_quota_is_the_quota_files_in_every_form_libvgpu_reads(
     assert exporter.collector.quotas() == {("ml", "plugin", "main"): mib * MIB, ("ml", "claimer", "app"): mib * MIB}
 
 
-@pytest.mark.parametrize("memory_limit", ["3000MB", "0", "0:1000MiB,0:2000MiB", "-1", "3 GiB", "17:100MiB", ""])
+@pytest.mark.parametrize("memory_limit", ["3000MB", "0", "0:1000MiB,0:2000MiB", "-1", "512KiB", "17:100MiB", ""])
 def test_a_quota_file_libvgpu_would_refuse_gives_no_quota_and_counts_an_error(
     exporter: Exporter, memory_limit: str
 ) -> None:

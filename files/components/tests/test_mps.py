@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 from fakes import FakeGpus, fake_mps_control, two_gpus
 from fakes import mps_ask as ask
-from vgpu_components import config, health, mps, nvml
-from vgpu_components.mps import MpsManager, MpsRequest
+from vgpu_components import config, health, mps, mps_requests, nvml
+from vgpu_components.mps_requests import MpsRequest
+from vgpu_components.mps_supervisor import MpsManager
 
 from tests.polling import wait_for
 
@@ -65,13 +66,13 @@ class Running:
 
     def request(self, alloc_id: str, percentage: int, pinned_mib: int | None = 3000, gpu: str = GPU) -> MpsRequest:
         """What the device plugin's Allocate does: write the request, wait for its daemon."""
-        request = MpsRequest(alloc_id, gpu, percentage, pinned_mib, mps.new_serial())
-        mps.write_request(self.cfg["state_dir"], request)
-        mps.wait_ready(self.cfg["mps"]["pipe_dir"], request, timeout_s=20)
+        request = MpsRequest(alloc_id, gpu, percentage, pinned_mib, mps_requests.new_serial())
+        mps_requests.write_request(self.cfg["state_dir"], request)
+        mps_requests.wait_ready(self.cfg["mps"]["pipe_dir"], request, timeout_s=20)
         return request
 
     def pipe(self, alloc_id: str) -> Path:
-        return mps.pipe_folder(self.cfg["mps"]["pipe_dir"], alloc_id)
+        return mps_requests.pipe_folder(self.cfg["mps"]["pipe_dir"], alloc_id)
 
     def stop(self) -> None:
         self.manager.stopping.set()
@@ -108,7 +109,7 @@ def test_a_daemon_stops_and_its_folders_go_with_its_allocation(running: Running)
     running.request("00000000000000aa", 25)
     process = running.manager.daemons["00000000000000aa"].process
     assert process is not None
-    mps.remove_request(running.cfg["state_dir"], "00000000000000aa")
+    mps_requests.remove_request(running.cfg["state_dir"], "00000000000000aa")
     wait_for("the daemon to quit", lambda: process.poll() is not None, timeout=20, interval=0.05)
     assert process.returncode == 0  # it was told to quit, not killed
     wait_for("its pipe folder removed", lambda: not running.pipe("00000000000000aa").exists(), timeout=20)
@@ -143,9 +144,9 @@ def test_a_request_written_again_restarts_the_daemon_only_for_new_settings(runni
     pid = daemon.process.pid if daemon.process else 0
     running.request("00000000000000aa", 100)  # the same units for a new container, same settings
     assert running.manager.daemons["00000000000000aa"].process.pid == pid  # type: ignore[union-attr]
-    shared = mps.replace_share(first, 30)  # the container's share, allocated after its memory
-    mps.write_request(running.cfg["state_dir"], shared)
-    mps.wait_ready(running.cfg["mps"]["pipe_dir"], shared, timeout_s=20)
+    shared = mps_requests.replace_share(first, 30)  # the container's share, allocated after its memory
+    mps_requests.write_request(running.cfg["state_dir"], shared)
+    mps_requests.wait_ready(running.cfg["mps"]["pipe_dir"], shared, timeout_s=20)
     assert ask(running.pipe("00000000000000aa"), "get_default_active_thread_percentage") == "30.0"
     assert running.manager.daemons["00000000000000aa"].process.pid != pid  # type: ignore[union-attr]
 
@@ -173,7 +174,7 @@ def test_nvidia_mps_started_again_starts_a_daemon_for_every_allocation(short_tmp
 
 
 def test_a_request_it_cannot_read_is_named_on_healthz(running: Running) -> None:
-    folder = mps.requests_dir(running.cfg["state_dir"])
+    folder = mps_requests.requests_dir(running.cfg["state_dir"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "00000000000000cc.json").write_text(json.dumps({"version": 1, "alloc_id": "00000000000000cc"}))
     wait_for("the bad request reported", lambda: not running.manager.healthy()[0], timeout=20, interval=0.05)
@@ -190,9 +191,11 @@ def test_a_request_it_cannot_read_is_named_on_healthz(running: Running) -> None:
 
 
 def test_waiting_for_a_daemon_nobody_starts_says_so(short_tmp: Path) -> None:
-    request = MpsRequest("00000000000000aa", GPU, 25, 3000, mps.new_serial())
-    with pytest.raises(mps.MpsNotReady, match=r"was not ready within 0\.2 s: is nvidia-mps running on this node"):
-        mps.wait_ready(short_tmp, request, timeout_s=0.2)
+    request = MpsRequest("00000000000000aa", GPU, 25, 3000, mps_requests.new_serial())
+    with pytest.raises(
+        mps_requests.MpsNotReady, match=r"was not ready within 0\.2 s: is nvidia-mps running on this node"
+    ):
+        mps_requests.wait_ready(short_tmp, request, timeout_s=0.2)
 
 
 def test_gpus_must_stay_in_default_compute_mode(short_tmp: Path, fake_binary: str) -> None:
@@ -208,15 +211,16 @@ def test_gpus_must_stay_in_default_compute_mode(short_tmp: Path, fake_binary: st
 
 
 def test_exclusive_process_cannot_be_asked_for() -> None:
-    with pytest.raises(config.ConfigError, match=r"mps\.set_exclusive_process: cannot be true"):
+    refused = r"mps\.set_exclusive_process: True must be false: every GPU allocation has its own MPS server"
+    with pytest.raises(config.ConfigError, match=refused):
         config.validate(config.load(None, environ={"VGPU_MPS_SET_EXCLUSIVE_PROCESS": "true"}))
 
 
 def test_sigterm_stops_the_cli_and_its_daemons(short_tmp: Path, fake_binary: str) -> None:
     """The real entry point as a process: SIGTERM -> quit to every daemon -> exit 0."""
     cfg = make_cfg(short_tmp, fake_binary)
-    request = MpsRequest("00000000000000aa", GPU, 25, None, mps.new_serial())
-    mps.write_request(cfg["state_dir"], request)
+    request = MpsRequest("00000000000000aa", GPU, 25, None, mps_requests.new_serial())
+    mps_requests.write_request(cfg["state_dir"], request)
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(Path(mps.__file__).resolve().parents[1]),
@@ -233,10 +237,10 @@ def test_sigterm_stops_the_cli_and_its_daemons(short_tmp: Path, fake_binary: str
         stderr=subprocess.PIPE,
     )
     try:
-        mps.wait_ready(cfg["mps"]["pipe_dir"], request, timeout_s=30)
+        mps_requests.wait_ready(cfg["mps"]["pipe_dir"], request, timeout_s=30)
     finally:
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=30)[1]
     assert proc.returncode == 0, err.decode()
-    assert not (mps.pipe_folder(cfg["mps"]["pipe_dir"], "00000000000000aa") / "control").exists()  # it quit
-    assert mps.read_request(cfg["state_dir"], "00000000000000aa") == request  # kept for the next start
+    assert not (mps_requests.pipe_folder(cfg["mps"]["pipe_dir"], "00000000000000aa") / "control").exists()  # it quit
+    assert mps_requests.read_request(cfg["state_dir"], "00000000000000aa") == request  # kept for the next start

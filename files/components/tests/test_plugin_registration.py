@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeKubelet, PluginNode, make_config, two_gpus
 from vgpu_components.allocator import DeviceTable
-from vgpu_components.device_plugin import DevicePlugin
+from vgpu_components.plugin import DevicePlugin
 
 UUID0 = two_gpus()[0].uuid
 UUID1 = two_gpus()[1].uuid

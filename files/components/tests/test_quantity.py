@@ -3,12 +3,16 @@ extended resources."""
 
 from __future__ import annotations
 
+import re
 import time
 from fractions import Fraction
 from typing import Any
 
 import pytest
 from vgpu_components import quantity
+from vgpu_components.quantity import parse_quantity
+
+from contract import vectors
 
 
 @pytest.mark.parametrize(
@@ -56,3 +60,17 @@ def test_whole_numbers_of_units(value: Any, units: int) -> None:
 def test_anything_but_a_whole_number_of_units_in_range_is_refused(value: Any) -> None:
     with pytest.raises(ValueError, match=r"container 'c' vgpu.io/gpu-memory: expected a whole number of units"):
         quantity.whole_number(value, "container 'c' vgpu.io/gpu-memory", 10**12)
+
+
+KUBERNETES_SPELLINGS = [
+    v for v in vectors.ACCEPTED if re.fullmatch(r"[0-9]+(Mi|Gi|Ti)?", v.text) and (v.text[-1] == "i" or v.mib == 0)
+]
+
+
+@pytest.mark.parametrize("vector", KUBERNETES_SPELLINGS, ids=repr)
+def test_a_size_spelt_as_kubernetes_spells_it_is_the_same_quantity(vector: vectors.Vector) -> None:
+    """The size grammar (contract/sizes.def) and Kubernetes' quantities overlap where a size has a
+    Kubernetes suffix (the DRA driver publishes "<n>Mi", the API server returns "8Gi"): there the two
+    readers agree. A plain number is MiB to the grammar and bytes to Kubernetes, so only 0 is both."""
+    assert vector.mib is not None
+    assert parse_quantity(vector.text) == vector.mib * 2**20

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fakes import Exporter, Gpu, value
-from vgpu_components import allocator, host_paths, ids, region
+from vgpu_components import allocator, container, ids, quota_file, region
 from vgpu_components.host_paths import HostPaths
 
 MIB = 1024 * 1024
@@ -44,13 +44,13 @@ def libvgpu() -> Path:
 
 
 @pytest.fixture
-def holding_container(libvgpu: Path, short_tmp: Path) -> Iterator[tuple[Exporter, allocator.Allocation]]:
+def holding_container(libvgpu: Path, short_tmp: Path) -> Iterator[tuple[Exporter, container.Allocation]]:
     """A container set up as the device plugin would (quota file, region folder) whose process
     holds its memory; the monitor follows it through a PodResources server."""
     exporter = Exporter(short_tmp, GPUS)
     table = allocator.DeviceTable(GPUS, unit_mib=100)
     device_ids = table.gpus()[0].device_ids()[:QUOTA_UNITS]
-    alloc = allocator.build_allocation(table, device_ids, exporter.cfg)
+    alloc = container.build_allocation(table, device_ids, exporter.cfg)
     HostPaths(exporter.cfg["state_dir"], grace_s=300).prepare([alloc])
     exporter.pod_resources.holders = [("ns", "pod", "main", "vgpu.io/gpu-memory", device_ids)]
     # The container's environment, its two mounts pointed at their host paths.
@@ -94,7 +94,7 @@ def holding_container(libvgpu: Path, short_tmp: Path) -> Iterator[tuple[Exporter
         exporter.stop()
 
 
-def test_region_reader_reads_what_libvgpu_wrote(holding_container: tuple[Exporter, allocator.Allocation]) -> None:
+def test_region_reader_reads_what_libvgpu_wrote(holding_container: tuple[Exporter, container.Allocation]) -> None:
     exporter, alloc = holding_container
     path = region.region_path(exporter.cfg["state_dir"], alloc.alloc_id)
     assert path == alloc.region_host_dir / "vgpu.region"
@@ -128,7 +128,7 @@ def test_region_reader_reads_what_libvgpu_wrote(holding_container: tuple[Exporte
     assert device.uuid is not None and printed["uuid"] == f"GPU-{uuid.UUID(bytes=device.uuid)}"
 
 
-def test_the_monitor_exports_what_libvgpu_wrote(holding_container: tuple[Exporter, allocator.Allocation]) -> None:
+def test_the_monitor_exports_what_libvgpu_wrote(holding_container: tuple[Exporter, container.Allocation]) -> None:
     exporter, alloc = holding_container
     metrics = exporter.scrape()
     labels = {"namespace": "ns", "pod": "pod", "container": "main", "UUID": GPUS[0].uuid}
@@ -140,9 +140,11 @@ def test_the_monitor_exports_what_libvgpu_wrote(holding_container: tuple[Exporte
     assert alloc.alloc_id == ids.alloc_id(exporter.pod_resources.holders[0][4])
 
 
-@pytest.mark.parametrize("memory_limit", ["0:3000MiB", "3GiB", "2500", "1500MiB", "0:2GiB,1:1000MiB", "3072000KiB"])
+@pytest.mark.parametrize(
+    "memory_limit", ["0:3000MiB", "3GiB", "2500", "1500MiB", "0:2GiB,1:1000MiB", "3Gi", "0: 3 gib"]
+)
 def test_the_monitor_reads_a_quota_file_as_libvgpu_does(libvgpu: Path, short_tmp: Path, memory_limit: str) -> None:
-    """One quota per container: cgpu-monitor takes it from the quota file (host_paths.quota_bytes),
+    """One quota per container: cgpu-monitor takes it from the quota file (quota_file.quota_bytes),
     in every form libvgpu accepts; the limit libvgpu itself enforces from that file is the same."""
     folder = short_tmp / "region"
     folder.mkdir()
@@ -164,4 +166,4 @@ def test_the_monitor_reads_a_quota_file_as_libvgpu_does(libvgpu: Path, short_tmp
     assert done.stdout.splitlines()[:2] == ["init rc=0", "alloc 100 v2 rc=0"], done.stdout + done.stderr
     sample = region.read(folder / "vgpu.region")
     assert sample is not None
-    assert host_paths.quota_bytes(quota.read_text()) == sample.devices[0].limit_bytes
+    assert quota_file.quota_bytes(quota.read_text()) == sample.devices[0].limit_bytes

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from fakes import make_config
 from vgpu_components import dra
-from vgpu_components.device_plugin import DevicePlugin
 from vgpu_components.nvml import Gpu
+from vgpu_components.plugin import DevicePlugin
 from vgpu_components.scheduling import ClusterModel
 
 REAL_GPUS = {

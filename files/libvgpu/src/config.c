@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "vgpu.h"
@@ -16,32 +17,54 @@
  * CUDA 13 context took on an H200 with driver 580 (527 MiB driver API, 619 MiB PyTorch). */
 #define DEFAULT_CTX_RESERVE "512MiB"
 
-/* "3000MiB", "3GiB", "512KiB", "1TiB" or a plain number of MiB. Decimal units are refused. */
+/* The size grammar (contract/contract.yml, sizes), which the collection's and the components' Python
+ * parser read alike: blanks, ASCII digits, blanks, a binary suffix in any letter case (MiB, GiB, TiB or
+ * Kubernetes' Mi, Gi, Ti; none means MiB), blanks. Decimal units (MB, G) are refused as ambiguous, KiB
+ * because sizes count whole MiB, and a size whose bytes do not fit in 64 bits. Zero is a size: each
+ * use states its minimum. The conformance vectors are contract/sizes.def (tests/unit.c). */
+#define SIZE_MAX_MIB ((1ULL << 44) - 1)
+
+static int blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+static uint64_t mib_per_suffix(const char *suffix, size_t len)
+{
+    static const struct {
+        const char *name;
+        uint64_t mib;
+    } suffixes[] = {{"", 1}, {"mi", 1}, {"mib", 1}, {"gi", 1024}, {"gib", 1024}, {"ti", 1ULL << 20}, {"tib", 1ULL << 20}};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (strlen(suffixes[i].name) == len && strncasecmp(suffix, suffixes[i].name, len) == 0)
+            return suffixes[i].mib;
+    return 0;
+}
+
 int vgpu_parse_size(const char *text, uint64_t *bytes)
 {
     const char *p = text;
-    uint64_t n = 0;
-    if (!isdigit((unsigned char)*p))
+    uint64_t mib = 0;
+    while (blank(*p))
+        p++;
+    if (*p < '0' || *p > '9')
         return -1;
-    while (isdigit((unsigned char)*p)) {
-        if (n > (UINT64_MAX - 9) / 10)
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (mib > (SIZE_MAX_MIB - (uint64_t)(*p - '0')) / 10)
             return -1;
-        n = n * 10 + (uint64_t)(*p++ - '0');
+        mib = mib * 10 + (uint64_t)(*p - '0');
     }
-    uint64_t unit;
-    if (*p == '\0' || strcmp(p, "MiB") == 0)
-        unit = VGPU_MIB;
-    else if (strcmp(p, "KiB") == 0)
-        unit = 1024ULL;
-    else if (strcmp(p, "GiB") == 0)
-        unit = 1024ULL * VGPU_MIB;
-    else if (strcmp(p, "TiB") == 0)
-        unit = 1024ULL * 1024ULL * VGPU_MIB;
-    else
+    while (blank(*p))
+        p++;
+    const char *suffix = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))
+        p++;
+    uint64_t factor = mib_per_suffix(suffix, (size_t)(p - suffix));
+    while (blank(*p))
+        p++;
+    if (*p != '\0' || factor == 0 || mib > SIZE_MAX_MIB / factor)
         return -1;
-    if (n == 0 || n > UINT64_MAX / unit)
-        return -1;
-    *bytes = n * unit;
+    *bytes = mib * factor * VGPU_MIB;
     return 0;
 }
 
@@ -57,7 +80,7 @@ int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *er
     strcpy(buf, text);
     if (!strchr(buf, ':')) {
         uint64_t b;
-        if (vgpu_parse_size(buf, &b) != 0) {
+        if (vgpu_parse_size(buf, &b) != 0 || b == 0) { /* a quota must hold something */
             snprintf(err, errlen,
                      "memory limit \"%s\" is not a size: expected e.g. 3000MiB, 3GiB or 0:3000MiB,1:2000MiB",
                      text);
@@ -74,7 +97,7 @@ int vgpu_parse_limits(const char *text, uint64_t out[VGPU_MAX_DEVICES], char *er
         long long idx = colon ? vgpu_decimal(item, &end) : -1;
         uint64_t b;
         if (!colon || end != colon || idx < 0 || idx >= VGPU_MAX_DEVICES || !isdigit((unsigned char)item[0])
-            || vgpu_parse_size(colon + 1, &b) != 0) {
+            || vgpu_parse_size(colon + 1, &b) != 0 || b == 0) {
             snprintf(err, errlen,
                      "memory limit item \"%s\" in \"%s\" is malformed: expected <device 0-%d>:<size>, e.g. 0:3000MiB",
                      item, text, VGPU_MAX_DEVICES - 1);
@@ -123,15 +146,6 @@ static const char *switch_keys(void)
     return keys;
 }
 
-static int parse_reserve(const char *text, uint64_t *bytes)
-{
-    if (strcmp(text, "0") == 0 || strcmp(text, "0MiB") == 0) {
-        *bytes = 0;
-        return 0;
-    }
-    return vgpu_parse_size(text, bytes);
-}
-
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -164,7 +178,7 @@ static int load_file(struct vgpu_config *cfg, FILE *f, const char *path, char *e
         char what[300];
         snprintf(what, sizeof what, "%s line %d: %s", path, lineno, key);
         if (strcmp(key, "context_reserve") == 0) {
-            if (parse_reserve(value, &cfg->ctx_reserve) != 0) {
+            if (vgpu_parse_size(value, &cfg->ctx_reserve) != 0) {
                 snprintf(err, errlen, "%s line %d: context_reserve=\"%s\" is not a size: expected e.g. 512MiB or 0",
                          path, lineno, value);
                 return -1;
@@ -226,7 +240,7 @@ static int load_by_hand(struct vgpu_config *cfg, char *err, size_t errlen)
             return -1;
     }
     const char *reserve = getenv("VGPU_CONTEXT_RESERVE");
-    if (reserve && *reserve && parse_reserve(reserve, &cfg->ctx_reserve) != 0) {
+    if (reserve && *reserve && vgpu_parse_size(reserve, &cfg->ctx_reserve) != 0) {
         snprintf(err, errlen, "VGPU_CONTEXT_RESERVE=\"%s\" is not a size: expected e.g. 300MiB or 0", reserve);
         return -1;
     }
@@ -277,7 +291,7 @@ int vgpu_config_load(struct vgpu_config *cfg, char *err, size_t errlen)
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < NSWITCHES; i++)
         *(int *)((char *)cfg + switches[i].offset) = switches[i].def;
-    parse_reserve(DEFAULT_CTX_RESERVE, &cfg->ctx_reserve);
+    vgpu_parse_size(DEFAULT_CTX_RESERVE, &cfg->ctx_reserve);
 
     /* The device plugin's read-only file, when present, is the whole configuration, with the
      * contract's region folder: a process of the container cannot move or override either. */

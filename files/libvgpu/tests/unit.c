@@ -88,19 +88,40 @@ static void layout(void)
     CHECK(sizeof(struct vgpu_region) == 1052672, "region is %zu bytes", sizeof(struct vgpu_region));
 }
 
+/* The size grammar's conformance vectors, the same file the collection's and the components' Python
+ * tests read (contract/sizes.def): ACCEPT("text", MiB) and REFUSE("text", reason). */
+static const struct size_vector {
+    const char *text;
+    int accepted;
+    unsigned long long mib;
+} size_vectors[] = {
+#define ACCEPT(text, mib) {text, 1, mib##ULL},
+#define REFUSE(text, reason) {text, 0, 0},
+#include "../../../contract/sizes.def"
+#undef ACCEPT
+#undef REFUSE
+};
+
 static void sizes(void)
 {
     uint64_t b = 0;
-    CHECK(vgpu_parse_size("3000MiB", &b) == 0 && b == 3000ULL << 20, "3000MiB");
-    CHECK(vgpu_parse_size("3GiB", &b) == 0 && b == 3ULL << 30, "3GiB");
-    CHECK(vgpu_parse_size("1200", &b) == 0 && b == 1200ULL << 20, "plain MiB");
-    CHECK(vgpu_parse_size("3000MB", &b) != 0, "decimal MB refused");
-    CHECK(vgpu_parse_size("3G", &b) != 0, "3G refused");
-    CHECK(vgpu_parse_size("0MiB", &b) != 0, "zero refused");
-    CHECK(vgpu_parse_size("-5MiB", &b) != 0, "negative refused");
-    CHECK(vgpu_parse_size("99999999999999999999MiB", &b) != 0, "overflow refused");
+    size_t n = sizeof size_vectors / sizeof size_vectors[0];
+    CHECK(n > 50, "contract/sizes.def has %zu vectors", n);
+    for (size_t i = 0; i < n; i++) {
+        const struct size_vector *v = &size_vectors[i];
+        b = 0;
+        int rc = vgpu_parse_size(v->text, &b);
+        if (v->accepted)
+            CHECK(rc == 0 && b == v->mib << 20, "size \"%s\" is %llu MiB (rc %d, %llu bytes)", v->text, v->mib, rc,
+                  (unsigned long long)b);
+        else
+            CHECK(rc != 0, "size \"%s\" is refused (read as %llu bytes)", v->text, (unsigned long long)b);
+    }
     uint64_t lim[VGPU_MAX_DEVICES];
     char err[400];
+    CHECK(vgpu_parse_limits("0MiB", lim, err, sizeof err) != 0 && strstr(err, "0MiB"), "a zero quota: %s", err);
+    CHECK(vgpu_parse_limits("0:0,1:1GiB", lim, err, sizeof err) != 0 && strstr(err, "0:0"), "a zero item: %s", err);
+    CHECK(vgpu_parse_limits("0: 3 gib", lim, err, sizeof err) == 0 && lim[0] == 3ULL << 30, "blanks, case: %s", err);
     CHECK(vgpu_parse_limits("0:3000MiB,1:2GiB", lim, err, sizeof err) == 0 && lim[0] == 3000ULL << 20
               && lim[1] == 2ULL << 30 && lim[2] == 0,
           "per-device limits");

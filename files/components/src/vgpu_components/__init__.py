@@ -1,3 +1,5 @@
 """vgpu.isolation kube-system components: device plugin, scheduler extender, monitor, MPS supervisor."""
 
-__version__ = "0.1.0"
+from vgpu_components.contract import VERSION as __version__  # the contract's, generated
+
+__all__ = ["__version__"]

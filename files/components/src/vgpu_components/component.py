@@ -1,5 +1,6 @@
 """The one main() of the five components: the command line, the config file, the logs, the stop
-signals and the exit codes. Each component passes its name, its description and its body.
+signals and the exit codes. Each component passes its name, its description and its body; the body
+builds its parts and runs them with the one start and stop, serve().
 
 Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot run here (no driver, no API), 2 bad configuration.
 """
@@ -7,15 +8,16 @@ Exit codes: 0 stopped by SIGTERM/SIGINT, 1 cannot run here (no driver, no API), 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from vgpu_components import __version__, config, logs
+from vgpu_components import __version__, config, health, logs
 
 DEFAULT_CONFIG_PATH = "/etc/vgpu/config.yaml"
 EXIT_OK = 0
@@ -83,6 +85,66 @@ def main(
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+class Part(Protocol):
+    """What a component runs: started in order, stopped in the reverse order."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> object: ...
+
+
+class Closing:
+    """A resource that only needs closing when the component stops (an NVML backend)."""
+
+    def __init__(self, resource: Any) -> None:
+        self.resource = resource
+
+    def start(self) -> Closing:
+        return self
+
+    def stop(self) -> None:
+        if self.resource is not None:
+            self.resource.close()
+
+
+class Background:
+    """A loop on a thread of its own that returns once the stop event is set (the caller's); stopping
+    waits for it a little, as it stops at its next tick."""
+
+    def __init__(self, target: Callable[[], object], name: str, join_s: float = 5.0) -> None:
+        self.thread = threading.Thread(target=target, name=name, daemon=True)
+        self.join_s = join_s
+
+    def start(self) -> Background:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.thread.join(self.join_s)
+
+
+def serve(started: Started, *parts: Part) -> int:
+    """The one start and stop of the components: each part started in order, then the wait for a
+    stop signal, then each part started stopped in the reverse order (also when a later start
+    failed, so nothing is left running). EXIT_OK."""
+    running: list[Part] = []
+    try:
+        for part in parts:
+            part.start()
+            running.append(part)
+        started.wait()
+        logging.getLogger("vgpu.component").info("stopping")
+    finally:
+        for part in reversed(running):
+            part.stop()
+    return EXIT_OK
+
+
+def healthz(port: int, ok: Callable[[], tuple[bool, str]]) -> health.HealthServer:
+    """The component's /healthz on its port, answering what ok() says (not started yet)."""
+    return health.HealthServer("", port, {"/healthz": health.check(ok)})
 
 
 def _bad_config(component: Component, exc: config.ConfigError) -> int:

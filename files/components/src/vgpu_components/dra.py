@@ -1,7 +1,8 @@
 """The DRA driver's pure core: the ResourceSlice it publishes, what a claim's allocation gives this
 node, and the CDI specification that carries the container contract.
 
-No gRPC, NVML or Kubernetes client here (dra_driver.py wires them), so the rules are easy to test.
+No gRPC, NVML or Kubernetes client here (dra_claims.py, dra_slices.py and dra_services.py apply the
+rules), so the rules are easy to test.
 
 The rules:
 - The driver is `gpu.<resource_prefix>` (gpu.vgpu.io); its pool on a node is the node's name, one
@@ -11,7 +12,7 @@ The rules:
   (allowMultipleAllocations, KEP-5075). Its request policy: at least one unit, in steps of a unit,
   and a request that names no memory takes the whole GPU. kube-scheduler rounds every request up
   to the unit and allocates a device only while the claims on it fit its memory.
-- A claim's result for one of this pool's devices becomes one container contract (allocator.py)
+- A claim's result for one of this pool's devices becomes one container contract (container.py)
   for its consumed memory. Its alloc-id, the name of its host paths, is derived from the claim
   UID, the request, the device and the share ID, so preparing the same claim again finds the same
   folders. A result without consumed capacity (the API server's DRAConsumableCapacity gate off:
@@ -35,8 +36,9 @@ from typing import Any
 
 import yaml
 
-from vgpu_components import ids
-from vgpu_components.allocator import Allocation
+from vgpu_components import ids, names
+from vgpu_components.container import Allocation
+from vgpu_components.memory_size import MIB
 from vgpu_components.nvml import Gpu
 from vgpu_components.quantity import parse_quantity
 
@@ -44,7 +46,6 @@ API_VERSION = "resource.k8s.io/v1"
 CAPACITY = "memory"
 CDI_VERSION = "0.6.0"
 NVIDIA_GPU_KIND = "nvidia.com/gpu"
-MIB = 1024 * 1024
 # A CDI device name (tags.cncf.io/container-device-interface, parser.ValidateDeviceName).
 _CDI_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
@@ -54,7 +55,7 @@ class PrepareError(ValueError):
 
 
 def driver_name(cfg: Mapping[str, Any]) -> str:
-    return f"gpu.{cfg['resource_prefix']}"
+    return names.dra_driver(cfg["resource_prefix"])
 
 
 def cdi_kind(cfg: Mapping[str, Any]) -> str:
@@ -324,14 +325,14 @@ def cdi_spec(
     """A CDI specification with one device per allocation, under each of its names."""
     version = CDI_VERSION
     out: list[dict[str, Any]] = []
-    for names, allocation in devices:
+    for device_names, allocation in devices:
         own = contract_edits(allocation)
         gpu = allocation.gpu
         nvidia = gpu_edits.get(gpu.uuid) or gpu_edits.get(str(gpu.index))
         if nvidia is not None:
             own = merge_edits(nvidia.edits, own)
             version = max(version, nvidia.cdi_version, key=_version)
-        out.extend({"name": name, "containerEdits": own} for name in names)
+        out.extend({"name": name, "containerEdits": own} for name in device_names)
     return {"cdiVersion": version, "kind": kind, "devices": out}
 
 

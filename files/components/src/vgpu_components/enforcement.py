@@ -39,11 +39,11 @@ from vgpu_components import attribution, device_holders, ground_truth, kube, nvm
 from vgpu_components.attribution import Candidate, Entry, Orphan, Unattributed
 from vgpu_components.enforcement_actions import Actions
 from vgpu_components.ground_truth import Owner, Usage, Violation, Who
+from vgpu_components.memory_size import MIB
 from vgpu_components.owners import NVML_READERS, SYSTEM_PROCESSES, Owners
 
 __all__ = ["NVML_READERS", "SYSTEM_PROCESSES", "Enforcer", "Snapshot"]
 log = logging.getLogger("vgpu.monitor")
-MIB = 1024 * 1024
 MODES = ("evict", "report")
 # (namespace, pod, container) -> quota in bytes of each container kubelet lists with our GPU memory
 # (None: its quota file cannot be read). Raises when kubelet cannot be asked.

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpu_components import nvml
+from vgpu_components.memory_size import MIB
 
-MIB = 1024 * 1024
 # Seconds of the over-quota budget paid back per second under the limit.
 DECAY = 0.1
 

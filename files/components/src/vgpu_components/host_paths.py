@@ -2,7 +2,7 @@
 
     <state_dir>/containers/<alloc-id>/vgpu.region    mounted read-write at /var/run/vgpu
     <state_dir>/quotas/<alloc-id>.conf               mounted read-only at /etc/vgpu/quota.conf
-    <state_dir>/mps/<alloc-id>.json                  MPS nodes: what its MPS daemon enforces (mps.py)
+    <state_dir>/mps/<alloc-id>.json                  MPS nodes: what its MPS daemon enforces (mps_requests.py)
 
 The rule: the plugin owns both folders and everything it creates in them; a container can write
 its region file and nothing else it did not create itself.
@@ -17,6 +17,8 @@ its region file and nothing else it did not create itself.
 - One Allocate call prepares all its containers or none: on a failure it retires what it made.
 - Folders and quota files of allocations that kubelet's PodResources no longer lists, for longer
   than a grace period, are retired (collect): their number follows the allocated containers.
+
+What a quota file says is quota_file.py's: this module lays the files out, it does not read them.
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from vgpu_components import mps
-from vgpu_components.mps import MpsRequest
+from vgpu_components import layout, mps_requests
+from vgpu_components.mps_requests import MpsRequest
 
 log = logging.getLogger("vgpu.device_plugin")
 
-MIB = 1024 * 1024
-REGION_FILE = "vgpu.region"
+REGION_FILE = layout.REGION_FILE
 RETIRED_PREFIX = ".retired-"
 CONTAINERS_MODE = 0o711
 FOLDER_MODE = 0o755
@@ -47,7 +48,7 @@ QUOTA_MODE = 0o644
 
 
 class Prepared(Protocol):
-    """What prepare needs of an allocation (allocator.Allocation)."""
+    """What prepare needs of an allocation (container.Allocation)."""
 
     alloc_id: str
     quota_text: str
@@ -56,81 +57,11 @@ class Prepared(Protocol):
     mps_request: MpsRequest | None
 
 
-class QuotaFileError(ValueError):
-    """A quota file libvgpu would refuse; the message names the file, the value and what is expected."""
-
-
-_SIZE_UNITS = {"": MIB, "MiB": MIB, "KiB": 1024, "GiB": 1024 * MIB, "TiB": 1024 * 1024 * MIB}
-MAX_DEVICES = 16  # libvgpu's VGPU_MAX_DEVICES: CUDA ordinals 0-15
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a libvgpu size: "3000MiB", "3GiB", "512KiB", "1TiB" or a plain number of MiB
-    (files/libvgpu/src/config.c, vgpu_parse_size); zero and decimal units (MB, GB) are refused."""
-    digits = text[: len(text) - len(text.lstrip("0123456789"))]
-    unit = text[len(digits) :]
-    if not digits or unit not in _SIZE_UNITS or int(digits) == 0:
-        raise ValueError(f"{text!r} is not a size: expected e.g. 3000MiB, 3GiB or 0:3000MiB,1:2000MiB")
-    return int(digits) * _SIZE_UNITS[unit]
-
-
-def parse_memory_limit(text: str) -> dict[int, int]:
-    """libvgpu's memory_limit value as bytes per CUDA ordinal inside the container: one size for
-    every device ("3000MiB") or "0:3000MiB,1:2000MiB" (a device not listed has no quota)."""
-    if ":" not in text:
-        return dict.fromkeys(range(MAX_DEVICES), parse_size(text))
-    limits: dict[int, int] = {}
-    for item in filter(None, text.split(",")):  # as strtok: empty items are skipped
-        device, _colon, size = item.partition(":")
-        if not device.isdigit() or not device.isascii() or int(device) >= MAX_DEVICES:
-            raise ValueError(f"item {item!r} of {text!r}: expected <device 0-{MAX_DEVICES - 1}>:<size>, e.g. 0:3000MiB")
-        if int(device) in limits:
-            raise ValueError(f"{text!r} names device {int(device)} twice")
-        limits[int(device)] = parse_size(size)
-    return limits
-
-
-def quota_bytes(text: str, where: str = "quota file") -> int | None:
-    """The quota on the container's GPU (CUDA ordinal 0: the container sees one GPU) that a quota
-    file's text gives, read as libvgpu reads it (# comments, blank lines, the last memory_limit line
-    wins); None when it sets none for that device. QuotaFileError when libvgpu would refuse it."""
-    limits: dict[int, int] | None = None
-    for number, line in enumerate(text.splitlines(), 1):
-        content = line.split("#", 1)[0].strip()
-        if not content:
-            continue
-        key, sep, value = content.partition("=")
-        if not sep:
-            raise QuotaFileError(f"{where} line {number}: {content!r} is not key=value")
-        if key.strip() == "memory_limit":
-            try:
-                limits = parse_memory_limit(value.strip())
-            except ValueError as exc:
-                raise QuotaFileError(f"{where} line {number}: memory_limit {exc}") from None
-    if limits is None:
-        raise QuotaFileError(f"{where} has no memory_limit line")
-    return limits.get(0)
-
-
-def read_quota_bytes(state_dir: str | os.PathLike[str], alloc_id: str) -> int | None:
-    """The quota of an allocation, from the quota file the device plugin or the DRA driver wrote
-    for it (the one source of a container's quota); None when the file is gone or sets no quota
-    on the container's GPU. QuotaFileError when the file is not what libvgpu accepts."""
-    path = Path(state_dir) / "quotas" / f"{alloc_id}.conf"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QuotaFileError(f"{path}: cannot be read ({exc})") from None
-    return quota_bytes(text, str(path))
-
-
 class HostPaths:
     def __init__(self, state_dir: str | os.PathLike[str], grace_s: float) -> None:
         self.state_dir = Path(state_dir)
-        self.containers = Path(state_dir) / "containers"
-        self.quotas = Path(state_dir) / "quotas"
+        self.containers = layout.containers(state_dir)
+        self.quotas = layout.quotas(state_dir)
         self.grace_s = grace_s
         self._unlisted_since: dict[str, float] = {}  # alloc-id -> when collect first missed it
         self._serial = itertools.count()
@@ -166,7 +97,7 @@ class HostPaths:
         tmp.chmod(QUOTA_MODE)
         tmp.replace(quota)
         if allocation.mps_request is not None:
-            mps.write_request(self.state_dir, allocation.mps_request)
+            mps_requests.write_request(self.state_dir, allocation.mps_request)
 
     def _ensure_parents(self) -> None:
         self.containers.mkdir(parents=True, exist_ok=True)
@@ -183,7 +114,7 @@ class HostPaths:
             folder.rename(retired)
             _delete(retired)
         (self.quotas / f"{alloc_id}.conf").unlink(missing_ok=True)
-        mps.remove_request(self.state_dir, alloc_id)  # nvidia-mps stops its daemon
+        mps_requests.remove_request(self.state_dir, alloc_id)  # nvidia-mps stops its daemon
 
     def collect(self, allocated: Iterable[str], now: float | None = None) -> list[str]:
         """Retire allocations PodResources has not listed for grace_s; returns their alloc-ids.
@@ -193,7 +124,7 @@ class HostPaths:
         listed = set(allocated)
         on_disk = {p.name for p in _entries(self.containers) if not p.name.startswith(RETIRED_PREFIX)}
         on_disk |= {p.name.removesuffix(".conf") for p in _entries(self.quotas) if p.name.endswith(".conf")}
-        on_disk |= {p.stem for p in _entries(mps.requests_dir(self.state_dir)) if p.name.endswith(".json")}
+        on_disk |= {p.stem for p in _entries(mps_requests.requests_dir(self.state_dir)) if p.name.endswith(".json")}
         for alloc_id in list(self._unlisted_since):
             if alloc_id in listed or alloc_id not in on_disk:
                 del self._unlisted_since[alloc_id]

@@ -11,6 +11,10 @@ import hashlib
 import re
 from collections.abc import Iterable
 
+# How many units a GPU advertises, floor((total - reserved) / unit): the collection's rule (the
+# per-node summary counts by it), in the copy of its module the components carry.
+from vgpu_components.memory_size import units_for  # noqa: F401
+
 KEY_LEN = 6
 ALLOC_ID_LEN = 16
 _DEVICE_ID = re.compile(r"^([0-9a-f]{6})-(0|[1-9][0-9]*)$")
@@ -54,8 +58,3 @@ def alloc_id(device_ids: Iterable[str]) -> str:
 def is_alloc_id(text: str) -> bool:
     """Whether text has the form alloc_id gives (ALLOC_ID_LEN lowercase hex digits)."""
     return len(text) == ALLOC_ID_LEN and all(c in "0123456789abcdef" for c in text)
-
-
-def units_for(total_mib: int, reserved_mib: int, unit_mib: int) -> int:
-    """How many units a GPU advertises: floor((total - reserved) / unit), never negative."""
-    return max(0, (total_mib - reserved_mib) // unit_mib)

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from vgpu_components import kube
+from vgpu_components import kube, names
 from vgpu_components.allocator import DeviceTable
 from vgpu_components.plugin_holders import Holders, used_units
 from vgpu_components.shares import ShareLedger, ShareTokens
@@ -73,7 +73,7 @@ class Publisher:
         if text == self._last_annotation and time.monotonic() - self._last_publish < refresh:
             return False
         if self.node_api is not None:
-            self.node_api.annotate_node(self.node, {f"{self.cfg['resource_prefix']}/gpus": text})
+            self.node_api.annotate_node(self.node, {names.annotation(self.cfg["resource_prefix"], "gpus"): text})
         self._last_annotation, self._last_publish = text, time.monotonic()
         return True
 

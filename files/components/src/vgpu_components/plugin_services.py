@@ -2,7 +2,7 @@
 
 <prefix>/gpu-memory: its units, placed by GetPreferredAllocation, and the container contract.
 <prefix>/gpu-cores (nodes with compute shares): a container's share is the number of its tokens.
-The services answer kubelet; what they allocate and record is the plugin's (device_plugin.py).
+The services answer kubelet; what they allocate and record is the plugin's (plugin.py).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from typing import Any, Protocol
 
 import grpc
 
-from vgpu_components import ids, mps, protos
-from vgpu_components.allocator import Allocation, AllocationError, DeviceTable, MpsContract, build_allocation
+from vgpu_components import ids, mps_requests, names, protos
+from vgpu_components.allocator import AllocationError, DeviceTable
+from vgpu_components.container import Allocation, build_allocation
 from vgpu_components.host_paths import HostPaths
+from vgpu_components.mps_contract import MpsContract
 from vgpu_components.shares import ShareLedger, ShareTokens
 
 log = logging.getLogger("vgpu.device_plugin")
@@ -27,11 +29,11 @@ class AdvertiseError(RuntimeError):
 
 
 def resource_name(cfg: dict[str, Any]) -> str:
-    return f"{cfg['resource_prefix']}/gpu-memory"
+    return names.resource(cfg["resource_prefix"], "memory")
 
 
 def shares_resource_name(cfg: dict[str, Any]) -> str:
-    return f"{cfg['resource_prefix']}/gpu-cores"
+    return names.resource(cfg["resource_prefix"], "cores")
 
 
 def socket_name(cfg: dict[str, Any], resource: str = "gpu-memory") -> str:
@@ -59,7 +61,7 @@ def check_message_size(table: DeviceTable, budget: int) -> int:
 
 
 class Plugin(Protocol):
-    """What the services use of the device plugin (device_plugin.DevicePlugin)."""
+    """What the services use of the device plugin (plugin.DevicePlugin)."""
 
     cfg: dict[str, Any]
     table: DeviceTable
@@ -163,7 +165,7 @@ class DevicePluginService(_Service):
                 allocations.append(build_allocation(plugin.table, device_ids, plugin.cfg, plugin.mps, share))
             plugin.host_paths.prepare(allocations)
             plugin.wait_for_mps(allocations)
-        except (AllocationError, OSError, mps.MpsNotReady) as exc:
+        except (AllocationError, OSError, mps_requests.MpsNotReady) as exc:
             self._refuse(context, exc, device_ids)
             raise  # abort() raises already; this keeps the flow explicit
         responses = []
@@ -213,12 +215,12 @@ class SharesService(_Service):
             if memory is not None:  # its memory came first: its MPS daemon takes the share now
                 try:
                     plugin.share_to_mps(memory.alloc_id, shares[0])
-                except (OSError, ValueError, mps.MpsNotReady) as exc:
+                except (OSError, ValueError, mps_requests.MpsNotReady) as exc:
                     self._refuse(context, exc, device_ids)
                     raise
             log.info("allocated a compute share of %d %%", shares[0])
         else:
             plugin.ledger.forget_pending()
         plugin.poke_publisher()
-        # The share is the MPS daemon's, not the container's environment's (mps.py).
+        # The share is the MPS daemon's, not the container's environment's (mps_requests.py).
         return self.msgs.AllocateResponse(container_responses=[self.msgs.ContainerAllocateResponse() for _s in shares])

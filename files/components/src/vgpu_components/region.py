@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from vgpu_components import layout
+
 MAGIC = 0x55504756
 VERSION = 1
 HEADER_SIZE = 4096
@@ -135,4 +137,4 @@ def read(path: str | os.PathLike[str], attempts: int = 100) -> RegionSample | No
 
 
 def region_path(state_dir: str | os.PathLike[str], alloc_id: str) -> Path:
-    return Path(state_dir) / "containers" / alloc_id / "vgpu.region"
+    return layout.region_file(state_dir, alloc_id)

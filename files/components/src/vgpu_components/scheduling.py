@@ -12,14 +12,13 @@ shares on one GPU add up to `cores` at most (100, or more where oversubscription
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpu_components import contract
+from vgpu_components import contract, gpus_annotation, names
 from vgpu_components.placement import Ranking
 from vgpu_components.quantity import whole_number
 
@@ -167,7 +166,7 @@ def pod_request(pod: Mapping[str, Any], prefix: str) -> Request:
     """A pod's memory units and compute share; ValueError when a container asks for one without
     the other (a share is of the GPU its memory is on, and a GPU container on a node with shares
     needs one)."""
-    memory, cores = f"{prefix}/gpu-memory", f"{prefix}/gpu-cores"
+    memory, cores = names.resource(prefix, "memory"), names.resource(prefix, "cores")
     units = pod_units(pod, memory)
     share = pod_units(pod, cores)
     if share:
@@ -188,24 +187,21 @@ def pod_request(pod: Mapping[str, Any], prefix: str) -> Request:
 
 
 def parse_annotation(text: str) -> tuple[int, list[GpuState]]:
-    """The device plugin's node annotation -> (unit_mib, GPUs); ValueError when malformed."""
-    doc = json.loads(text)
-    if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
-        raise ValueError("annotation must be an object with a gpus list")
-    unit = int(doc.get("unit_mib", 0))
-    gpus = [
+    """The device plugin's node annotation -> (unit_mib, GPUs), read by the one reader the collection's
+    cluster view uses too (gpus_annotation.py); ValueError when malformed."""
+    unit, gpus = gpus_annotation.read(text)
+    return unit, [
         GpuState(
-            uuid=str(g["uuid"]),
-            index=int(g["index"]),
-            units=int(g["units"]),
-            published_used=int(g.get("used_units", 0)),
-            healthy=bool(g.get("healthy", True)),
-            cores=int(g.get("cores", 0)),
-            published_cores=int(g.get("used_cores", 0)),
+            uuid=g["uuid"],
+            index=g["index"],
+            units=g["units"],
+            published_used=g["used_units"],
+            healthy=g["healthy"],
+            cores=g["cores"],
+            published_cores=g["used_cores"],
         )
-        for g in doc["gpus"]
+        for g in gpus
     ]
-    return unit, gpus
 
 
 class ClusterModel:
@@ -213,12 +209,12 @@ class ClusterModel:
 
     def __init__(self, resource_prefix: str = "vgpu.io", reservation_ttl_s: float = 300.0) -> None:
         self.prefix = resource_prefix
-        self.resource = f"{resource_prefix}/gpu-memory"
-        self.cores_resource = f"{resource_prefix}/gpu-cores"
-        self.annotation_key = f"{resource_prefix}/gpus"
-        self.uuid_key = f"{resource_prefix}/gpu-uuid"
-        self.index_key = f"{resource_prefix}/gpu-index"
-        self.assume_key = f"{resource_prefix}/assume-time"
+        self.resource = names.resource(resource_prefix, "memory")
+        self.cores_resource = names.resource(resource_prefix, "cores")
+        self.annotation_key = names.annotation(resource_prefix, "gpus")
+        self.uuid_key = names.annotation(resource_prefix, "gpu_uuid")
+        self.index_key = names.annotation(resource_prefix, "gpu_index")
+        self.assume_key = names.annotation(resource_prefix, "assume_time")
         self.reservation_ttl_s = reservation_ttl_s
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeState] = {}

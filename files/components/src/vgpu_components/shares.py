@@ -1,5 +1,5 @@
 """Compute shares: `<prefix>/gpu-cores`, a container's share of one GPU's SMs in percent, which MPS
-enforces as the default active thread percentage of the container's own MPS daemon (mps.py;
+enforces as the default active thread percentage of the container's own MPS daemon (mps_requests.py;
 docs/architecture.md, "Decision: the compute share").
 
 Tokens: `cores-<n>`, cores_per_gpu of them per GPU and tied to none: a share's GPU is the GPU of

@@ -6,6 +6,7 @@ one in tests/k8s and on the e2e node.
 
 import json
 
+import pytest
 from ansible_collections.vgpu.isolation.plugins.filter.cluster import (
     FilterModule,
     cluster_health,
@@ -190,4 +191,48 @@ def test_each_gpu_s_offer_comes_from_the_device_plugin_s_annotation_or_the_resou
 def test_an_unreadable_annotation_offers_no_gpu():
     broken = node("edge", units=1)
     broken["metadata"]["annotations"] = {"vgpu.io/gpus": "{not json"}
+    assert cluster_health([broken], [], ["edge"])["nodes"][0]["gpus"] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "mib"),
+    [
+        ("8Gi", 8192),
+        ("12200Mi", 12200),
+        ("1Ti", 1048576),
+        ("0", 0),
+    ],
+)
+def test_a_slice_s_memory_reads_in_the_api_server_s_canonical_form(value, mib):
+    """The DRA driver publishes "<n>Mi"; the API server returns the canonical quantity, so 8192 MiB
+    comes back as "8Gi" (issue 39 drift 3: read as 0 offered, and the sample pod judged not to fit)."""
+    published = resource_slice("edge", 0)
+    published["spec"]["devices"][0]["capacity"]["memory"]["value"] = value
+    result = cluster_health([node("edge")], [], ["edge"], scheduling="dra", slices=[published])
+    assert result["nodes"][0]["gpus"] == [{"index": 0, "offered_mib": mib}]
+    assert result["nodes"][0]["allocatable_mib"] == mib
+
+
+def test_a_gpu_s_offer_counts_in_the_unit_the_device_plugin_published():
+    """Issue 39: the cluster view took today's vgpu_memory_unit_mib for the annotation's, so while a
+    unit change rolled out it showed what the extender, which reads the annotation's unit_mib, did not
+    count; both read the annotation with one reader now (module_utils/gpus_annotation.py)."""
+    published = node("edge", units=89)
+    gpus = [{"uuid": "GPU-a", "index": 0, "key": "a", "total_mib": 23028, "units": 89, "used_units": 0}]
+    published["metadata"]["annotations"] = {"vgpu.io/gpus": json.dumps({"unit_mib": 256, "gpus": gpus})}
+    (view,) = cluster_health([published], [], ["edge"], unit_mib=100)["nodes"]
+    assert view["gpus"] == [{"index": 0, "total_mib": 23028, "offered_mib": 89 * 256}]
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        {"gpus": [{"uuid": "GPU-a", "index": 0, "units": 89}]},  # no unit_mib
+        {"unit_mib": 256, "gpus": [{"uuid": "GPU-a", "index": "zero", "units": 89}]},
+        {"unit_mib": 256, "gpus": [{"uuid": "GPU-a", "units": 89}]},  # no index
+    ],
+)
+def test_an_annotation_the_extender_cannot_read_offers_no_gpu_here_either(annotation):
+    broken = node("edge", units=1)
+    broken["metadata"]["annotations"] = {"vgpu.io/gpus": json.dumps(annotation)}
     assert cluster_health([broken], [], ["edge"])["nodes"][0]["gpus"] == []

@@ -10,9 +10,9 @@ import pytest
 from ansible_collections.vgpu.isolation.plugins.filter.settings import (
     CLUSTER_WIDE,
     PER_NODE,
-    RENAMED,
     FilterModule,
     cluster_problems,
+    deprecations,
     known_names,
     quota_problems,
     server_version_problems,
@@ -20,11 +20,14 @@ from ansible_collections.vgpu.isolation.plugins.filter.settings import (
     settings_report,
 )
 from ansible_collections.vgpu.isolation.plugins.lookup.settings_schema import load
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import OLD_NAMES, RETIRED, SETTINGS
 
 ROOT = Path(__file__).resolve().parents[4]
 SCHEMA = load(str(ROOT))
 SPEC = SCHEMA["roles"]["vgpu"]["entry_points"]["settings"]
-DEFAULTS = SCHEMA["roles"]["vgpu"]["defaults"]
+# Each setting's literal default, as the contract states it (roles/vgpu's defaults file wraps most of
+# them in a fallback to the setting's old name).
+DEFAULTS = {name: entry["default"] for name, entry in SETTINGS.items() if entry["default"] is not None}
 
 
 def problems(given=None, **overrides):
@@ -74,29 +77,63 @@ def test_role_and_playbook_variables_and_the_site_s_own_are_no_typos():
 
 
 @pytest.mark.parametrize(
-    ("old", "new"),
+    ("old", "new", "value"),
     [
-        ("vgpu_stack_extender_port", "vgpu_extender_port"),
-        ("vgpu_stack_tls_dir", "vgpu_extender_tls_dir"),
-        ("vgpu_stack_manage_scheduler", "vgpu_scheduler_manage"),
-        ("vgpu_stack_force_unit_change", "vgpu_force_unit_change"),
+        ("vgpu_stack_unit_mib", "vgpu_memory_unit_mib", 200),
+        ("vgpu_stack_resource_prefix", "vgpu_resource_prefix", "gpu.example.org"),
+        ("vgpu_stack_monitor_port", "vgpu_monitor_port", 19395),
+        ("vgpu_stack_extender_port", "vgpu_extender_port", 32767),
+        ("vgpu_stack_tls_dir", "vgpu_extender_tls_dir", "/srv/tls"),
+        ("vgpu_stack_manage_scheduler", "vgpu_scheduler_manage", False),
     ],
 )
-def test_a_renamed_variable_is_refused_naming_its_new_name(old, new):
-    """Issue 26 item 5: kube-scheduler's wiring moved from vgpu_stack to roles/vgpu and its variables
-    with it. An inventory that still sets an old name would otherwise be ignored silently (the new
-    name keeps its default): the run stops before anything changes and says what to write instead."""
-    assert problems(given=[old]) == [
-        f"{old}: renamed {new} after release 0.1.0 (kube-scheduler's wiring moved to roles/vgpu); "
-        f"set {new} instead, the value means the same"
+def test_an_old_name_is_read_for_one_release_with_a_deprecation_naming_the_new_one(old, new, value):
+    """Issue 39: the vgpu_stack_* aliases went, and kube-scheduler's wiring moved to roles/vgpu (issue
+    26); an inventory of the previous release still works, the new name taking the old one's value
+    (roles/vgpu's defaults read it), and the check names what to write instead."""
+    assert problems(given=[old], **{old: value, new: value}) == []
+    (line,) = deprecations([old, "site_owner"])
+    assert line.startswith(f"{old}: deprecated, renamed {new}: set {new} instead;")
+    assert "the next refuses it" in line
+
+
+def test_an_old_name_and_its_new_one_set_to_different_values_are_refused_naming_both():
+    found = problems(
+        given=["vgpu_stack_unit_mib", "vgpu_memory_unit_mib"], vgpu_stack_unit_mib=200, vgpu_memory_unit_mib=100
+    )
+    assert found == [
+        "vgpu_stack_unit_mib and vgpu_memory_unit_mib are one setting (vgpu_stack_unit_mib is its old name) set "
+        "to different values, 200 MiB and 100 MiB; remove vgpu_stack_unit_mib"
     ]
 
 
-def test_every_renamed_variable_has_a_known_new_name():
-    """A rename must point at a variable the collection reads, and the old name at none."""
+def test_an_old_name_and_its_new_one_that_agree_are_no_problem():
+    given = ["vgpu_stack_unit_mib", "vgpu_memory_unit_mib", "vgpu_stack_mps_enabled", "vgpu_mps_enabled"]
+    settings = {"vgpu_stack_unit_mib": "200MiB", "vgpu_memory_unit_mib": 200}
+    assert problems(given=given, vgpu_stack_mps_enabled="yes", vgpu_mps_enabled=True, **settings) == []
+
+
+def test_a_retired_name_gets_a_deprecation_and_no_problem():
+    assert problems(given=["vgpu_stack_version"]) == []
+    assert deprecations(["vgpu_stack_version"]) == [
+        f"vgpu_stack_version: deprecated, no longer read: {RETIRED['vgpu_stack_version']}; remove it"
+    ]
+
+
+def test_every_old_name_is_none_of_the_collection_s_variables():
+    """A role variable of an old name would be taken for the inventory's by the new name's default."""
     known = known_names(load(str(ROOT)))
-    assert sorted(new for new in RENAMED.values() if new not in known) == []
-    assert sorted(old for old in RENAMED if old in known) == []
+    assert sorted(old for old in OLD_NAMES if old in known) == []
+    assert sorted(new for new in OLD_NAMES.values() if new not in known) == []
+
+
+def test_the_cluster_check_takes_an_old_name_s_value_for_its_new_one():
+    """One host of the previous release's inventory (the old name), one of this release's (the new)."""
+    agree = {"cp": {"vgpu_stack_unit_mib": 200}, "gpu-1": {"vgpu_memory_unit_mib": "200MiB"}}
+    assert cluster_problems(agree, SPEC) == []
+    differ = {"cp": {"vgpu_stack_unit_mib": 200}, "gpu-1": {}}
+    (problem,) = cluster_problems(differ, SPEC)
+    assert problem.startswith("vgpu_memory_unit_mib differs between hosts (200 MiB on cp; 100 MiB on gpu-1)")
 
 
 def test_a_name_with_a_role_prefix_far_from_every_variable_gets_no_guess():
@@ -173,6 +210,7 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
     ("overrides", "fragment"),
     [
         ({"vgpu_resource_prefix": "Vgpu_IO"}, "vgpu_resource_prefix: 'Vgpu_IO'"),
+        ({"vgpu_resource_prefix": "gpus.kubernetes.io"}, "'gpus.kubernetes.io' is in the kubernetes.io domain"),
         ({"vgpu_memory_unit_mib": 0}, "vgpu_memory_unit_mib: 0 must be greater than 0 MiB"),
         ({"vgpu_memory_unit_mib": "100MB"}, "vgpu_memory_unit_mib: '100MB' has an unknown unit"),
         ({"vgpu_reserved_memory_mib": -1}, "vgpu_reserved_memory_mib: -1 must be at least 0 MiB"),
@@ -192,6 +230,10 @@ def test_memory_settings_take_suffixes_as_docs_variables_md_says():
         ),
         ({"vgpu_enforcement_context_allowance_mib": "512MB"}, "vgpu_enforcement_context_allowance_mib: '512MB'"),
         ({"vgpu_enforcement_unattributed_tolerance_mib": "1GB"}, "vgpu_enforcement_unattributed_tolerance_mib: '1GB'"),
+        (
+            {"vgpu_mps_set_exclusive_process": True},
+            "vgpu_mps_set_exclusive_process: True must be false: every GPU allocation has its own MPS server",
+        ),
     ],
 )
 def test_each_bad_setting_is_reported(overrides, fragment):
@@ -250,6 +292,7 @@ def test_the_plugin_exposes_the_filters():
         "settings_report",
         "quota_problems",
         "server_version_problems",
+        "settings_deprecations",
     }
 
 

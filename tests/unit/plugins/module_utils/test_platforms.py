@@ -10,6 +10,7 @@ import pytest
 import yaml
 from ansible_collections.vgpu.isolation.plugins.filter.platform import platform_problems
 from ansible_collections.vgpu.isolation.plugins.module_utils import nvidia_driver, platforms
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[4]
 H200, B200, L40S, A100, T4 = "0x2335", "0x2901", "0x26b9", "0x20b2", "0x1eb8"
@@ -129,7 +130,7 @@ def test_the_plan_and_preflight_agree_on_every_platform_branch_and_method():
 
 
 def test_the_offered_branches_match_the_settings_defaults():
-    defaults = yaml.safe_load((ROOT / "roles/vgpu/defaults/main.yml").read_text())
+    defaults = {name: entry["default"] for name, entry in SETTINGS.items()}  # the contract's, literal
     default = platforms.BRANCHES[defaults["vgpu_driver_branch"]]
     assert (default["version"], default["cuda"]) == (defaults["vgpu_driver_version"], defaults["vgpu_cuda_version"])
     assert re.match(r"^\d+$", defaults["vgpu_driver_branch"])

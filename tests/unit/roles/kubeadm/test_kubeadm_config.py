@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from role_render import ROOT, VGPU_DEFAULTS, role_play, run_playbook
+from ansible_collections.vgpu.isolation.plugins.module_utils.contract import SETTINGS
+from role_render import ROOT, role_play, run_playbook
 
 ROLE = ROOT / "roles" / "kubeadm"
 CONFIG = "/etc/kubernetes/vgpu-scheduler-config.yaml"
@@ -286,9 +287,8 @@ def test_on_containerd_1_a_drop_in_left_by_nvidia_ctk_cannot_shadow_the_roles_se
 
 
 def test_the_mounted_certificate_folder_is_the_one_the_extender_tls_tasks_fill():
-    vgpu = yaml.safe_load(VGPU_DEFAULTS.read_text())
     kubeadm = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    assert vgpu["vgpu_extender_tls_dir"] == TLS
+    assert SETTINGS["vgpu_extender_tls_dir"]["default"] == TLS
     assert kubeadm["kubeadm_scheduler_tls_dir"] == "{{ vgpu_extender_tls_dir }}"
 
 

@@ -171,3 +171,23 @@ def test_a_valid_inventory_passes_the_check_without_reaching_a_host(tmp_path):
         str(ROOT / "playbooks" / "check.yml"),
     ).stdout
     assert "failed=0" in out and "unreachable=0" in out
+
+
+def test_an_inventory_of_the_previous_release_passes_with_a_deprecation_naming_each_new_name(tmp_path):
+    """Issue 39: an inventory that still sets old names (vgpu_stack's aliases, kube-scheduler's wiring
+    before issue 26) passes the check for one release; the run names each old name's new one."""
+    out = run(tmp_path, "vgpu_stack_unit_mib: 200\nvgpu_stack_extender_port: 32701\nvgpu_stack_version: 0.1.0\n", True)
+    out = " ".join(out.split())  # the YAML callback folds a long line
+    assert "failed=0" in out
+    assert "vgpu_stack_unit_mib: deprecated, renamed vgpu_memory_unit_mib: set vgpu_memory_unit_mib instead" in out
+    assert "vgpu_stack_extender_port: deprecated, renamed vgpu_extender_port" in out
+    assert "vgpu_stack_version: deprecated, no longer read" in out
+
+
+def test_an_old_name_beside_its_new_one_with_another_value_is_refused(tmp_path):
+    out = run(tmp_path, "vgpu_stack_unit_mib: 200\nvgpu_memory_unit_mib: 100\n", expect_ok=False)
+    assert "The settings have 1 problem(s); nothing was changed." in out
+    assert (
+        "vgpu_stack_unit_mib and vgpu_memory_unit_mib are one setting (vgpu_stack_unit_mib is its old name) set to "
+        "different values, 200 MiB and 100 MiB; remove vgpu_stack_unit_mib"
+    ) in out

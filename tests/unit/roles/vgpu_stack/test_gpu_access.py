@@ -8,13 +8,9 @@ on the DRA path an admission policy gives pods with claims the toleration that k
 ExtendedResourceToleration gives pods with units.
 """
 
-import sys
-
 import pytest
-from role_render import ROOT, render
-
-sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
-from vgpu_components import allocator
+from role_render import render
+from vgpu_components.container import DEVICE_LIST_ROOT
 
 CASES = {
     "extender": {"vgpu_kubernetes_flavour": "kubeadm", "vgpu_mps_enabled": True},
@@ -64,7 +60,7 @@ def test_the_components_get_their_gpus_from_the_device_list_mount(rendered, case
         volumes = {v["name"]: v for v in pod["volumes"]}
         (container,) = pod["containers"]
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-        mount = mounts[f"{allocator.DEVICE_LIST_ROOT}/all"]
+        mount = mounts[f"{DEVICE_LIST_ROOT}/all"]
         assert mount["readOnly"] is True, name
         assert volumes[mount["name"]]["hostPath"] == {"path": "/dev/null", "type": "CharDevice"}, name
         assert {e["name"]: e["value"] for e in container["env"] if e["name"] == "NVIDIA_VISIBLE_DEVICES"} == {

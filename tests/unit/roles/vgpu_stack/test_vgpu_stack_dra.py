@@ -24,7 +24,7 @@ CASES = {
         "vgpu_k3s_version": "v1.36.1+k3s1",
         "vgpu_scheduling": "dra",
         "vgpu_resource_prefix": "acme.dev",
-        "vgpu_stack_kubelet_dir": "/data/kubelet",
+        "vgpu_kubelet_dir": "/data/kubelet",
     },
 }
 

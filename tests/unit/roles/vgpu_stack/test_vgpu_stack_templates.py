@@ -445,20 +445,52 @@ def test_the_sample_prints_libvgpus_own_report_for_nodes_without_nvidia_smi(tmp_
     assert "vgpu_stack_sample_command" not in yaml.safe_dump(verify)
 
 
-def test_role_version_matches_galaxy():
-    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    assert defaults["vgpu_stack_version"] == galaxy["version"]
+def test_the_nodes_and_the_components_carry_the_collection_s_version(tmp_path):
+    """One version (contract/contract.yml, generated into galaxy.yml and roles/vgpu's names)."""
+    version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
+    out = render(tmp_path, {})
+    (node, *_) = out["node-labels.yaml"]
+    assert node["metadata"]["annotations"]["vgpu.io/managed-by"] == f"vgpu.isolation-{version}"
+    daemonsets = [d for d in out["components.yaml"] if d["kind"] == "DaemonSet"]
+    assert {d["metadata"]["labels"]["app.kubernetes.io/version"] for d in daemonsets} == {version}
+
+
+# The previous release's names of settings that reach the components (vgpu_stack's aliases and own
+# variables), and the one name each has now: an inventory of either renders the same objects.
+PREVIOUS_RELEASE = {
+    "vgpu_stack_resource_prefix": ("vgpu_resource_prefix", "gpu.example.org"),
+    "vgpu_stack_unit_mib": ("vgpu_memory_unit_mib", 256),
+    "vgpu_stack_enforcement": ("vgpu_enforcement", "report"),
+    "vgpu_stack_monitor_port": ("vgpu_monitor_port", 19395),
+    "vgpu_stack_kubelet_dir": ("vgpu_kubelet_dir", "/data/kubelet"),
+    "vgpu_stack_switches": ("vgpu_switches", {"limit": 1, "gpu_virtual_memory": 0, "gpu_cgroup_enable": 0,
+                                              "cgroup_map_mode": 0, "gpu_compute_audit": 1}),
+    "vgpu_stack_extender_port": ("vgpu_extender_port", 32701),
+}  # fmt: skip
+
+
+def test_an_inventory_of_the_previous_release_renders_as_the_one_names_do(tmp_path):
+    """Issue 39: the vgpu_stack_* aliases went; for one release an old name still sets its setting
+    (roles/vgpu's default of the new name reads it), so `upgrade.yml` with an unchanged inventory
+    deploys what the same values under the new names deploy."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = render(tmp_path / "old", {old: value for old, (_new, value) in PREVIOUS_RELEASE.items()})
+    new = render(tmp_path / "new", dict(PREVIOUS_RELEASE.values()))
+    assert old == new
+    config = yaml.safe_load(next(d for d in new["components.yaml"] if d["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert (config["resource_prefix"], config["unit_mib"], config["monitor"]["port"]) == ("gpu.example.org", 256, 19395)
+    assert config["device_plugin"]["switches"]["gpu_compute_audit"] == 1
 
 
 MOVED = {
     "vgpu_kubernetes_flavour": "kubeadm",
-    "vgpu_stack_device_plugin_healthz_port": 19396,
-    "vgpu_stack_monitor_port": 19395,
-    "vgpu_stack_mps_healthz_port": 19397,
+    "vgpu_device_plugin_healthz_port": 19396,
+    "vgpu_monitor_port": 19395,
+    "vgpu_mps_healthz_port": 19397,
     "vgpu_extender_port": 32701,
-    "vgpu_stack_kubelet_dir": "/data/kubelet",
-    "vgpu_stack_mps_pipe_dir": "/run/mps-pipes",
+    "vgpu_kubelet_dir": "/data/kubelet",
+    "vgpu_mps_pipe_dir": "/run/mps-pipes",
 }
 
 

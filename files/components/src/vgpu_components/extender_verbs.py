@@ -1,0 +1,346 @@
+"""gpushare-scheduler-extender's verbs: kube-scheduler's HTTP extender for per-GPU memory fit.
+
+Verbs (POST, JSON exactly as kube-scheduler sends it, nodeCacheCapable):
+  filter           ExtenderArgs -> ExtenderFilterResult: a node passes only where one GPU fits
+  filter-tightest  the same, then only the passing nodes where the pod packs tightest (highest
+                   packing score): bin-packing without a prioritize call ("tightest" packing)
+  prioritize       ExtenderArgs -> HostPriorityList: the packing score 0..10 of each node, which
+                   kube-scheduler weighs with its own scores ("weighted" packing, after filter)
+  bind             ExtenderBindingArgs -> ExtenderBindingResult: record the GPU, then bind
+The model of the cluster is scheduling.py's; the HTTP layer is extender_http.py; the API
+adapters and the informer that keeps the model in step are in kube.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import prometheus_client
+
+from vgpu_components import kube
+from vgpu_components.extender_http import BadRequest, Later
+from vgpu_components.scheduling import ClusterModel, Request, pod_request
+
+log = logging.getLogger("vgpu.extender")
+
+DECISIONS = prometheus_client.Counter(
+    "vgpu_extender_filter_nodes_total",
+    "Nodes judged by filter, by outcome (looser: fits, but filter-tightest kept tighter nodes)",
+    ["outcome"],
+)
+RECHECKS = prometheus_client.Counter(
+    "vgpu_extender_rechecked_nodes_total",
+    "Nodes read again from the API before a refusal, by outcome (stale: the watch had not yet shown "
+    "a pod that had gone)",
+    ["outcome"],
+)
+# Nodes read again for one refused pod at most: the ones closest to fitting it.
+RECHECK_NODES = 16
+BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, by outcome", ["outcome"])
+
+
+@dataclass
+class Verdict:
+    """filter's judgement: passing nodes (after filter-tightest's cut: `fitting` passed before it)
+    and the refused ones with their reasons."""
+
+    passed: list[str] = field(default_factory=list)
+    fitting: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+class Extender:
+    """The verbs over the model; JSON in, JSON-ready objects out.
+
+    A request leaves nothing behind but a bind's reservation: the extender keeps no state per
+    caller or per filtered pod, and it writes to the API only the Binding of a GPU pod it places;
+    its reads are the informers' list and watch, a refused node's pods and a pod to bind."""
+
+    blocking = frozenset({"bind"})  # verbs that wait on the API server
+
+    def __init__(self, model: ClusterModel, api: kube.ClusterApi | None = None) -> None:
+        self.model = model
+        self.api = api
+        self.informers: dict[str, kube.Informer] = {}
+        if api is not None:
+            self.informers = {
+                "nodes": kube.Informer(api, "nodes", self._list_nodes, self._node_event),
+                "pods": kube.Informer(api, "pods", self._list_pods, self._pod_event),
+            }
+        # prioritize's encoded HostPriority per (node, score).
+        self._priority_entries: dict[tuple[str, int], str] = {}
+
+    @property
+    def verbs(self) -> Mapping[str, Callable[[Any], Any]]:
+        return {
+            "filter": self.filter,
+            "filter-tightest": lambda body: self.filter(body, tightest=True),
+            "prioritize": self.prioritize,
+            "bind": self.bind,
+        }
+
+    # --- request parsing -----------------------------------------------------------------------
+    def _args(self, body: Any) -> tuple[Mapping[str, Any], list[str], list[Any] | None]:
+        if not isinstance(body, Mapping):
+            raise BadRequest("expected an ExtenderArgs object with Pod and NodeNames (or Nodes)")
+        pod = body.get("Pod")
+        if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+            raise BadRequest("ExtenderArgs.Pod must be a Pod object with a spec")
+        names = body.get("NodeNames")
+        nodes = body.get("Nodes")
+        items: list[Any] | None = None
+        if names is None and isinstance(nodes, Mapping):
+            items = nodes.get("items") or []
+            if not isinstance(items, list):
+                raise BadRequest("ExtenderArgs.Nodes.items must be a list of Node objects")
+            names = []
+            for index, node in enumerate(items):
+                meta = node.get("metadata") if isinstance(node, Mapping) else None
+                if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+                    raise BadRequest(f"ExtenderArgs.Nodes.items[{index}] must be a Node object with a name")
+                names.append(meta["name"])
+        if names is None:
+            names = []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest(f"ExtenderArgs.NodeNames must be a list of node names, got {names!r:.200}")
+        return pod, names, items
+
+    def _request(self, pod: Mapping[str, Any]) -> Request:
+        try:
+            return pod_request(pod, self.model.prefix)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+
+    # --- verbs -----------------------------------------------------------------------------------
+    def filter(self, body: Any, tightest: bool = False) -> dict[str, Any] | Later:
+        """The nodes where one GPU fits the pod; with `tightest`, only those of them where it packs
+        tightest (the highest packing score), so that kube-scheduler needs no prioritize call.
+
+        A node refused for memory that pods hold is read again from the API first (_recheck)."""
+        pod, names, items = self._args(body)
+        request = self._request(pod)
+        verdict = self._judge(request, names, tightest)
+        stale = self._maybe_stale(verdict.failed)
+        if stale:
+            return Later(lambda: self._answer(self._recheck(request, names, tightest, verdict, stale), items))
+        return self._answer(verdict, items)
+
+    def _judge(self, request: Request, names: list[str], tightest: bool) -> Verdict:
+        units, cores = request.units, request.cores
+        verdict = Verdict()
+        with self.model.lock:
+            for name in names:
+                if units == 0 or self.model.admits(name, units, cores):
+                    verdict.passed.append(name)
+                    continue
+                fit = self.model.fit(name, units, cores)
+                if fit.gpu is not None:
+                    verdict.passed.append(name)
+                elif fit.unresolvable:
+                    verdict.unresolvable[name] = fit.reason
+                else:
+                    verdict.failed[name] = fit.reason
+            verdict.fitting = len(verdict.passed)
+            if tightest and units and verdict.fitting > 1:
+                # Ties stay: kube-scheduler's own scores choose among equally tight nodes.
+                scores = [self.model.nodes[name].score(units) for name in verdict.passed]
+                best = max(scores)
+                verdict.passed = [name for name, score in zip(verdict.passed, scores) if score == best]
+        return verdict
+
+    def _maybe_stale(self, failed: Mapping[str, str]) -> list[str]:
+        """The refused nodes where pods we placed hold memory, the most free first: kube-scheduler
+        retries a turned-away pod the moment it sees such a pod go, maybe before our watch shows
+        it, and then waits for the next cluster event (up to 5 minutes on a quiet cluster)."""
+        if self.api is None or not failed:
+            return []
+        model = self.model
+        with model.lock:
+            holders = {p.node for p in model.placements.values() if p.reserved_at is None and p.node in failed}
+            ranked = sorted(holders, key=lambda name: -model.nodes[name].max_free if name in model.nodes else 0)
+        return ranked[:RECHECK_NODES]
+
+    def _recheck(
+        self, request: Request, names: list[str], tightest: bool, verdict: Verdict, nodes: list[str]
+    ) -> Verdict:
+        """Read the pods of `nodes` from the API (a read as recent as kube-scheduler's view) and
+        judge again if that changed what their GPUs hold; when the API does not answer, the
+        model's verdict stands (the pod is retried on the next cluster event)."""
+        assert self.api is not None
+        changed = False
+        for node in nodes:
+            try:
+                pods = self.api.pods_on_node(node)
+            except Exception as exc:
+                RECHECKS.labels("error").inc()
+                log.warning("could not read the pods on %s again before refusing a pod: %s", node, exc)
+                break
+            stale = self.model.replace_node_pods(node, pods)
+            RECHECKS.labels("stale" if stale else "current").inc()
+            if stale:
+                log.info("the watch was behind on %s: judged again from the pods the API lists", node)
+            changed = changed or stale
+        return self._judge(request, names, tightest) if changed else verdict
+
+    @staticmethod
+    def _answer(verdict: Verdict, items: list[Any] | None) -> dict[str, Any]:
+        DECISIONS.labels("passed").inc(len(verdict.passed))
+        DECISIONS.labels("looser").inc(verdict.fitting - len(verdict.passed))
+        DECISIONS.labels("failed").inc(len(verdict.failed) + len(verdict.unresolvable))
+        result: dict[str, Any] = {
+            "NodeNames": verdict.passed,
+            "Nodes": None,
+            "FailedNodes": verdict.failed,
+            "FailedAndUnresolvableNodes": verdict.unresolvable,
+            "Error": "",
+        }
+        if items is not None:
+            keep = set(verdict.passed)
+            result["Nodes"] = {"items": [n for n in items if n["metadata"]["name"] in keep]}
+        return result
+
+    def prioritize(self, body: Any) -> bytes:
+        """The HostPriorityList, encoded: kube-scheduler waits on this for every pod, and building
+        and encoding hundreds of small objects was most of the verb's time."""
+        pod, names, _items = self._args(body)
+        units = self._request(pod).units
+        nodes = self.model.nodes
+        with self.model.lock:
+            scores = [
+                (name, state.score(units) if units and (state := nodes.get(name)) is not None else 0) for name in names
+            ]
+        entries = self._priority_entries
+        if len(entries) > 16 * (len(nodes) + 64):
+            entries.clear()  # nodes came and went; keep the cache bounded
+        parts = []
+        for key in scores:
+            entry = entries.get(key)
+            if entry is None:
+                entry = entries[key] = json.dumps({"Host": key[0], "Score": key[1]}, separators=(",", ":"))
+            parts.append(entry)
+        return ("[" + ",".join(parts) + "]").encode()
+
+    def bind(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, Mapping):
+            raise BadRequest("expected an ExtenderBindingArgs object")
+        fields = {}
+        for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+            value = body.get(key)
+            if not isinstance(value, str) or not value:
+                raise BadRequest(f"ExtenderBindingArgs.{key} must be a non-empty string, got {value!r}")
+            fields[key] = value
+        name, namespace, uid, node = fields["PodName"], fields["PodNamespace"], fields["PodUID"], fields["Node"]
+        try:
+            error = self._bind(namespace, name, uid, node)
+        except Exception as exc:
+            log.exception("bind of %s/%s to %s failed", namespace, name, node)
+            error = f"binding {namespace}/{name} to {node} failed: {exc}"
+        BINDS.labels("error" if error else "bound").inc()
+        return {"Error": error}
+
+    def _units_to_bind(self, namespace: str, name: str, uid: str, node: str) -> tuple[str, Request]:
+        """(refusal, request) for a bind: what the pod asks of a GPU, or why it must not be bound."""
+        assert self.api is not None
+        what = f"{namespace}/{name}"
+        pending = self.model.pending.get(uid)
+        if pending is not None:
+            if (pending.namespace, pending.name) != (namespace, name):
+                return f"refusing to bind {what}: pod uid {uid} is {pending.namespace}/{pending.name}", Request(0)
+            request = Request(pending.units, pending.cores)
+        else:
+            pod = self.api.get_pod(namespace, name)
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to:
+                return f"refusing to bind {what} to {node}: it is already bound to {bound_to}", Request(0)
+            request = pod_request(pod, self.model.prefix)
+        if not request.units:
+            resource = self.model.resource
+            return f"refusing to bind {what}: it requests no {resource}; the extender binds only GPU pods", request
+        return "", request
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Place the pod on the node's GPU and bind it; an error text instead when it must not be.
+
+        A pod the extender already placed, or that the API shows bound, is refused before anything
+        changes: its placement stays as it is."""
+        if self.api is None:
+            return "the extender has no Kubernetes API connection"
+        model = self.model
+        what = f"{namespace}/{name}"
+        refusal, request = self._units_to_bind(namespace, name, uid, node)
+        if refusal:
+            return refusal
+        units, cores = request.units, request.cores
+        # The GPU is chosen and reserved under the model's lock, so concurrent binds never pick the
+        # same free units; the API call then runs outside it, in parallel with other binds.
+        with model.lock:
+            placed = model.placements.get(uid)
+            if placed is not None:
+                return f"refusing to bind {what} to {node}: it is already placed on {placed.node} GPU {placed.gpu_uuid}"
+            fit = model.fit(node, units, cores)
+            if fit.gpu is None:
+                return f"cannot bind {what} to {node}: {fit.reason}"
+            gpu = fit.gpu
+            reservation = model.reserve(uid, namespace, name, node=node, gpu=gpu, units=units, cores=cores)
+        # The API server copies the Binding's annotations onto the pod as it binds it: the GPU is
+        # recorded without any pod PATCH.
+        annotations = {
+            model.uuid_key: gpu.uuid,
+            model.index_key: str(gpu.index),
+            model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+        try:
+            self.api.bind(namespace, name, uid, node, annotations)
+        except Exception:
+            model.release(reservation)
+            raise
+        log.info(
+            "bound %s/%s to %s GPU %d",
+            namespace,
+            name,
+            node,
+            gpu.index,
+            extra={"gpu_uuid": gpu.uuid, "units": units, "cores": cores},
+        )
+        return ""
+
+    # --- API state -----------------------------------------------------------------------------
+    def ready(self) -> tuple[bool, str]:
+        synced = {kind: informer.synced for kind, informer in self.informers.items()}
+        if synced and all(synced.values()):
+            return True, f"synced: {len(self.model.nodes)} GPU nodes, {len(self.model.placements)} placed pods"
+        return False, f"waiting for the API: {synced}"
+
+    def _list_nodes(self, items: list[dict[str, Any]]) -> None:
+        self.model.replace_all(items, None)
+        self._freeze()
+
+    def _list_pods(self, items: list[dict[str, Any]]) -> None:
+        self.model.replace_all(None, items)
+        self._freeze()
+
+    @staticmethod
+    def _freeze() -> None:
+        # The model is long-lived: keep it out of the collector's full passes, which would
+        # otherwise walk every node and pod during requests.
+        gc.collect()
+        gc.freeze()
+
+    def _node_event(self, event: str, obj: dict[str, Any]) -> None:
+        if event == "DELETED":
+            self.model.remove_node(str(obj.get("metadata", {}).get("name", "")))
+        else:
+            self.model.set_node(obj)
+
+    def _pod_event(self, event: str, obj: dict[str, Any]) -> None:
+        if event == "DELETED":
+            self.model.remove_pod(str(obj.get("metadata", {}).get("uid", "")))
+        else:
+            self.model.set_pod(obj)

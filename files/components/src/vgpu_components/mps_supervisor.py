@@ -1,0 +1,280 @@
+"""nvidia-mps's supervisor: a daemon per request of the protocol (mps_requests.py), started with the
+request's share and pinned limit as its defaults, probed, restarted when it exits or drifts, quit when
+its request goes; the GPUs' compute modes checked (Default, never changed)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vgpu_components import nvml
+from vgpu_components.mps_requests import READY_FILE, MpsRequest, pipe_folder, requests_dir
+
+log = logging.getLogger("vgpu.mps")
+
+
+class Daemon:
+    """One allocation's MPS control daemon, run in the foreground and driven through its pipe."""
+
+    def __init__(self, request: MpsRequest, pipe_dir: Path, log_dir: Path, section: dict[str, Any]) -> None:
+        self.request = request
+        self.pipe = pipe_folder(pipe_dir, request.alloc_id)
+        self.log_dir = log_dir / request.alloc_id
+        self.binary = str(section["control_binary"])
+        self.probe_timeout = float(section["probe_timeout_s"])
+        self.start_timeout = float(section["start_timeout_s"])
+        self.process: subprocess.Popen[bytes] | None = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.next_probe = 0.0
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            CUDA_MPS_PIPE_DIRECTORY=str(self.pipe),
+            CUDA_MPS_LOG_DIRECTORY=str(self.log_dir),
+            CUDA_VISIBLE_DEVICES=self.request.gpu,  # the daemon, its servers and device 0: this GPU only
+        )
+        return env
+
+    def control(self, command: str) -> tuple[bool, str]:
+        """One command through the control pipe; (ok, output)."""
+        try:
+            result = subprocess.run(
+                [self.binary],
+                input=(command + "\n").encode(),
+                env=self.env,
+                capture_output=True,
+                timeout=self.probe_timeout,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"{command}: {exc}"
+        output = (result.stdout + result.stderr).decode(errors="replace").strip()
+        return result.returncode == 0, output
+
+    def probe(self) -> tuple[bool, str]:
+        """Whether the daemon answers with the request's thread percentage."""
+        ok, output = self.control("get_default_active_thread_percentage")
+        try:
+            found = float(output.split()[-1]) if ok else None
+        except (ValueError, IndexError):
+            found = None
+        if found is None:
+            return False, f"control pipe probe failed: {output or 'no answer'}"
+        if round(found) != self.request.thread_percentage:
+            return False, f"default active thread percentage is {found:g}, not {self.request.thread_percentage}"
+        return True, "ok"
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        """Start the daemon, set its defaults and mark it ready; RuntimeError saying why it could not."""
+        self.pipe.mkdir(parents=True, exist_ok=True)
+        self.pipe.chmod(0o755)
+        for leftover in self.pipe.iterdir():  # a dead daemon's sockets; the folder stays (it is mounted)
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen([self.binary, "-f"], env=self.env, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.start_timeout
+        ok, output = self.control("get_default_active_thread_percentage")
+        while not ok and self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ok, output = self.control("get_default_active_thread_percentage")
+        if not ok:
+            self.stop(remove=False)
+            raise RuntimeError(f"the control daemon did not answer within {self.start_timeout:g} s: {output}")
+        commands = [f"set_default_active_thread_percentage {self.request.thread_percentage}"]
+        if self.request.pinned_mib is not None:
+            commands.append(f"set_default_device_pinned_mem_limit 0 {self.request.pinned_mib}M")
+        for command in commands:
+            ok, output = self.control(command)
+            if not ok:
+                self.stop(remove=False)
+                raise RuntimeError(f"{command}: {output or 'failed'}")
+        ok, why = self.probe()
+        if not ok:
+            self.stop(remove=False)
+            raise RuntimeError(why)
+        self.mark_ready(self.request.serial)
+        log.info(
+            "MPS daemon of allocation %s ready: %d %% of GPU %s%s",
+            self.request.alloc_id,
+            self.request.thread_percentage,
+            self.request.gpu,
+            f", pinned memory {self.request.pinned_mib} MiB" if self.request.pinned_mib is not None else "",
+            extra={"pid": self.process.pid, "alloc_id": self.request.alloc_id},
+        )
+
+    def mark_ready(self, serial: str) -> None:
+        ready = self.pipe / READY_FILE
+        tmp = self.pipe / f".{READY_FILE}.tmp"
+        tmp.write_text(serial, encoding="utf-8")
+        tmp.chmod(0o644)
+        tmp.replace(ready)
+
+    def stop(self, remove: bool = True, timeout: float = 10.0) -> None:
+        """quit, then terminate; with `remove` also its pipe and log folders (the allocation is gone)."""
+        (self.pipe / READY_FILE).unlink(missing_ok=True)
+        process = self.process
+        if process is not None and process.poll() is None:
+            self.control("quit")
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("MPS daemon of allocation %s ignored quit; terminating it", self.request.alloc_id)
+                process.terminate()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        if remove:
+            shutil.rmtree(self.pipe, ignore_errors=True)
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+class MpsManager:
+    """Keeps one running daemon per request: starts, restarts (with back-off) and stops them."""
+
+    def __init__(
+        self, cfg: dict[str, Any], backend: nvml.GpuBackend | None = None, stopping: threading.Event | None = None
+    ) -> None:
+        self.section = cfg["mps"]
+        self.state_dir = cfg["state_dir"]
+        self.pipe_dir = Path(self.section["pipe_dir"])
+        self.log_dir = Path(self.section["log_dir"])
+        self.tick = min(0.2, float(self.section["probe_interval_s"]))
+        self.probe_interval = float(self.section["probe_interval_s"])
+        self.backoff = float(self.section["restart_backoff_s"])
+        self.backend = backend
+        self.daemons: dict[str, Daemon] = {}
+        self.restarts = 0
+        self.problems: dict[str, str] = {}  # alloc-id, GPU or "node" -> what is wrong
+        self.unreadable: dict[str, str] = {}  # request file -> why it cannot be used
+        self.stopping = stopping or threading.Event()  # run() returns once it is set
+
+    def start(self) -> None:
+        self.pipe_dir.mkdir(parents=True, exist_ok=True)
+        self.pipe_dir.chmod(0o755)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._check_compute_modes()
+        (self.pipe_dir / READY_FILE).touch()
+
+    def _check_compute_modes(self) -> None:
+        """Every GPU must be in Default compute mode: several MPS servers share a GPU only there."""
+        if self.backend is None:
+            return
+        for gpu in self.backend.gpus():
+            try:
+                mode = self.backend.compute_mode(gpu.uuid)
+            except Exception as exc:
+                log.warning("cannot read the compute mode of %s: %s", gpu.uuid, exc)
+                continue
+            if mode != nvml.COMPUTE_MODE_DEFAULT:
+                self.problems[f"gpu {gpu.uuid}"] = (
+                    f"GPU {gpu.uuid} is in compute mode {mode}, not Default (0): a server per allocation needs "
+                    f"Default (nvidia-smi -i {gpu.uuid} -c DEFAULT)"
+                )
+                log.error("%s", self.problems[f"gpu {gpu.uuid}"])
+
+    def requests(self) -> dict[str, MpsRequest]:
+        """The requests on the host; those it cannot read go to unreadable (and /healthz)."""
+        folder = requests_dir(self.state_dir)
+        found: dict[str, MpsRequest] = {}
+        self.unreadable = {}
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                request = MpsRequest.loads(path.read_text(encoding="utf-8"), str(path))
+            except (OSError, ValueError) as exc:
+                self.unreadable[path.name] = str(exc)
+                continue
+            if request.alloc_id != path.stem:
+                self.unreadable[path.name] = f"{path}: names allocation {request.alloc_id}"
+                continue
+            found[request.alloc_id] = request
+        return found
+
+    def reconcile(self, now: float | None = None) -> None:
+        """One pass: stop the daemons of requests that are gone, start or restart the others."""
+        now = time.monotonic() if now is None else now
+        wanted = self.requests()
+        for alloc_id in [a for a in self.daemons if a not in wanted]:
+            log.info("allocation %s is gone: stopping its MPS daemon", alloc_id)
+            self.daemons.pop(alloc_id).stop()
+            self.problems.pop(alloc_id, None)
+        for alloc_id, request in wanted.items():
+            daemon = self.daemons.get(alloc_id)
+            if daemon is not None and daemon.request.settings() != request.settings():
+                log.info("allocation %s has new MPS settings: restarting its daemon", alloc_id)
+                daemon.stop(remove=False)
+                daemon = None
+            if daemon is None:
+                daemon = self.daemons[alloc_id] = Daemon(request, self.pipe_dir, self.log_dir, self.section)
+                self._start(daemon, now)
+            elif not daemon.running():
+                if now >= daemon.retry_at:
+                    if daemon.process is not None:
+                        self.restarts += 1
+                        log.error("MPS daemon of allocation %s exited; restarting it", alloc_id)
+                    self._start(daemon, now)
+            elif daemon.request.serial != request.serial:
+                daemon.request = request
+                daemon.mark_ready(request.serial)
+            elif now >= daemon.next_probe:
+                ok, why = daemon.probe()
+                daemon.next_probe = now + self.probe_interval
+                if not ok:
+                    log.error("MPS daemon of allocation %s: %s; restarting it", alloc_id, why)
+                    daemon.stop(remove=False)
+                    self.restarts += 1
+                    self._start(daemon, now)
+
+    def _start(self, daemon: Daemon, now: float) -> None:
+        try:
+            daemon.start()
+        except (OSError, RuntimeError) as exc:
+            daemon.failures += 1
+            daemon.retry_at = now + self.backoff * min(2 ** (daemon.failures - 1), 30)
+            self.problems[daemon.request.alloc_id] = f"allocation {daemon.request.alloc_id}: {exc}"
+            log.error("MPS daemon of allocation %s did not start: %s", daemon.request.alloc_id, exc)
+            return
+        daemon.failures = 0
+        daemon.next_probe = now + self.probe_interval
+        self.problems.pop(daemon.request.alloc_id, None)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.reconcile()
+            except OSError as exc:
+                self.problems["node"] = f"cannot read the MPS requests: {exc}"
+                log.error("%s", self.problems["node"])
+            else:
+                self.problems.pop("node", None)
+            self.stopping.wait(self.tick)
+
+    def healthy(self) -> tuple[bool, str]:
+        problems = {**self.problems, **self.unreadable}
+        if not problems:
+            return True, "ok"
+        return False, "; ".join(sorted(problems.values()))
+
+    def stop(self) -> None:
+        """Quit every daemon; their requests stay, for the next start."""
+        self.stopping.set()
+        (self.pipe_dir / READY_FILE).unlink(missing_ok=True)
+        for daemon in self.daemons.values():
+            daemon.stop(remove=False)
+        self.daemons.clear()
