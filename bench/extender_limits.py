@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import _components_path  # noqa: F401  (the test peers on the path, the gRPC stubs)
+import _components_path
 from extender_latency import pod
 from vgpu_components.extender_http import MAX_BODY
 
@@ -108,7 +108,13 @@ def main() -> int:
     args = parser.parse_args()
     print(
         json.dumps(
-            {"max_body": MAX_BODY, "nodes": args.nodes, "python": sys.version.split()[0], "cpus": os.cpu_count()}
+            {
+                "src": str(_components_path.ROOT),
+                "max_body": MAX_BODY,
+                "nodes": args.nodes,
+                "python": sys.version.split()[0],
+                "cpus": os.cpu_count(),
+            }
         )
     )
     for name, make in cases().items():

@@ -129,7 +129,7 @@ def _check_config_key(key: str, entry: dict[str, Any], settings: dict[str, Any])
     unknown = set(entry) - CONFIG_KEYS
     if unknown:
         raise ContractError(f"{where}: unknown keys {sorted(unknown)}; expected some of {sorted(CONFIG_KEYS)}")
-    section, _, _ = key.rpartition(".")
+    section = key.rpartition(".")[0]
     if section and section not in SECTIONS_OF_CONFIG:
         raise ContractError(f"{where}: section {section!r} is none of {SECTIONS_OF_CONFIG}")
     sources = [k for k in ("setting", "from", "default") if k in entry]
@@ -190,7 +190,7 @@ def config_entry(contract: dict[str, Any], key: str) -> dict[str, Any]:
 def config_tree(contract: dict[str, Any]) -> dict[str, Any]:
     tree: dict[str, Any] = {section: {} for section in SECTIONS_OF_CONFIG}
     for key in contract["config"]:
-        section, _, name = key.rpartition(".")
+        section, _dot, name = key.rpartition(".")
         (tree[section] if section else tree)[name] = config_entry(contract, key)["default"]
     return {k: tree[k] for k in [*[k for k in tree if k not in SECTIONS_OF_CONFIG], *SECTIONS_OF_CONFIG]}
 
@@ -422,7 +422,7 @@ def config_template(contract: dict[str, Any]) -> str:
         expression = render_expression(contract, key)
         if expression is None:
             continue
-        section, _, name = key.rpartition(".")
+        section, _dot, name = key.rpartition(".")
         condition = contract["config"][key].get("render_if")
         if condition != current_if and current_if is not None:
             lines.append("{% endif %}")

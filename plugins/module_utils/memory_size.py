@@ -83,6 +83,6 @@ def units_for(total_mib: int, reserved_mib: int, unit_mib: int) -> int:
     """The units a GPU of ``total_mib`` offers: floor((total - reserved) / unit), never negative.
 
     The remainder is left unused, so any GPU size works with any unit. The components count a GPU's
-    units by the same rule (files/components ids.units_for; a unit test keeps the two equal).
+    units with this function too (their generated copy of this module).
     """
     return max(0, (total_mib - reserved_mib) // unit_mib)

@@ -2,7 +2,8 @@
 
 preflight and the per-node summary read a GPU's memory with nvidia-smi and count its units with the
 collection's rule (plugins/module_utils/memory_size.units_for); the device plugin, the extender and
-the DRA driver read it from NVML (vgpu_components.nvml) and count with ids.units_for. On a real GPU
+the DRA driver read it from NVML (vgpu_components.nvml) and count with their generated copy of the
+same module (vgpu_components.memory_size.units_for). On a real GPU
 both reads and both rules must give the same units, or the summary and the quota check would
 promise what the device plugin does not advertise. Prints PASS/FAIL lines.
 """
@@ -17,9 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "files" / "components" / "src"))
 
-# nvml and ids import only pynvml and the standard library (the allocator would need the Kubernetes
-# client); DeviceTable counts each GPU's units with ids.units_for over nvml's total_mib.
-from vgpu_components import ids, nvml  # noqa: E402
+# nvml and memory_size import only pynvml and the standard library (the allocator would need the
+# Kubernetes client); DeviceTable counts each GPU's units with memory_size.units_for over nvml's total_mib.
+from vgpu_components import memory_size as components_size  # noqa: E402
+from vgpu_components import nvml  # noqa: E402
 
 
 def load(name: str, path: Path):
@@ -54,7 +56,7 @@ def main() -> int:
             failed += 1
     for unit in UNITS:
         for reserved in RESERVED:
-            plugin = {g.index: ids.units_for(g.total_mib, reserved, unit) for g in gpus}
+            plugin = {g.index: components_size.units_for(g.total_mib, reserved, unit) for g in gpus}
             summary = {i: memory_size.units_for(total, reserved, unit) for i, total in smi_total.items()}
             floor = {g.index: (g.total_mib - reserved) // unit for g in gpus}
             what = f"unit {unit} MiB, reserved {reserved} MiB: units {plugin}"

@@ -29,13 +29,13 @@ CONTRACT = generate.load()
 
 
 def default_of(key: str) -> Any:
-    section, _, name = key.rpartition(".")
+    section, _dot, name = key.rpartition(".")
     return (config.DEFAULTS[section] if section else config.DEFAULTS)[name]
 
 
 def components_refuse(key: str, value: Any) -> bool:
     cfg = copy.deepcopy(config.DEFAULTS)
-    section, _, name = key.rpartition(".")
+    section, _dot, name = key.rpartition(".")
     (cfg[section] if section else cfg)[name] = value
     try:
         config.validate(cfg)

@@ -28,6 +28,7 @@ from typing import Any
 
 from fakes import FakeKubelet
 from vgpu_components import config, ids, monitor_collector, mps_requests, mps_supervisor, nvml
+from vgpu_components.memory_size import units_for
 from vgpu_components.plugin import DevicePlugin
 
 from tests.polling import wait_for
@@ -56,7 +57,7 @@ def smoke_device_plugin(backend: nvml.NvmlBackend, root: Path) -> None:
     try:
         report("registered with kubelet", kubelet.registered.wait(10))
         devices = kubelet.wait_update(1, timeout=10)
-        expected = sum(ids.units_for(g.total_mib, 0, 100) for g in gpus)
+        expected = sum(units_for(g.total_mib, 0, 100) for g in gpus)
         report(
             "ListAndWatch lists every unit",
             len(devices) == expected,

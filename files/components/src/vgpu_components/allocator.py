@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpu_components import ids
+from vgpu_components.memory_size import units_for
 from vgpu_components.nvml import Gpu
 from vgpu_components.placement import Ranking
 
@@ -53,7 +54,7 @@ class DeviceTable:
             if key in self.by_key:
                 other = self.by_key[key].gpu.uuid
                 raise ValueError(f"GPU key collision: {gpu.uuid} and {other} both hash to {key}; cannot advertise")
-            slot = GpuUnits(gpu=gpu, key=key, units=ids.units_for(gpu.total_mib, reserved_mib, unit_mib))
+            slot = GpuUnits(gpu=gpu, key=key, units=units_for(gpu.total_mib, reserved_mib, unit_mib))
             self.by_key[key] = slot
             self.by_uuid[gpu.uuid] = slot
 

@@ -54,7 +54,7 @@ def load(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None 
 def validate(config: Mapping[str, Any]) -> None:
     """Each key's rules (the contract's), then what they cannot express; the first problem raises."""
     for key, rule in contract.CONFIG_RULES.items():
-        section, _, name = key.rpartition(".")
+        section, _dot, name = key.rpartition(".")
         value = (config[section] if section else config)[name]
         problems = rules.problems(key, value, rule)
         if problems:

@@ -38,7 +38,7 @@ import yaml
 
 from vgpu_components import ids, names
 from vgpu_components.container import Allocation
-from vgpu_components.memory_size import MIB
+from vgpu_components.memory_size import MIB, units_for
 from vgpu_components.nvml import Gpu
 from vgpu_components.quantity import parse_quantity
 
@@ -75,8 +75,8 @@ def slice_name(node: str, driver: str) -> str:
 
 
 def usable_units(gpu: Gpu, cfg: Mapping[str, Any]) -> int:
-    """Units of a GPU that claims may take: the device plugin's rule (ids.units_for)."""
-    return ids.units_for(gpu.total_mib, cfg["reserved_mib"], cfg["unit_mib"])
+    """Units of a GPU that claims may take: the device plugin's rule (memory_size.units_for)."""
+    return units_for(gpu.total_mib, cfg["reserved_mib"], cfg["unit_mib"])
 
 
 def resource_slice(

@@ -11,10 +11,6 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-# How many units a GPU advertises, floor((total - reserved) / unit): the collection's rule (the
-# per-node summary counts by it), in the copy of its module the components carry.
-from vgpu_components.memory_size import units_for  # noqa: F401
-
 KEY_LEN = 6
 ALLOC_ID_LEN = 16
 _DEVICE_ID = re.compile(r"^([0-9a-f]{6})-(0|[1-9][0-9]*)$")

@@ -449,7 +449,7 @@ def test_the_nodes_and_the_components_carry_the_collection_s_version(tmp_path):
     """One version (contract/contract.yml, generated into galaxy.yml and roles/vgpu's names)."""
     version = yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
     out = render(tmp_path, {})
-    (node, *_) = out["node-labels.yaml"]
+    node = out["node-labels.yaml"][0]
     assert node["metadata"]["annotations"]["vgpu.io/managed-by"] == f"vgpu.isolation-{version}"
     daemonsets = [d for d in out["components.yaml"] if d["kind"] == "DaemonSet"]
     assert {d["metadata"]["labels"]["app.kubernetes.io/version"] for d in daemonsets} == {version}
