@@ -26,7 +26,9 @@ VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
 # (vgpu_component_image_import: false); IMAGE_IMPORT=false says it on the command line.
 ifeq ($(origin BUNDLE),undefined)
 BUNDLE := $(shell python3 files/site/inventory_setting.py $(INVENTORY) vgpu_offline_bundle_dir)
-$(if $(filter 0,$(.SHELLSTATUS)),,$(error the offline bundle of $(INVENTORY) could not be read (above)))
+$(if $(filter 0,$(.SHELLSTATUS)),,$(error the offline bundle of $(INVENTORY): see above))
+else ifneq ($(BUNDLE),)
+$(if $(wildcard $(BUNDLE)/site/wheels),,$(error BUNDLE=$(BUNDLE) is no offline bundle on this machine (it has no site/wheels): build one with `make bundle` on a connected Debian 12 machine and copy its build/bundle here, or leave BUNDLE out on a connected machine))
 endif
 ifeq ($(origin IMAGE_IMPORT),undefined)
 IMAGE_IMPORT := $(shell python3 files/site/inventory_setting.py $(INVENTORY) vgpu_component_image_import)

@@ -191,3 +191,19 @@ def test_an_old_name_beside_its_new_one_with_another_value_is_refused(tmp_path):
         "vgpu_stack_unit_mib and vgpu_memory_unit_mib are one setting (vgpu_stack_unit_mib is its old name) set to "
         "different values, 200 MiB and 100 MiB; remove vgpu_stack_unit_mib"
     ) in out
+
+
+@pytest.mark.parametrize("playbook", ["check.yml", "site.yml"])
+def test_a_run_limited_with_tags_is_checked_all_the_same(tmp_path, playbook):
+    """Issue 41: the check plays are tagged `always`; `--tags x` ran none of them."""
+    inventory = write_inventory(tmp_path, group_vars="vpgu_mps_enabled: true\n")
+    with pytest.raises(AssertionError) as failed:
+        run_playbook("-i", inventory, str(ROOT / "playbooks" / playbook), "--tags", "x")
+    out = str(failed.value)
+    assert "vpgu_mps_enabled: not a variable of vgpu.isolation; did you mean vgpu_mps_enabled?" in out
+    assert "UNREACHABLE" not in out, "the check came first"
+
+
+def test_a_check_that_passes_ends_with_a_one_line_verdict(tmp_path):
+    out = run_playbook("-i", write_inventory(tmp_path), str(ROOT / "playbooks" / "check.yml"), "--tags", "x").stdout
+    assert "check: 3 hosts, no problems found; nothing was changed" in out
