@@ -3,6 +3,10 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+# Recipes run without being echoed; V=1 shows each command as it runs.
+ifneq ($(V),1)
+.SILENT:
+endif
 
 VENV        ?= .venv
 # The small virtualenv of the operator's targets (site, verify, stack, upgrade, uninstall, image):
@@ -73,9 +77,16 @@ PY_SOURCES := plugins files/components files/site tests bench molecule contract
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev containerd
 
+# `make help`: the operator's targets first (README.md, docs/first-run.md), then the developer's.
+HELP_OPERATOR := check site verify stack upgrade uninstall image bundle
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	grep -hE '^[a-z][a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' -v operator="$(HELP_OPERATOR)" ' \
+	    BEGIN { n = split(operator, order, " "); for (i = 1; i <= n; i++) rank[order[i]] = i } \
+	    { line = sprintf("  %-18s %s", $$1, $$2); if ($$1 in rank) op[rank[$$1]] = line; else dev[++d] = line } \
+	    END { print "Operating a site (INVENTORY=path/to/hosts.yml; V=1 shows each command):"; \
+	          for (i = 1; i <= n; i++) if (i in op) print op[i]; \
+	          print "Developing vgpu.isolation (docs/testing.md):"; for (i = 1; i <= d; i++) print dev[i] }'
 
 # --- set-up -------------------------------------------------------------------------------
 $(VENV)/.stamp: requirements-dev.txt
@@ -133,10 +144,16 @@ ifneq ($(TOOLS_VENV),$(SITE_VENV))
 $(OPERATOR_TARGETS):
 	@$(MAKE) --no-print-directory TOOLS_VENV=$(SITE_VENV) BUNDLE="$(BUNDLE)" IMAGE_IMPORT="$(IMAGE_IMPORT)" $@
 else
-site: collection site-image ## provision the inventory's nodes (default: this machine); builds the component image when missing
+site: collection site-image ## provision the inventory's nodes (default: this machine); checks the settings first, then builds the component image when missing
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
 
 check: collection ## check the inventory and every host's settings; needs no reachable host, changes nothing
+	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
+
+# site, stack and upgrade: the settings check (seconds) before the component image is built (root,
+# debootstrap, minutes) or any package installed; the playbook then checks again, as it always does.
+.PHONY: settings-check
+settings-check: collection
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
 
 verify: collection ## verify the inventory's nodes
@@ -158,7 +175,7 @@ endif
 # The component image site.yml imports: the offline bundle's, else build/images' (built here when
 # missing, which needs root and debootstrap), unless the nodes pull it from a registry.
 .PHONY: site-image
-site-image: venv
+site-image: venv settings-check
 	@if [[ -n "$(BUNDLE)" ]]; then echo ">> the component image comes from the offline bundle $(BUNDLE)"; \
 	elif [[ "$(IMAGE_IMPORT)" =~ ^([Ff]alse|[Nn]o|0)$$ ]]; then echo ">> the nodes pull the component image from its registry"; \
 	elif [[ -s $(IMAGE_TARBALL) ]]; then echo ">> the component image: $(IMAGE_TARBALL)"; \
