@@ -57,3 +57,44 @@ def test_the_changelog_has_the_release_of_galaxy_yml_s_version():
     release = changelog["releases"][GALAXY["version"]]
     assert release["changes"]["release_summary"] and release["release_date"]
     assert f"v{GALAXY['version']}" in (ROOT / "CHANGELOG.rst").read_text()
+
+
+def test_a_plain_build_leaves_every_inventory_but_the_example_out_of_the_tarball(tmp_path):
+    """Issue 41: `ansible-galaxy collection build` in a checkout with an operator's inventory copied
+    into inventory/ (operations.md suggested inventory/mysite/) packed its hosts, its group_vars and
+    any credentials into the tarball. galaxy.yml's build_ignore leaves out every inventory but the
+    example, whatever git ignores."""
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("galaxy.yml", "README.md", "meta", "playbooks", "roles", "plugins", "inventory", "docs", "changelogs"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, checkout / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, checkout / name)
+    secret = "vgpu_component_registry_credentials: [{registry: r.example, username: u, password: hunter2}]\n"
+    for site in ("mysite", "examples", "ex", "e-site"):
+        (checkout / "inventory" / site / "group_vars").mkdir(parents=True)
+        (checkout / "inventory" / site / "hosts.yml").write_text("all: {}\n")
+        (checkout / "inventory" / site / "group_vars" / "all.yml").write_text(secret)
+    (checkout / "inventory" / "prod.yml").write_text(secret)
+    built = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-galaxy")), "collection", "build", "--output-path", str(tmp_path)],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    with tarfile.open(tmp_path / f"vgpu-isolation-{GALAXY['version']}.tar.gz") as archive:
+        names = archive.getnames()
+        contents = b"".join(archive.extractfile(m).read() for m in archive.getmembers() if m.isfile())  # type: ignore[union-attr]
+    inventory = sorted(n for n in names if n.startswith("inventory/"))
+    assert inventory and all(n.startswith("inventory/example") for n in inventory), inventory
+    assert "inventory/example/hosts.yml" in names and "inventory/example/group_vars/all.yml" in names
+    assert b"hunter2" not in contents

@@ -131,6 +131,11 @@ def test_summary_yml_without_a_cluster_says_so(installed):
     assert "site.yml builds the cluster, stack.yml adds the stack to one built by others" in out.replace(
         "\n        ", " "
     )
+    # Issue 41: it said "problems: none" beside "driver: not loaded".
+    assert "problems: none" not in out
+    assert "problems: no NVIDIA driver is loaded; no GPU the driver tools report; no cluster to read" in out.replace(
+        "\n        ", " "
+    )
 
 
 def test_verify_yml_on_a_machine_without_a_gpu_says_there_is_no_driver(installed):
