@@ -34,7 +34,6 @@ requirements:
 """
 
 import yaml
-
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
 
@@ -79,7 +78,9 @@ def format_failure(head, result):
     lines = [head + (" => " + message.splitlines()[0] if message else " =>")]
     lines += ["    " + line for line in message.splitlines()[1:]]
     if rest:
-        dumped = yaml.dump(rest, Dumper=_LiteralDumper, default_flow_style=False, width=float("inf"), allow_unicode=True)
+        dumped = yaml.dump(
+            rest, Dumper=_LiteralDumper, default_flow_style=False, width=float("inf"), allow_unicode=True
+        )
         lines += ["    " + line for line in dumped.splitlines()]
     return "\n".join(lines)
 

@@ -22,7 +22,13 @@ def test_the_first_run_page_reaches_the_pod_and_explains_its_words():
     page = (ROOT / "docs" / "first-run.md").read_text()
     assert "1200MiB /  3000MiB" in page and "docs/pods.md" in page
     glossary = page[page.index("## Glossary") :]
-    for term in ("**unit**", "**extender**", "**interposer / libvgpu**", "**the component image**", "**the offline bundle**"):
+    for term in (
+        "**unit**",
+        "**extender**",
+        "**interposer / libvgpu**",
+        "**the component image**",
+        "**the offline bundle**",
+    ):
         assert term in glossary, term
     for fact in ("outside the checkout, under version control", "Debian 12", "Root, for the component image"):
         assert fact in page, fact

@@ -50,7 +50,9 @@ def air_gapped(inventory: Path, bundle: Path) -> Path:
     all_yml = inventory.parent / "group_vars" / "all.yml"
     text = all_yml.read_text()
     assert "# vgpu_offline_bundle_dir: /srv/vgpu-bundle" in text
-    all_yml.write_text(text.replace("# vgpu_offline_bundle_dir: /srv/vgpu-bundle", f"vgpu_offline_bundle_dir: {bundle}"))
+    all_yml.write_text(
+        text.replace("# vgpu_offline_bundle_dir: /srv/vgpu-bundle", f"vgpu_offline_bundle_dir: {bundle}")
+    )
     return all_yml
 
 
@@ -114,7 +116,9 @@ def test_a_settings_mistake_stops_make_site_before_the_component_image_or_any_pa
 
 
 def test_make_help_lists_the_operator_s_targets_first():
-    done = subprocess.run(["make", "-C", str(ROOT), "--no-print-directory", "help"], capture_output=True, text=True)
+    done = subprocess.run(
+        ["make", "-C", str(ROOT), "--no-print-directory", "help"], capture_output=True, text=True, check=True
+    )
     lines = done.stdout.splitlines()
     targets = [line.split()[0] for line in lines if line.startswith("  ")]
     operator = ["check", "site", "verify", "stack", "upgrade", "uninstall", "image", "bundle"]

@@ -3,6 +3,10 @@ collection the roles and playbooks call is declared as a dependency, so `ansible
 install` brings it."""
 
 import re
+import shutil
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -64,11 +68,6 @@ def test_a_plain_build_leaves_every_inventory_but_the_example_out_of_the_tarball
     into inventory/ (operations.md suggested inventory/mysite/) packed its hosts, its group_vars and
     any credentials into the tarball. galaxy.yml's build_ignore leaves out every inventory but the
     example, whatever git ignores."""
-    import shutil
-    import subprocess
-    import sys
-    import tarfile
-
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     for name in ("galaxy.yml", "README.md", "meta", "playbooks", "roles", "plugins", "inventory", "docs", "changelogs"):
@@ -77,7 +76,7 @@ def test_a_plain_build_leaves_every_inventory_but_the_example_out_of_the_tarball
             shutil.copytree(source, checkout / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, checkout / name)
-    secret = "vgpu_component_registry_credentials: [{registry: r.example, username: u, password: hunter2}]\n"
+    secret = "vgpu_component_registry_credentials: [{registry: r.example, username: u, password: hunter2}]\n"  # noqa: S105 - the leak looked for
     for site in ("mysite", "examples", "ex", "e-site"):
         (checkout / "inventory" / site / "group_vars").mkdir(parents=True)
         (checkout / "inventory" / site / "hosts.yml").write_text("all: {}\n")

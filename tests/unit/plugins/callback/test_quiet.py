@@ -51,7 +51,11 @@ def test_a_report_keeps_each_line_whole_and_drops_what_repeats_the_message():
 def test_a_command_s_output_follows_the_message_as_yaml_never_folded():
     long_stderr = "dpkg was interrupted " + "x" * 300
     text = format_failure("fatal: [n]: FAILED!", {"msg": "non-zero return code", "rc": 100, "stderr": long_stderr})
-    assert text.splitlines() == ["fatal: [n]: FAILED! => non-zero return code", "    rc: 100", f"    stderr: {long_stderr}"]
+    assert text.splitlines() == [
+        "fatal: [n]: FAILED! => non-zero return code",
+        "    rc: 100",
+        f"    stderr: {long_stderr}",
+    ]
     text = format_failure("fatal: [n]: FAILED!", {"msg": "boom", "stdout": "line 1\nline 2"})
     assert text.splitlines()[1:] == ["    stdout: |-", "      line 1", "      line 2"]
 
@@ -71,12 +75,13 @@ def test_a_debug_message_is_printed_as_it_is():
 
 def playbook(tmp_path: Path, callback: str) -> str:
     (tmp_path / "play.yml").write_text(PLAY)
-    (tmp_path / "vars.json").write_text(json.dumps({"sentence": SENTENCE, "ansible_python_interpreter": sys.executable}))
+    (tmp_path / "vars.json").write_text(
+        json.dumps({"sentence": SENTENCE, "ansible_python_interpreter": sys.executable})
+    )
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK=callback, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     env["ANSIBLE_COLLECTIONS_PATH"] = str(ROOT / "build" / "pytest-collections")
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "play.yml"]
-        + ["-e", "@vars.json"],
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "play.yml", "-e", "@vars.json"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
