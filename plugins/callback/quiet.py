@@ -25,7 +25,8 @@ description:
     message on one line of output (never folded), then the rest of the result as YAML; the task's
     YAML source and the exception Ansible adds are left out (-v shows them)."
   - A debug task's message is printed as it is, a string on one line and a list one item a line.
-author: vgpu.isolation maintainers
+author:
+  - vgpu.isolation maintainers (@vgpu-isolation)
 extends_documentation_fragment:
   - default_callback
   - result_format_callback
