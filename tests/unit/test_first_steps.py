@@ -125,3 +125,15 @@ def test_make_help_lists_the_operator_s_targets_first():
     assert targets[: len(operator)] == operator, lines
     assert lines[0].startswith("Operating a site") and any(line.startswith("Developing") for line in lines)
     assert "test" in targets[len(operator) :] and "unit" in targets[len(operator) :]
+
+
+def test_make_check_on_the_example_switched_to_air_gapped_passes_with_a_bundle_there(tmp_path):
+    """The site virtualenv and the collections exist here already, so the bundle's wheels are not read:
+    this shows the switch the example describes passes make's bundle check and the settings check
+    (a fresh clone with no network, `unshare -n`, built both from a bundle's site/wheels by hand)."""
+    inventory = copy_example(tmp_path)
+    (tmp_path / "bundle" / "site" / "wheels").mkdir(parents=True)
+    air_gapped(inventory, tmp_path / "bundle")
+    done = make(tmp_path, "check", f"INVENTORY={inventory}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "check: 4 hosts, no problems found; nothing was changed" in done.stdout
