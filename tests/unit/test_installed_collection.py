@@ -1,7 +1,7 @@
 """The collection installed from its tarball works without the checkout (issue 25 item 9).
 
 The tarball is built as `make collection` builds it (from the files git knows, here with an
-operator's inventory copied into inventory/ as README.md says), installed with ansible-galaxy into
+operator's inventory copied into inventory/, where README.md no longer puts it), installed with ansible-galaxy into
 an empty folder, and its playbooks run by name (vgpu.isolation.site) from a folder outside the
 checkout, with no ansible.cfg and only the dependency collections beside it: site.yml in check mode
 on this machine (a local connection; no GPU here, so no driver and no cluster: flavour none), then
