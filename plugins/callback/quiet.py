@@ -106,7 +106,11 @@ class CallbackModule(DefaultCallbackModule):
             self._print_task_banner(result.task)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        if self._display.verbosity or (result.task.loop and "results" in result.result):
+        if self._display.verbosity:
+            return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors=ignore_errors)
+        if result.task.loop and "results" in result.result:
+            # Each item's failure was printed (v2_runner_item_on_failed); not the task's source.
+            result.result.pop("exception", None)
             return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors=ignore_errors)
         self._banner(result)
         self._handle_warnings(result.result)
@@ -121,7 +125,9 @@ class CallbackModule(DefaultCallbackModule):
         self._banner(result)
         self._handle_warnings(result.result)
         head = "failed: [%s] (item=%s)" % (self.host_label(result), self._get_item_label(result.result))
-        text = format_failure(head, result.result)
+        loop_var = result.result.get("ansible_loop_var", "item")
+        shown = dict((key, value) for key, value in result.result.items() if key not in ("ansible_loop_var", loop_var))
+        text = format_failure(head, shown)
         self._display.display(text, color=C.COLOR_ERROR, stderr=self.get_option("display_failed_stderr"))
 
     def v2_runner_on_ok(self, result):

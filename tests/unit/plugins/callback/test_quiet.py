@@ -29,6 +29,17 @@ PLAY = """
       ansible.builtin.fail:
         msg: "{{ sentence }}"
 """
+LOOP = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Fail with a long sentence for one item
+      ansible.builtin.fail:
+        msg: "{{ sentence }}"
+      loop: [1, 2]
+      when: item == 2
+"""
 
 
 def test_a_long_message_is_one_line():
@@ -73,8 +84,8 @@ def test_a_debug_message_is_printed_as_it_is():
     assert format_message("ok: [cp]", {"a": 1}) is None, "anything else as the default callback prints it"
 
 
-def playbook(tmp_path: Path, callback: str) -> str:
-    (tmp_path / "play.yml").write_text(PLAY)
+def playbook(tmp_path: Path, callback: str, play: str = PLAY) -> str:
+    (tmp_path / "play.yml").write_text(play)
     (tmp_path / "vars.json").write_text(
         json.dumps({"sentence": SENTENCE, "ansible_python_interpreter": sys.executable})
     )
@@ -109,3 +120,10 @@ def test_ansible_cfg_sets_it():
     config = configparser.ConfigParser()
     config.read(ROOT / "ansible.cfg")
     assert config["defaults"]["stdout_callback"] == "vgpu.isolation.quiet"
+
+
+def test_an_item_s_failure_is_printed_once_on_one_line_too(tmp_path):
+    out = playbook(tmp_path, "vgpu.isolation.quiet", LOOP)
+    assert f"failed: [localhost] (item=2) => {SENTENCE}\n" in out, out
+    assert out.count("vgpu_sample_app_quota is 51200 MiB") == 1
+    assert "Origin:" not in out and "ansible_loop_var" not in out
