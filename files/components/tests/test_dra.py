@@ -329,6 +329,48 @@ def test_prepare_writes_the_contract_as_a_cdi_device_and_unprepare_removes_it(no
     assert node.kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
 
 
+OTHER_POD_UID = "0f0e0d0c-0b0a-4909-8807-060504030201"
+
+
+def test_a_claim_shared_by_two_pods_is_refused_with_why_and_leaves_nothing(node: DraNode) -> None:
+    """Issue 40 item 1: one ResourceClaim referenced by several pods gave each of them the claim's
+    whole quota (8 x 1400 MiB on one 1000 MiB claim). One allocation is one container's quota: a
+    claim reserved for more than one consumer is not prepared, and kubelet shows why."""
+    claim = allocated_claim(
+        "shared", CLAIM_UID, NODE, [("gpu", "gpu-1", "1000Mi")], reserved_for=[("p", POD_UID), ("q", OTHER_POD_UID)]
+    )
+    node.api.claims[("ns", "shared")] = claim
+    for name, uid in (("p", POD_UID), ("q", OTHER_POD_UID)):
+        pod = pod_with_claim(name, uid, "shared")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        node.api.pods[("ns", name)] = pod
+    result = node.kubelet.prepare(("ns", CLAIM_UID, "shared")).claims[CLAIM_UID]
+    assert "ResourceClaim ns/shared is used by 2 containers (ns/p, ns/q)" in result.error, result.error
+    assert "one container's GPU-memory quota" in result.error and "ResourceClaimTemplate" in result.error
+    state = Path(node.cfg["state_dir"])
+    assert list((state / "containers").glob("*")) == []
+    assert not (node.root / "cdi" / f"vgpu.io-claim_{CLAIM_UID}.json").exists()
+    assert not (state / "dra" / f"{CLAIM_UID}.json").exists()
+
+    # The other pod finished (or was deleted): the claim is one container's again and is prepared.
+    node.api.pods[("ns", "q")]["status"]["phase"] = "Succeeded"
+    assert node.kubelet.prepare(("ns", CLAIM_UID, "shared")).claims[CLAIM_UID].error == ""
+
+
+def test_a_claim_used_by_two_containers_of_one_pod_is_refused(node: DraNode) -> None:
+    claim = allocated_claim("c", CLAIM_UID, NODE, [("gpu", "gpu-1", "1000Mi")], reserved_for=[("p", POD_UID)])
+    node.api.claims[("ns", "c")] = claim
+    pod = pod_with_claim("p", POD_UID, "c")
+    pod["spec"]["containers"] = [
+        {"name": "a", "resources": {"claims": [{"name": "gpu"}]}},
+        {"name": "b", "resources": {"claims": [{"name": "gpu"}]}},
+        {"name": "sidecar"},
+    ]
+    node.api.pods[("ns", "p")] = pod
+    error = node.kubelet.prepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error
+    assert "ResourceClaim ns/c is used by 2 containers (ns/p/a, ns/p/b)" in error, error
+
+
 def test_a_claim_on_an_mps_node_starts_with_its_own_mps_daemon_and_ends_with_it(short_tmp: Path) -> None:
     """On an MPS node prepare returns only once nvidia-mps runs the allocation's daemon with the
     claim's quota as its pinned limit; unprepare makes nvidia-mps stop it."""
