@@ -196,6 +196,11 @@ class ClaimPreparer:
             )
         return devices
 
+    def bound_regions(self) -> list[str]:
+        """The prepared claims' region files cut back to their size (host_paths.bound_regions)."""
+        with self.lock:
+            return self.host_paths.bound_regions()
+
     def unprepare(self, uid: str) -> None:
         """Remove what prepare made for a claim; a claim never prepared here is fine."""
         with self.lock:
