@@ -202,6 +202,7 @@ def test_consumers_of_one_allocation_are_held_to_its_one_quota_together() -> Non
     assert (first.used_bytes, first.pooled_bytes, first.limit_bytes) == (1400 * MIB, 7 * 1400 * MIB, 1512 * MIB)
     text = first.describe()
     assert "11200 MiB together" in text and "7 other consumer(s) of its allocation" in text, text
+    assert "team/share-5/main and 2 more)" in text, text  # five named, the rest counted
     assert "quota of 1000 MiB" in text
 
     # Two consumers within the one quota together are left alone; one alone is judged as before.

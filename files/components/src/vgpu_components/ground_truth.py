@@ -132,9 +132,12 @@ class Violation:
     def describe(self) -> str:
         held = f"holds {self.used_bytes // MIB} MiB of GPU memory"
         if self.pooled_with:
+            named = ", ".join(self.pooled_with[:5]) + (
+                f" and {len(self.pooled_with) - 5} more" if len(self.pooled_with) > 5 else ""
+            )
             held += (
                 f", and with the {len(self.pooled_with)} other consumer(s) of its allocation "
-                f"({', '.join(self.pooled_with)}) {(self.used_bytes + self.pooled_bytes) // MIB} MiB together"
+                f"({named}) {(self.used_bytes + self.pooled_bytes) // MIB} MiB together"
             )
         if self.traced_bytes:
             held += (
