@@ -158,6 +158,44 @@ def test_reference_binpack_with_claims(
         kubelet.stop()
 
 
+def test_one_claim_named_by_two_pods_is_not_prepared_and_kubelet_is_told_why(
+    core: Any, resource: Any, namespace: str, dra_nodes: Any, tmp_path: Path
+) -> None:
+    """Issue 40 item 1: one ResourceClaim (not a template) named by two pods. kube-scheduler
+    allocates it once and reserves it for both; the driver, asked to prepare it, refuses: one
+    allocation is one container's quota, and each consumer would be held to all of it."""
+    selector, [node] = dra_nodes(1)
+    claim = dra_objects.claim_template_body("shared", 1000)["spec"]
+    resource.create_namespaced_resource_claim(
+        namespace,
+        {"apiVersion": dra_objects.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": "shared"}, **claim},
+    )
+    for name in ("first", "second"):
+        body = dra_objects.pod_body(name, "unused", selector)
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        core.create_namespaced_pod(namespace, body)
+        cluster.wait_bound(core, namespace, name, SCHEDULE_TIMEOUT)
+    stored = dict(json.loads(resource.read_namespaced_resource_claim("shared", namespace, _preload_content=False).data))
+    assert sorted(r["name"] for r in stored["status"]["reservedFor"]) == ["first", "second"]
+
+    cfg = dra_objects.driver_config(tmp_path)
+    kubelet = FakeDraKubelet(Path(cfg["dra"]["registry_dir"])).start()
+    driver = DraDriver(cfg, dra_objects.node_gpus(node, GPUS_MIB), node, api=dra_objects.dra_api())
+    driver.start()
+    try:
+        assert kubelet.registered.wait(5)
+        uid = stored["metadata"]["uid"]
+        error = kubelet.prepare((namespace, uid, "shared")).claims[uid].error
+        users = f"{namespace}/first/main, {namespace}/second/main"
+        expected = f"ResourceClaim {namespace}/shared is used by 2 containers ({users})"
+        assert expected in error, error
+        assert "ResourceClaimTemplate" in error
+        assert not list((Path(cfg["state_dir"]) / "quotas").glob("*.conf"))
+    finally:
+        driver.stop()
+        kubelet.stop()
+
+
 def test_a_claim_larger_than_any_gpu_stays_pending_with_the_schedulers_reason(
     core: Any, resource: Any, namespace: str, dra_nodes: Any
 ) -> None:

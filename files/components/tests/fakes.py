@@ -140,6 +140,10 @@ def nvml_backend(stand_in: StandInNvml, gpus: list[Gpu]) -> nvml.NvmlBackend:
 FAKE_CONTROL = textwrap.dedent(
     """\
     import json, os, socket, sys
+    SERVER_COMMANDS = (
+        "get_active_thread_percentage", "set_active_thread_percentage", "get_device_pinned_mem_limit",
+        "set_device_pinned_mem_limit", "shutdown_server",
+    )
     pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
     path = os.path.join(pipe, "control")
     if sys.argv[1:] == ["-f"]:
@@ -148,6 +152,7 @@ FAKE_CONTROL = textwrap.dedent(
         with open(os.path.join(logs, "control.log"), "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "devices": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
         percentage, pinned = 100.0, {}
+        servers, next_pid = {}, 40000  # server pid -> its own percentage and pinned limits
         server = socket.socket(socket.AF_UNIX)
         if os.path.exists(path):
             os.unlink(path)
@@ -168,6 +173,27 @@ FAKE_CONTROL = textwrap.dedent(
                     reply = ""
                 elif command == "get_default_device_pinned_mem_limit" and len(args) == 1:
                     reply = pinned.get(args[0], "0M")
+                elif command == "start_server":  # what a client's first connection makes the daemon do
+                    next_pid += 1
+                    servers[next_pid] = {"percentage": percentage, "pinned": dict(pinned)}
+                    reply = str(next_pid)
+                elif command == "get_server_list" and not args:
+                    reply = "\\n".join(str(pid) for pid in servers)
+                elif command in SERVER_COMMANDS and args and args[0].isdigit() and int(args[0]) not in servers:
+                    reply = f"Invalid PID {args[0]}"
+                elif command == "get_active_thread_percentage" and len(args) == 1:
+                    reply = f"{servers[int(args[0])]['percentage']:.1f}"
+                elif command == "set_active_thread_percentage" and len(args) == 2:
+                    servers[int(args[0])]["percentage"] = float(args[1])
+                    reply = f"{float(args[1]):.1f}"
+                elif command == "get_device_pinned_mem_limit" and len(args) == 2:
+                    reply = servers[int(args[0])]["pinned"].get(args[1], "0M")
+                elif command == "set_device_pinned_mem_limit" and len(args) == 3:
+                    servers[int(args[0])]["pinned"][args[1]] = args[2]
+                    reply = ""
+                elif command == "shutdown_server" and args:
+                    del servers[int(args[0])]
+                    reply = ""
                 elif command == "quit":
                     stream.write("\\n")
                     break
@@ -187,7 +213,7 @@ FAKE_CONTROL = textwrap.dedent(
         with client, client.makefile("rw") as stream:
             stream.write(line + "\\n")
             stream.flush()
-            replies.append(stream.readline().strip())
+            replies.append(stream.read().strip())  # the daemon closes the connection after its answer
     print("\\n".join(replies))
     sys.exit(1 if any(r.startswith("Invalid") for r in replies) else 0)
     """
@@ -197,7 +223,9 @@ FAKE_CONTROL = textwrap.dedent(
 def fake_mps_control(folder: Path) -> str:
     """A stand-in nvidia-cuda-mps-control in `folder` (no MPS binaries on the CI machine): `-f` is a
     control daemon listening on <CUDA_MPS_PIPE_DIRECTORY>/control, a real Unix socket, that answers
-    the control protocol's text commands; without arguments it sends the lines on stdin there and
+    the control protocol's text commands (the defaults, and each server's own share and pinned
+    limit, get_server_list and shutdown_server; `start_server` stands for what a client's first
+    connection makes the real daemon do); without arguments it sends the lines on stdin there and
     prints the answers (test_mps.py says what it keeps of the real tool)."""
     script = folder / "fake_mps_control.py"
     script.write_text(FAKE_CONTROL)
@@ -214,7 +242,7 @@ def mps_ask(pipe: Path, command: str) -> str:
         with client.makefile("rw") as stream:
             stream.write(command + "\n")
             stream.flush()
-            return stream.readline().strip()
+            return stream.read().strip()  # the daemon closes the connection after its answer
 
 
 def two_gpus() -> list[Gpu]:

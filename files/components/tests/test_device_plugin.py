@@ -58,7 +58,7 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
     mounts = {(m.container_path, m.host_path, m.read_only) for m in got.mounts}
     assert mounts == {
         ("/opt/vgpu", "/opt/vgpu", True),
-        ("/var/run/vgpu", str(state / "containers" / aid), False),
+        ("/var/run/vgpu/vgpu.region", str(state / "containers" / aid / "vgpu.region"), False),  # the file alone
         ("/etc/vgpu/quota.conf", str(state / "quotas" / f"{aid}.conf"), True),
         # The NVIDIA runtime's device list: the one way an unprivileged container gets a GPU.
         (f"/var/run/nvidia-container-devices/{UUID0}", "/dev/null", True),
@@ -73,12 +73,13 @@ def test_allocate_returns_the_container_contract_and_writes_quota_and_region(nod
         "cgroup_map_mode=0",
         "gpu_compute_audit=0",
     ]
-    # The folder is the plugin's (0755); the workload gets an empty region file it may write.
+    # The folder is the plugin's (0755) and not mounted; the workload gets a region file of the
+    # fixed size libvgpu maps, zeroed, that it may write and not grow (issue 40).
     region = state / "containers" / aid
     assert [p.name for p in region.iterdir()] == ["vgpu.region"]
     assert stat.S_IMODE(region.stat().st_mode) == 0o755
     assert stat.S_IMODE((region / "vgpu.region").stat().st_mode) == 0o666
-    assert (region / "vgpu.region").stat().st_size == 0
+    assert (region / "vgpu.region").read_bytes() == bytes(1052672)
 
 
 def test_allocate_wipes_a_stale_region_of_the_same_units(node: PluginNode) -> None:
@@ -87,7 +88,7 @@ def test_allocate_wipes_a_stale_region_of_the_same_units(node: PluginNode) -> No
     region.mkdir(parents=True)
     (region / "vgpu.region").write_bytes(b"old container's counters")
     allocate(node, device_ids)
-    assert region.is_dir() and (region / "vgpu.region").stat().st_size == 0
+    assert region.is_dir() and (region / "vgpu.region").read_bytes() == bytes(1052672)
 
 
 def test_mps_adds_the_pipe_of_the_containers_own_daemon_read_only(short_tmp: Path) -> None:

@@ -29,7 +29,7 @@ from fakes import (
     mps_ask,
     two_gpus,
 )
-from vgpu_components import config, dra, mps_contract, mps_requests
+from vgpu_components import config, dra, mps_contract, mps_requests, region
 from vgpu_components.allocator import DeviceTable
 from vgpu_components.container import build_allocation, container_contract
 from vgpu_components.dra import PrepareError
@@ -327,6 +327,77 @@ def test_prepare_writes_the_contract_as_a_cdi_device_and_unprepare_removes_it(no
     assert not (state / "dra" / f"{CLAIM_UID}.json").exists()
     # A claim never prepared here, or unprepared already, unprepares fine.
     assert node.kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
+
+
+def test_a_prepared_claims_region_file_grown_by_its_container_is_cut_back(short_tmp: Path) -> None:
+    """Issue 40 item 3 on the DRA path: the driver owns the claims' host paths, so its poll (every
+    device_plugin.pod_resources_poll_s) cuts a region file its container grew back to its size."""
+    cfg = cfg_for(short_tmp)
+    cfg["device_plugin"]["pod_resources_poll_s"] = 0.05
+    api = FakeDraApi()
+    kubelet = FakeDraKubelet(short_tmp / "registry").start()
+    driver = DraDriver(cfg, GPUS, NODE, api=api)
+    driver.start()
+    try:
+        assert kubelet.registered.wait(5)
+        api.claims[("ns", "p-gpu-1")] = allocated_claim(
+            "p-gpu-1", CLAIM_UID, NODE, [("gpu", "gpu-1", "3000Mi")], reserved_for=[("p", POD_UID)]
+        )
+        api.pods[("ns", "p")] = pod_with_claim("p", POD_UID, "p-gpu-1")
+        [device] = kubelet.prepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].devices
+        alloc_id = next(iter(device.cdi_device_ids)).split("=", 1)[1]
+        region_file = Path(cfg["state_dir"]) / "containers" / alloc_id / "vgpu.region"
+        assert region_file.stat().st_size == region.FILE_SIZE
+        with open(region_file, "r+b") as tenant:
+            tenant.seek(32 * 1024 * 1024)
+            tenant.write(b"x")
+        wait_for("the region cut back", lambda: region_file.stat().st_size == region.FILE_SIZE, 10, 0.02)
+        assert driver.claims.host_paths.regions_cut >= 1
+    finally:
+        driver.stop()
+        kubelet.stop()
+
+
+OTHER_POD_UID = "0f0e0d0c-0b0a-4909-8807-060504030201"
+
+
+def test_a_claim_shared_by_two_pods_is_refused_with_why_and_leaves_nothing(node: DraNode) -> None:
+    """Issue 40 item 1: one ResourceClaim referenced by several pods gave each of them the claim's
+    whole quota (8 x 1400 MiB on one 1000 MiB claim). One allocation is one container's quota: a
+    claim reserved for more than one consumer is not prepared, and kubelet shows why."""
+    claim = allocated_claim(
+        "shared", CLAIM_UID, NODE, [("gpu", "gpu-1", "1000Mi")], reserved_for=[("p", POD_UID), ("q", OTHER_POD_UID)]
+    )
+    node.api.claims[("ns", "shared")] = claim
+    for name, uid in (("p", POD_UID), ("q", OTHER_POD_UID)):
+        pod = pod_with_claim(name, uid, "shared")
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        node.api.pods[("ns", name)] = pod
+    result = node.kubelet.prepare(("ns", CLAIM_UID, "shared")).claims[CLAIM_UID]
+    assert "ResourceClaim ns/shared is used by 2 containers (ns/p, ns/q)" in result.error, result.error
+    assert "one container's GPU-memory quota" in result.error and "ResourceClaimTemplate" in result.error
+    state = Path(node.cfg["state_dir"])
+    assert list((state / "containers").glob("*")) == []
+    assert not (node.root / "cdi" / f"vgpu.io-claim_{CLAIM_UID}.json").exists()
+    assert not (state / "dra" / f"{CLAIM_UID}.json").exists()
+
+    # The other pod finished (or was deleted): the claim is one container's again and is prepared.
+    node.api.pods[("ns", "q")]["status"]["phase"] = "Succeeded"
+    assert node.kubelet.prepare(("ns", CLAIM_UID, "shared")).claims[CLAIM_UID].error == ""
+
+
+def test_a_claim_used_by_two_containers_of_one_pod_is_refused(node: DraNode) -> None:
+    claim = allocated_claim("c", CLAIM_UID, NODE, [("gpu", "gpu-1", "1000Mi")], reserved_for=[("p", POD_UID)])
+    node.api.claims[("ns", "c")] = claim
+    pod = pod_with_claim("p", POD_UID, "c")
+    pod["spec"]["containers"] = [
+        {"name": "a", "resources": {"claims": [{"name": "gpu"}]}},
+        {"name": "b", "resources": {"claims": [{"name": "gpu"}]}},
+        {"name": "sidecar"},
+    ]
+    node.api.pods[("ns", "p")] = pod
+    error = node.kubelet.prepare(("ns", CLAIM_UID, "c")).claims[CLAIM_UID].error
+    assert "ResourceClaim ns/c is used by 2 containers (ns/p/a, ns/p/b)" in error, error
 
 
 def test_a_claim_on_an_mps_node_starts_with_its_own_mps_daemon_and_ends_with_it(short_tmp: Path) -> None:

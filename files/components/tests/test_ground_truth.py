@@ -27,7 +27,7 @@ from fakes import (
     started,
     value,
 )
-from vgpu_components import cgroups, config, ground_truth, nvml
+from vgpu_components import cgroups, config, ground_truth, nvml, owners
 from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import Container, HostProcess, Owner, Tracker, Usage
 
@@ -187,6 +187,56 @@ def test_the_allowance_is_per_container_so_many_small_contexts_are_caught() -> N
     assert "holds 16200 MiB" in violation.describe() and "(1512 MiB in all)" in violation.describe()
 
 
+def test_consumers_of_one_allocation_are_held_to_its_one_quota_together() -> None:
+    """Issue 40 item 1: one ResourceClaim referenced by 8 pods gave each the claim's whole quota:
+    8 x 1400 MiB on one 1000 MiB claim, each under 1000 + 512, and nothing was evicted. The
+    consumers of one allocation are judged together: their sum against its one quota."""
+    tracker = Tracker(grace_s=0, allowance_bytes=512 * MIB)
+    pods = [Container("team", f"share-{n}", "main") for n in range(8)]
+    current = [Usage(who, 1000 * MIB, 1400 * MIB, 1, {"GPU-0"}) for who in pods]
+    shares: dict[Container | HostProcess, frozenset[str]] = {who: frozenset({"a1"}) for who in pods}
+    pooled = ground_truth.pool(current, shares.get, {"a1": 1000 * MIB})
+    due = tracker.observe(pooled, now=0)
+    assert sorted(str(v.who) for v in due) == sorted(str(who) for who in pods)
+    first = next(v for v in due if v.who == pods[0])
+    assert (first.used_bytes, first.pooled_bytes, first.limit_bytes) == (1400 * MIB, 7 * 1400 * MIB, 1512 * MIB)
+    text = first.describe()
+    assert "11200 MiB together" in text and "7 other consumer(s) of its allocation" in text, text
+    assert "team/share-5/main and 2 more)" in text, text  # five named, the rest counted
+    assert "quota of 1000 MiB" in text
+
+    # Two consumers within the one quota together are left alone; one alone is judged as before.
+    honest = ground_truth.pool(current[:2], shares.get, {"a1": 1000 * MIB})
+    assert [u.used_bytes + u.pooled_bytes for u in honest] == [2800 * MIB] * 2
+    calm = [Usage(who, 1000 * MIB, 400 * MIB, 1, {"GPU-0"}) for who in pods[:2]]
+    assert Tracker(0, 512 * MIB).observe(ground_truth.pool(calm, shares.get, {"a1": 1000 * MIB}), now=0) == []
+    (alone,) = ground_truth.pool(current[:1], shares.get, {"a1": 1000 * MIB})
+    assert (alone.pooled_bytes, alone.quota_bytes) == (0, 1000 * MIB)
+
+
+def test_consumers_linked_through_any_shared_allocation_share_the_sum_of_their_quotas() -> None:
+    """A container with two claims (a1 and a2) and another with a1 only: one pool, whose quota is
+    a1's plus a2's, each counted once."""
+    first, second, apart = (Container("team", name, "main") for name in ("first", "second", "apart"))
+    shares: dict[Container | HostProcess, frozenset[str]] = {
+        first: frozenset({"a1", "a2"}),
+        second: frozenset({"a1"}),
+        apart: frozenset({"a3"}),
+    }
+    current = [
+        Usage(first, 3000 * MIB, 2000 * MIB, 1, {"GPU-0"}),
+        Usage(second, 1000 * MIB, 1500 * MIB, 1, {"GPU-0"}),
+        Usage(apart, 1000 * MIB, 100 * MIB, 1, {"GPU-0"}),
+    ]
+    quotas = {"a1": 1000 * MIB, "a2": 2000 * MIB, "a3": 1000 * MIB}
+    by_who = {u.who: u for u in ground_truth.pool(current, shares.get, quotas)}
+    assert (by_who[first].quota_bytes, by_who[first].pooled_bytes) == (3000 * MIB, 1500 * MIB)
+    assert (by_who[second].quota_bytes, by_who[second].pooled_bytes) == (3000 * MIB, 2000 * MIB)
+    assert (by_who[apart].quota_bytes, by_who[apart].pooled_bytes) == (1000 * MIB, 0)
+    due = Tracker(0, 0).observe(list(by_who.values()), now=0)
+    assert sorted(v.who.pod for v in due if isinstance(v.who, Container)) == ["first", "second"]
+
+
 class Node:
     """An enforcer on node-a: fake NVML, a /proc of cgroup files, a recording API server, and the
     containers' quotas as cgpu-monitor reads them from kubelet and the quota files (`quotas`)."""
@@ -197,13 +247,22 @@ class Node:
         self.proc = root / "proc"
         self.backend = FakeGpus(GPUS)
         self.api = RecordingPodApi()
-        self.quotas: dict[tuple[str, str, str], int | None] = {}
+        self.quotas = owners.Quotas()
         self.enforcer = Enforcer(self.cfg, "node-a", self.backend, self.api, self.proc, quotas=lambda: self.quotas)
 
     def give(self, pod: dict[str, Any], mib: int | None, container: str = "main") -> None:
         """The container's quota as its quota file says (None: the file cannot be read)."""
         meta = pod["metadata"]
         self.quotas[(meta["namespace"], meta["name"], container)] = None if mib is None else mib * MIB
+
+    def share(self, pod: dict[str, Any], alloc_id: str, mib: int, container: str = "main") -> None:
+        """The container holds allocation `alloc_id` of `mib` MiB (a DRA claim's device), as
+        kubelet's PodResources and the quota file say; several containers may name the same one."""
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"], container)
+        self.quotas[key] = mib * MIB
+        self.quotas.allocations[key] = frozenset({alloc_id})
+        self.quotas.allocation_quotas[alloc_id] = mib * MIB
 
     def run(self, pid: int, pod: dict[str, Any], mib: int, container_id: str = CID, **where: str) -> None:
         """Process `pid` of the pod's container holds `mib` MiB on GPU 0."""
@@ -509,6 +568,34 @@ def test_a_claim_container_over_its_claims_quota_is_evicted_too(tmp_path: Path) 
     (violation,) = node.enforcer.check(now=10)
     assert container(violation.who).pod == "claimer" and violation.quota_bytes == 3000 * MIB
     assert node.api.evictions == [("team", "claimer")]
+
+
+def test_the_pods_of_one_shared_claim_over_its_one_quota_are_evicted_together(tmp_path: Path) -> None:
+    """Issue 40 item 1, cgpu-monitor's side (defence in depth behind the DRA driver's refusal): 8
+    pods on one 1000 MiB claim, 1400 MiB each; every one of them is evicted after the grace."""
+    node = Node(tmp_path)
+    pods = [gpu_pod(f"share-{n}", 0, container_id=f"{n:x}" * 64) for n in range(8)]
+    node.api.pods = pods
+    for n, pod in enumerate(pods):
+        node.share(pod, "0123456789abcdef", 1000)
+        node.run(4000 + n, pod, 1400, container_id=f"{n:x}" * 64)
+    assert node.enforcer.check(now=0) == []
+    due = node.enforcer.check(now=10)
+    assert sorted(container(v.who).pod for v in due) == [f"share-{n}" for n in range(8)]
+    assert sorted(node.api.evictions) == [("team", f"share-{n}") for n in range(8)]
+    message = next(m for name, reason, m in node.api.events if name == "share-0")
+    assert "11200 MiB together" in message and "quota of 1000 MiB" in message, message
+
+
+def test_the_pods_of_one_shared_claim_within_its_quota_together_stay(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    pods = [gpu_pod(f"share-{n}", 0, container_id=f"{n:x}" * 64) for n in range(2)]
+    node.api.pods = pods
+    for n, pod in enumerate(pods):
+        node.share(pod, "0123456789abcdef", 1000)
+        node.run(4000 + n, pod, 500, container_id=f"{n:x}" * 64)
+    assert node.enforcer.check(now=0) == [] and node.enforcer.check(now=30) == []
+    assert node.api.evictions == []
 
 
 GPU_FILES = ["nvidiactl", "nvidia0", "nvidia-uvm"]  # what a CUDA process holds open

@@ -145,6 +145,25 @@ def test_the_quota_is_the_quota_files_in_every_form_libvgpu_reads(
     assert exporter.collector.quotas() == {("ml", "plugin", "main"): mib * MIB, ("ml", "claimer", "app"): mib * MIB}
 
 
+def test_the_consumers_of_one_shared_claim_are_handed_to_the_enforcer_as_one_allocation(exporter: Exporter) -> None:
+    """Issue 40 item 1: two pods naming one claim (its one CDI device) each got its whole quota.
+    The enforcer is told which allocation each container's quota is, so it judges them together,
+    and the GPU's allocated memory counts the shared allocation once."""
+    aid = "0123456789abcdef"
+    write_quota(exporter.cfg["state_dir"], aid, "0:1000MiB")
+    exporter.pod_resources.claims = [
+        ("ml", f"share-{n}", "app", "gpu.vgpu.io", "gpu-1", [f"vgpu.io/claim={aid}"]) for n in range(2)
+    ]
+    quotas = exporter.collector.quotas()
+    assert quotas == {("ml", "share-0", "app"): 1000 * MIB, ("ml", "share-1", "app"): 1000 * MIB}
+    assert quotas.allocations == {
+        ("ml", "share-0", "app"): frozenset({aid}),
+        ("ml", "share-1", "app"): frozenset({aid}),
+    }
+    assert quotas.allocation_quotas == {aid: 1000 * MIB}
+    assert value(exporter.scrape(), "vgpu_gpu_memory_allocated_bytes", gpu="1") == 1000 * MIB
+
+
 @pytest.mark.parametrize("memory_limit", ["3000MB", "0", "0:1000MiB,0:2000MiB", "-1", "512KiB", "17:100MiB", ""])
 def test_a_quota_file_libvgpu_would_refuse_gives_no_quota_and_counts_an_error(
     exporter: Exporter, memory_limit: str

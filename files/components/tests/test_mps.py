@@ -14,6 +14,7 @@ tests/gpu/compute_share.sh runs the real daemon on the H200.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -135,6 +136,76 @@ def test_a_crashed_daemon_is_started_again_with_the_same_defaults(running: Runni
         timeout=20,
         interval=0.05,
     )
+    assert running.manager.restarts >= 1
+
+
+def test_a_server_whose_share_or_pinned_limit_a_tenant_raised_is_put_right_and_counted(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40 item 2: the control socket answers a root container (its pipe folder is mounted
+    read-only, which does not stop connect(), and the daemon accepts uid 0). On the H200 one set
+    its server's share to 100 % and its pinned limit to 97G. Each probe now reads every running
+    server's own share and limit: one that is not the request's is set back, and the server is
+    shut down, since the clients it took meanwhile keep what they got; it is logged and counted."""
+    running.request("00000000000000aa", 25, pinned_mib=3000)
+    pipe = running.pipe("00000000000000aa")
+    daemon = running.manager.daemons["00000000000000aa"].process
+    share, memory, honest = ask(pipe, "start_server"), ask(pipe, "start_server"), ask(pipe, "start_server")
+    assert ask(pipe, f"get_active_thread_percentage {share}") == "25.0"
+    # What the root container did, through the socket it can see (one change per server, so that
+    # each is seen whichever probe comes between them):
+    with caplog.at_level(logging.ERROR, logger="vgpu.mps"):
+        ask(pipe, f"set_active_thread_percentage {share} 100")
+        ask(pipe, f"set_device_pinned_mem_limit {memory} 0 97G")
+        wait_for("both servers put right", lambda: running.manager.tampered >= 2, timeout=20, interval=0.05)
+    assert ask(pipe, "get_server_list").split() == [honest]  # the changed ones are shut down
+    assert ask(pipe, f"get_active_thread_percentage {honest}") == "25.0"  # the honest one left alone
+    assert running.manager.daemons["00000000000000aa"].process is daemon  # the daemon kept running
+    messages = {
+        pid: [r.getMessage() for r in caplog.records if f"server {pid} " in r.getMessage()] for pid in (share, memory)
+    }
+    assert "active thread percentage 100, not 25" in messages[share][0], messages
+    assert "pinned memory limit 97G, not 3000 MiB" in messages[memory][0], messages
+    assert all("00000000000000aa" in m[0] for m in messages.values())
+    ok, text = running.manager.healthy()
+    assert ok and "2 MPS server setting change(s) put right" in text, text
+    # Probed again: nothing more to put right.
+    probes = running.manager.probes
+    wait_for("two more probes", lambda: running.manager.probes >= probes + 2, timeout=20, interval=0.05)
+    assert running.manager.tampered == 2
+
+
+def test_a_default_pinned_limit_a_tenant_raised_is_put_back(running: Running) -> None:
+    """The defaults are what every new server starts with: the probe checks the pinned limit as
+    well as the share, and a daemon whose defaults drifted is started again with the request's."""
+    running.request("00000000000000aa", 25, pinned_mib=3000)
+    pipe = running.pipe("00000000000000aa")
+    ask(pipe, "set_default_device_pinned_mem_limit 0 97G")
+    wait_for(
+        "the default limit put back",
+        lambda: (pipe / ".ready").exists() and ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M",
+        timeout=20,
+        interval=0.05,
+    )
+    assert running.manager.restarts >= 1
+
+
+def test_a_daemon_a_tenant_quit_is_started_again_with_its_defaults(running: Running) -> None:
+    running.request("00000000000000aa", 25, pinned_mib=3000)
+    pipe = running.pipe("00000000000000aa")
+    ask(pipe, "quit")
+
+    def back() -> bool:
+        try:  # the daemon is being started again: its socket may come and go
+            return (
+                (pipe / ".ready").exists()
+                and ask(pipe, "get_default_active_thread_percentage") == "25.0"
+                and ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M"
+            )
+        except OSError:
+            return False
+
+    wait_for("the daemon back with its defaults", back, timeout=20, interval=0.05)
     assert running.manager.restarts >= 1
 
 

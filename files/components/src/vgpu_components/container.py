@@ -93,7 +93,9 @@ def container_contract(
     quota_file = layout.quota_path(state_dir, aid)
     mounts = [
         (install_prefix, install_prefix, True),
-        (contract.CONTAINER_REGION_DIR, str(region_dir), False),
+        # The region file alone, never its folder (issue 40): a container writes its region and
+        # cannot add files to the node's disk (host_paths.py bounds the file's size).
+        (f"{contract.CONTAINER_REGION_DIR}/{layout.REGION_FILE}", str(region_dir / layout.REGION_FILE), False),
         (contract.CONTAINER_QUOTA_FILE, str(quota_file), True),
         (f"{DEVICE_LIST_ROOT}/{gpu.uuid}", "/dev/null", True),
     ]

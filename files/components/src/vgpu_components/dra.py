@@ -245,6 +245,34 @@ def pod_claim_names(pod: Mapping[str, Any], claim_name: str) -> list[str]:
     return names
 
 
+def claim_consumers(pod: Mapping[str, Any], claim_name: str) -> list[str]:
+    """Who in the pod uses the ResourceClaim `claim_name`: each container (init, regular) whose
+    resources.claims names it, as namespace/pod/container; the pod itself (namespace/pod) when it
+    names the claim and no container does; none when it does not name it."""
+    meta = pod.get("metadata") or {}
+    pod_name = f"{meta.get('namespace')}/{meta.get('name')}"
+    names = set(pod_claim_names(pod, claim_name))
+    if not names:
+        return []
+    spec = pod.get("spec") or {}
+    containers = [
+        f"{pod_name}/{c.get('name')}"
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        if any(ref.get("name") in names for ref in (c.get("resources") or {}).get("claims") or [])
+    ]
+    return containers or [pod_name]
+
+
+def shared_claim_error(namespace: str, name: str, consumers: list[str]) -> str:
+    """Why a claim used by more than one container is not prepared (kubelet shows it on the pod)."""
+    return (
+        f"ResourceClaim {namespace}/{name} is used by {len(consumers)} containers ({', '.join(sorted(consumers))}): "
+        "a claim of GPU memory is one container's GPU-memory quota, and containers sharing it would each "
+        "be held to all of it; give each container its own claim (a ResourceClaimTemplate in the pod "
+        "spec, and one request per container)"
+    )
+
+
 def pod_alias(pod_uid: str, pod_claim: str, request: str) -> str:
     """The CDI device name a pod can compute for one request of one of its claims (containerd 1.6)."""
     alias = f"{pod_uid}.{pod_claim}.{request.split('/', 1)[0]}"

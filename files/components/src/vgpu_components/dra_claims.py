@@ -74,10 +74,10 @@ class ClaimPreparer:
             for d in record["devices"]
         ]
 
-    def _aliases(self, claim: dict[str, Any], devices: list[ClaimDevice]) -> dict[str, list[str]]:
-        """alloc-id -> the CDI names the claim's pods can compute for it (containerd 1.6)."""
+    def _reserved_pods(self, claim: dict[str, Any]) -> list[dict[str, Any]]:
+        """The pods the claim is reserved for that exist (same UID) and have not finished."""
         meta = claim["metadata"]
-        out: dict[str, list[str]] = {d.alloc_id: [] for d in devices}
+        pods = []
         for ref in (claim.get("status") or {}).get("reservedFor") or []:
             if ref.get("resource") != "pods" or ref.get("apiGroup"):
                 continue
@@ -90,9 +90,29 @@ class ClaimPreparer:
                 raise PrepareError(f"cannot read pod {meta['namespace']}/{ref['name']}: {exc.reason}") from None
             if pod["metadata"].get("uid") != ref.get("uid"):
                 continue
-            for pod_claim in dra.pod_claim_names(pod, meta["name"]):
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # its containers have ended: they hold nothing of the quota
+            pods.append(pod)
+        return pods
+
+    @staticmethod
+    def _one_consumer(claim: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        """Refuse a claim more than one container uses (issue 40): one allocation is one
+        container's quota, and every consumer of a shared one would be held to all of it."""
+        meta = claim["metadata"]
+        consumers = [who for pod in pods for who in dra.claim_consumers(pod, meta["name"])]
+        if len(consumers) > 1:
+            raise PrepareError(dra.shared_claim_error(meta["namespace"], meta["name"], consumers))
+
+    def _aliases(
+        self, claim: dict[str, Any], devices: list[ClaimDevice], pods: list[dict[str, Any]]
+    ) -> dict[str, list[str]]:
+        """alloc-id -> the CDI names the claim's pods can compute for it (containerd 1.6)."""
+        out: dict[str, list[str]] = {d.alloc_id: [] for d in devices}
+        for pod in pods:
+            for pod_claim in dra.pod_claim_names(pod, claim["metadata"]["name"]):
                 for device in devices:
-                    out[device.alloc_id].append(dra.pod_alias(ref["uid"], pod_claim, device.request))
+                    out[device.alloc_id].append(dra.pod_alias(pod["metadata"]["uid"], pod_claim, device.request))
         return out
 
     def _write_cdi(self, uid: str, devices: list[ClaimDevice], aliases: dict[str, list[str]]) -> Path:
@@ -143,7 +163,9 @@ class ClaimPreparer:
                     f"{uid}: the claim was deleted and created again"
                 )
             devices = dra.claim_devices(claim, self.node, self.gpus, self.cfg)
-            aliases = self._aliases(claim, devices)
+            pods = self._reserved_pods(claim)
+            self._one_consumer(claim, pods)
+            aliases = self._aliases(claim, devices, pods)
             allocations = [self.allocation(d) for d in devices]
             self._prepare_host(allocations)
             try:
@@ -173,6 +195,11 @@ class ClaimPreparer:
                 extra={"claim": uid, "alloc_id": device.alloc_id, "request": device.request},
             )
         return devices
+
+    def bound_regions(self) -> list[str]:
+        """The prepared claims' region files cut back to their size (host_paths.bound_regions)."""
+        with self.lock:
+            return self.host_paths.bound_regions()
 
     def unprepare(self, uid: str) -> None:
         """Remove what prepare made for a claim; a claim never prepared here is fine."""

@@ -84,6 +84,17 @@ class DraDriver:
         self._spawn(self.server.watch, "socket-watch")
         if self.slices is not None:
             self._spawn(self.slices.loop, "slice-publisher")
+        self._spawn(self._bound_regions, "region-bounds")
+
+    def _bound_regions(self, stopping: threading.Event) -> None:
+        """Every device_plugin.pod_resources_poll_s (the device plugin's poll, which does the same on
+        its path): the prepared claims' region files back to their size (host_paths.py)."""
+        interval = float(self.cfg["device_plugin"]["pod_resources_poll_s"])
+        while not stopping.wait(interval):
+            try:
+                self.claims.bound_regions()
+            except Exception as exc:  # a poll that fails is tried again at the next one
+                log.warning("cannot check the claims' region files: %s", exc)
 
     def _spawn(self, target: Any, name: str) -> None:
         thread = threading.Thread(target=target, args=(self.stopping,), name=name, daemon=True)

@@ -14,9 +14,11 @@ Every monitor.check_interval_s:
    device files with no entry of their own (device_holders.scan, only when there is such memory);
    what no container can be charged with is exported and reported on the node (Event
    GPUMemoryUnattributed, once while it lasts);
-5. ground_truth.Tracker; the violations due go to enforcement_actions.Actions, which posts the
-   Events and, with monitor.enforcement evict, deletes the pod with a capped grace period and, if it
-   is still over that long after, at once; a process in no pod gets a Warning Event on the node.
+5. the containers of one shared allocation pooled against its one quota (ground_truth.pool, from
+   the allocations `quotas` names when it returns an owners.Quotas); ground_truth.Tracker; the
+   violations due go to enforcement_actions.Actions, which posts the Events and, with
+   monitor.enforcement evict, deletes the pod with a capped grace period and, if it is still over
+   that long after, at once; a process in no pod gets a Warning Event on the node.
 
 Nothing is judged while the quotas cannot be read (kubelet away: the check fails and is retried),
 and a container whose quota file cannot be read is left out of that check: an unknown quota is
@@ -113,6 +115,7 @@ class Enforcer:
         candidates = self._candidates(holders, {e.pid for e in live}, whose)
         charged, unattributed = attribution.charges(orphans, gaps, self.tolerance_bytes, candidates)
         current, system = ground_truth.usages([(e.gpu, e.pid, e.used_bytes) for e in live], whose.owner, charged)
+        current = ground_truth.pool(current, whose.allocations, whose.allocation_quotas)
         due = self.tracker.observe(current, now)
         self.latest = Snapshot(
             current,

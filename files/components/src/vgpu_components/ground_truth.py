@@ -16,6 +16,9 @@ reports what each process really holds, and nothing in a container can change th
   - a host process outside Kubernetes (or in a pod the API server does not list on this node):
     quota 0 as well, reported with its PID and command, never evicted (it is in no pod);
   - a known system process (owners.SYSTEM_PROCESSES, each with why): not judged.
+  Containers that share an allocation (one DRA claim several pods or containers name, which the
+  DRA driver refuses to prepare but kubelet may hand a later pod unasked) are held to its one quota
+  together (pool): one allocation is one quota, however many consume it.
   Memory NVML lists under a PID whose process exited or that names another process now, and memory
   the GPU reports used that no process is listed for, is charged to the container that holds it by
   attribution.py's rules (Usage.traced_bytes), or reported as nobody's; it is never its PID's new
@@ -41,8 +44,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vgpu_components import nvml
@@ -104,6 +107,13 @@ class Usage:
     processes: int = 0
     gpus: set[str] = field(default_factory=set)
     traced_bytes: int = 0  # of used_bytes: listed under processes that exited, held by its own (attribution.py)
+    pooled_bytes: int = 0  # what the other consumers of its allocation(s) hold, judged with its own (pool)
+    pooled_with: tuple[str, ...] = ()  # those other consumers
+
+    @property
+    def judged_bytes(self) -> int:
+        """What is held against its quota: its own memory and its allocation's other consumers'."""
+        return self.used_bytes + self.pooled_bytes
 
 
 @dataclass(frozen=True)
@@ -116,9 +126,19 @@ class Violation:
     over_seconds: float
     gpus: tuple[str, ...]
     traced_bytes: int = 0
+    pooled_bytes: int = 0
+    pooled_with: tuple[str, ...] = ()
 
     def describe(self) -> str:
         held = f"holds {self.used_bytes // MIB} MiB of GPU memory"
+        if self.pooled_with:
+            named = ", ".join(self.pooled_with[:5]) + (
+                f" and {len(self.pooled_with) - 5} more" if len(self.pooled_with) > 5 else ""
+            )
+            held += (
+                f", and with the {len(self.pooled_with)} other consumer(s) of its allocation "
+                f"({named}) {(self.used_bytes + self.pooled_bytes) // MIB} MiB together"
+            )
         if self.traced_bytes:
             held += (
                 f" ({self.traced_bytes // MIB} MiB of it listed under processes that exited or no process, "
@@ -176,6 +196,53 @@ def usages(
     return list(by_who.values()), system
 
 
+def pool(
+    current: Iterable[Usage],
+    allocations_of: Callable[[Who], frozenset[str] | None],
+    allocation_quotas: Mapping[str, int | None],
+) -> list[Usage]:
+    """Containers that share an allocation (one DRA claim named by several pods or containers)
+    are held to its one quota together (issue 40): each such container is judged by what all of
+    them hold against the quota of all the allocations they are linked through (each counted
+    once), and each is due when the pool is over. Containers of an allocation of their own are
+    returned as they are."""
+    current = list(current)
+    parent: dict[str, str] = {}
+
+    def root(alloc_id: str) -> str:
+        while parent.setdefault(alloc_id, alloc_id) != alloc_id:
+            alloc_id = parent[alloc_id]
+        return alloc_id
+
+    shares = {u.who: sorted(allocations_of(u.who) or ()) for u in current}
+    for alloc_ids in shares.values():
+        for alloc_id in alloc_ids[1:]:
+            parent[root(alloc_id)] = root(alloc_ids[0])
+    members: dict[str, list[Usage]] = {}
+    for usage in current:
+        if shares[usage.who]:
+            members.setdefault(root(shares[usage.who][0]), []).append(usage)
+    out = []
+    for usage in current:
+        group = members.get(root(shares[usage.who][0]), []) if shares[usage.who] else []
+        if len(group) < 2:
+            out.append(usage)
+            continue
+        linked = {a for other in group for a in shares[other.who]}
+        quotas = [allocation_quotas.get(a) for a in linked]
+        quota = usage.quota_bytes if any(q is None for q in quotas) else sum(q or 0 for q in quotas)
+        others = [other for other in group if other.who != usage.who]
+        out.append(
+            replace(
+                usage,
+                quota_bytes=quota,
+                pooled_bytes=sum(other.used_bytes for other in others),
+                pooled_with=tuple(sorted(str(other.who) for other in others)),
+            )
+        )
+    return out
+
+
 class Tracker:
     """Follows containers over time and reports each one over its limit once its time over,
     accumulated and slowly paid back (the rule above), reaches the grace period."""
@@ -202,7 +269,7 @@ class Tracker:
         elapsed = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
         current = list(current)
-        over = {u.who for u in current if u.used_bytes > self.limit(u)}
+        over = {u.who for u in current if u.judged_bytes > self.limit(u)}
         for key in set(self.spent) | over:
             over_s = elapsed * ((key in self._over) + (key in over)) / 2
             spent = self.spent.get(key, 0.0) + over_s - DECAY * (elapsed - over_s)
@@ -225,6 +292,8 @@ class Tracker:
                         self.spent[key],
                         tuple(sorted(usage.gpus)),
                         usage.traced_bytes,
+                        usage.pooled_bytes,
+                        usage.pooled_with,
                     )
                 )
         return due

@@ -38,6 +38,7 @@ from vgpu_components.enforcement import Enforcer
 from vgpu_components.ground_truth import HostProcess
 from vgpu_components.memory_size import MIB
 from vgpu_components.nvml import Gpu
+from vgpu_components.owners import Quotas
 from vgpu_components.podresources import ContainerClaimDevice, PodResourcesClient
 
 log = logging.getLogger("vgpu.monitor")
@@ -151,12 +152,15 @@ class MonitorCollector(Collector):
             "vgpu_container_oom_refusals", "Allocations refused because of the quota", labels=CONTAINER_LABELS
         )
         allocated: dict[str, int] = {}
+        counted: set[str] = set()  # an allocation several containers share is handed out once
         for holder in self._holders():
             gpu = holder.gpu
             gpu_index, uuid = (str(gpu.index), gpu.uuid) if gpu else ("", "")
             labels = [holder.namespace, holder.pod, holder.container, gpu_index, uuid, self.node]
             if holder.quota_bytes is not None:
-                allocated[uuid] = allocated.get(uuid, 0) + holder.quota_bytes
+                if holder.alloc_id not in counted:
+                    allocated[uuid] = allocated.get(uuid, 0) + holder.quota_bytes
+                    counted.add(holder.alloc_id)
                 families["quota"].add_metric(labels, holder.quota_bytes)
             try:
                 sample = self._read_region(holder.alloc_id)
@@ -235,15 +239,18 @@ class MonitorCollector(Collector):
             log.warning("allocation %s has no quota file, or one that sets no quota on its GPU", alloc_id)
         return quota
 
-    def quotas(self) -> dict[tuple[str, str, str], int | None]:
+    def quotas(self) -> Quotas:
         """(namespace, pod, container) -> quota in bytes of every container kubelet lists with our
         GPU memory (the sum of its allocations; None when one's quota file cannot be read), for
-        the enforcer. Raises when kubelet cannot be asked."""
-        quotas: dict[tuple[str, str, str], int | None] = {}
+        the enforcer, with the allocations each is made of: containers that share one are held to
+        its one quota together. Raises when kubelet cannot be asked."""
+        quotas = Quotas()
         for holder in self.holders():
             key = (holder.namespace, holder.pod, holder.container)
             before = quotas.get(key, 0)
             quotas[key] = None if before is None or holder.quota_bytes is None else before + holder.quota_bytes
+            quotas.allocations[key] = quotas.allocations.get(key, frozenset()) | {holder.alloc_id}
+            quotas.allocation_quotas[holder.alloc_id] = holder.quota_bytes
         return quotas
 
     def _ground_truth_metrics(self) -> Iterator[Any]:

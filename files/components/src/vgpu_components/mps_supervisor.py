@@ -1,11 +1,14 @@
 """nvidia-mps's supervisor: a daemon per request of the protocol (mps_requests.py), started with the
-request's share and pinned limit as its defaults, probed, restarted when it exits or drifts, quit when
-its request goes; the GPUs' compute modes checked (Default, never changed)."""
+request's share and pinned limit as its defaults, probed, restarted when it exits or its defaults
+drift, quit when its request goes; at each probe every running server's own share and pinned limit
+checked, and one changed set back and shut down (logged, counted: a root container can reach the
+control socket, docs/security.md); the GPUs' compute modes checked (Default, never changed)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -17,6 +20,20 @@ from vgpu_components import nvml
 from vgpu_components.mps_requests import READY_FILE, MpsRequest, pipe_folder, requests_dir
 
 log = logging.getLogger("vgpu.mps")
+
+
+_LIMIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_MIB_PER = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def limit_mib(text: str) -> float | None:
+    """A pinned memory limit as the control daemon prints it ("3000M", "97G"), in MiB; None when
+    the last line of its answer is not one."""
+    lines = text.strip().splitlines()
+    match = _LIMIT.match(lines[-1]) if lines else None
+    if match is None:
+        return None
+    return float(match.group(1)) * _MIB_PER[match.group(2).upper()]
 
 
 class Daemon:
@@ -33,6 +50,7 @@ class Daemon:
         self.failures = 0
         self.retry_at = 0.0
         self.next_probe = 0.0
+        self.warned_limit = False  # said once that the daemon's pinned limit answer is not read
 
     @property
     def env(self) -> dict[str, str]:
@@ -61,7 +79,8 @@ class Daemon:
         return result.returncode == 0, output
 
     def probe(self) -> tuple[bool, str]:
-        """Whether the daemon answers with the request's thread percentage."""
+        """Whether the daemon answers with the request's thread percentage and pinned limit as its
+        defaults (what every new server starts with)."""
         ok, output = self.control("get_default_active_thread_percentage")
         try:
             found = float(output.split()[-1]) if ok else None
@@ -71,7 +90,65 @@ class Daemon:
             return False, f"control pipe probe failed: {output or 'no answer'}"
         if round(found) != self.request.thread_percentage:
             return False, f"default active thread percentage is {found:g}, not {self.request.thread_percentage}"
+        if self.request.pinned_mib is not None:
+            ok, output = self.control("get_default_device_pinned_mem_limit 0")
+            found_mib = limit_mib(output) if ok else None
+            if found_mib is None:
+                self._unreadable_limit(output)  # a format not read here: never a reason to restart
+            elif found_mib != self.request.pinned_mib:
+                return False, f"default pinned memory limit is {output.strip()}, not {self.request.pinned_mib} MiB"
         return True, "ok"
+
+    def servers(self) -> list[int]:
+        """The PIDs of the daemon's running servers (get_server_list); [] when it cannot say."""
+        ok, output = self.control("get_server_list")
+        return [int(word) for word in output.split() if word.isdigit()] if ok else []
+
+    def drift(self, pid: int) -> list[str]:
+        """What of server `pid`'s own share and pinned limit is not the request's, in words."""
+        found: list[str] = []
+        ok, output = self.control(f"get_active_thread_percentage {pid}")
+        try:
+            percentage = float(output.split()[-1]) if ok else None
+        except (ValueError, IndexError):
+            percentage = None
+        if percentage is not None and round(percentage) != self.request.thread_percentage:
+            found.append(f"active thread percentage {percentage:g}, not {self.request.thread_percentage}")
+        if self.request.pinned_mib is not None:
+            ok, output = self.control(f"get_device_pinned_mem_limit {pid} 0")
+            found_mib = limit_mib(output) if ok else None
+            if found_mib is None:
+                self._unreadable_limit(output)
+            elif found_mib != self.request.pinned_mib:
+                found.append(f"pinned memory limit {output.strip()}, not {self.request.pinned_mib} MiB")
+        return found
+
+    def _unreadable_limit(self, output: str) -> None:
+        if not self.warned_limit:
+            self.warned_limit = True
+            log.warning(
+                "MPS daemon of allocation %s answers a pinned memory limit as %r, which is not read here: "
+                "its limits are not verified",
+                self.request.alloc_id,
+                output,
+            )
+
+    def verify_servers(self) -> dict[int, list[str]]:
+        """Issue 40: a container that can connect to the control socket as root can change its
+        running server's share and pinned limit. Every running server whose own settings are not
+        the request's gets them set back, and is then shut down (forced): the clients it took
+        while they were changed keep what they got. Returns what was found, per server PID."""
+        found = {}
+        for pid in self.servers():
+            drift = self.drift(pid)
+            if not drift:
+                continue
+            found[pid] = drift
+            self.control(f"set_active_thread_percentage {pid} {self.request.thread_percentage}")
+            if self.request.pinned_mib is not None:
+                self.control(f"set_device_pinned_mem_limit {pid} 0 {self.request.pinned_mib}M")
+            self.control(f"shutdown_server {pid} -f")
+        return found
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -161,6 +238,8 @@ class MpsManager:
         self.backend = backend
         self.daemons: dict[str, Daemon] = {}
         self.restarts = 0
+        self.probes = 0  # probes of running daemons, in all
+        self.tampered = 0  # servers found with a share or pinned limit not their request's, put right
         self.problems: dict[str, str] = {}  # alloc-id, GPU or "node" -> what is wrong
         self.unreadable: dict[str, str] = {}  # request file -> why it cannot be used
         self.stopping = stopping or threading.Event()  # run() returns once it is set
@@ -240,6 +319,21 @@ class MpsManager:
                     daemon.stop(remove=False)
                     self.restarts += 1
                     self._start(daemon, now)
+                else:
+                    self._verify_servers(daemon)
+                self.probes += 1
+
+    def _verify_servers(self, daemon: Daemon) -> None:
+        for pid, drift in daemon.verify_servers().items():
+            self.tampered += 1
+            log.error(
+                "MPS server %d of allocation %s had its %s (changed through the control socket, which a root "
+                "container can reach): set back and the server shut down",
+                pid,
+                daemon.request.alloc_id,
+                "; ".join(drift),
+                extra={"alloc_id": daemon.request.alloc_id, "server_pid": pid, "tampered_total": self.tampered},
+            )
 
     def _start(self, daemon: Daemon, now: float) -> None:
         try:
@@ -268,6 +362,8 @@ class MpsManager:
     def healthy(self) -> tuple[bool, str]:
         problems = {**self.problems, **self.unreadable}
         if not problems:
+            if self.tampered:
+                return True, f"ok ({self.tampered} MPS server setting change(s) put right since start: see the log)"
             return True, "ok"
         return False, "; ".join(sorted(problems.values()))
 

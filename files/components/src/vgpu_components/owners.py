@@ -18,10 +18,27 @@ from typing import Any
 
 from vgpu_components import cgroups
 from vgpu_components.cgroups import ContainerRef
-from vgpu_components.ground_truth import Container, HostProcess, Owner, SystemProcess
+from vgpu_components.ground_truth import Container, HostProcess, Owner, SystemProcess, Who
 
 # (namespace, pod, container) -> quota in bytes (None: its quota file cannot be read).
-QuotaMap = Mapping[tuple[str, str, str], int | None]
+ContainerKey = tuple[str, str, str]
+QuotaMap = Mapping[ContainerKey, int | None]
+
+
+class Quotas(dict[ContainerKey, int | None]):
+    """A QuotaMap that also says which allocations (alloc-ids) each container's quota is made of,
+    and each allocation's own quota: containers that share an allocation (one DRA claim named by
+    several containers) are held to its one quota together (ground_truth.pool)."""
+
+    def __init__(
+        self,
+        quotas: Mapping[ContainerKey, int | None] | None = None,
+        allocations: Mapping[ContainerKey, frozenset[str]] | None = None,
+        allocation_quotas: Mapping[str, int | None] | None = None,
+    ) -> None:
+        super().__init__(quotas or {})
+        self.allocations: dict[ContainerKey, frozenset[str]] = dict(allocations or {})
+        self.allocation_quotas: dict[str, int | None] = dict(allocation_quotas or {})
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,16 @@ class Owners:
         if meta.get("namespace") != self.namespace:
             return ""
         return str((meta.get("labels") or {}).get("app.kubernetes.io/name", ""))
+
+    def allocations(self, who: Who) -> frozenset[str] | None:
+        """The allocations (alloc-ids) a container's quota is made of, where the quotas say."""
+        if not isinstance(who, Container) or not isinstance(self.quotas, Quotas):
+            return None
+        return self.quotas.allocations.get((who.namespace, who.pod, who.container))
+
+    @property
+    def allocation_quotas(self) -> Mapping[str, int | None]:
+        return self.quotas.allocation_quotas if isinstance(self.quotas, Quotas) else {}
 
     def system(self, container: Container, pid: int) -> SystemProcess | None:
         """The known system process this is, if any: by the pod it is in and its executable."""

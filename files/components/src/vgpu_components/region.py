@@ -125,6 +125,8 @@ def read(path: str | os.PathLike[str], attempts: int = 100) -> RegionSample | No
                 time.sleep(0.001)
                 continue
             buf = os.pread(fd, HEADER_SIZE, 0)
+            if not any(buf[:4]):
+                return None  # sized by the device plugin, not yet initialised by libvgpu
             after = SEQ.unpack(os.pread(fd, SEQ.size, SEQ_OFFSET))[0]
             seq, state, sample = _parse(buf)
             if before == after == seq and state == STATE_READY:
