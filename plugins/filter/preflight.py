@@ -128,8 +128,18 @@ def node_problems(seen):
     return [problem for problem in (rule(seen) for rule in RULES) if problem]
 
 
+def unreachable_problem(message, address=""):
+    """The problem of a host that did not answer (Ansible's message, folded onto one line)."""
+    said = " ".join(str(message or "no answer").split())
+    said = said[len("Task failed: ") :] if said.startswith("Task failed: ") else said
+    return (
+        "unreachable at %s: %s; check that the host is up and that its address (ansible_host), user (ansible_user) "
+        "and SSH key are right, or remove it from the inventory" % (address, said)
+    )
+
+
 class FilterModule(object):
     """Preflight's rules about a node."""
 
     def filters(self):
-        return {"node_problems": node_problems}
+        return {"node_problems": node_problems, "unreachable_problem": unreachable_problem}
