@@ -191,3 +191,43 @@ def test_an_old_name_beside_its_new_one_with_another_value_is_refused(tmp_path):
         "vgpu_stack_unit_mib and vgpu_memory_unit_mib are one setting (vgpu_stack_unit_mib is its old name) set to "
         "different values, 200 MiB and 100 MiB; remove vgpu_stack_unit_mib"
     ) in out
+
+
+# --- issue 41 item 2: the cluster's shape, before any host is contacted ------------------------
+def shaped_inventory(tmp_path, control_planes, flavour, extra_host="", group_vars=""):
+    hosts = "".join(f"        {host}: {{ansible_host: 192.0.2.{10 + i}}}\n" for i, host in enumerate(control_planes))
+    text = UNREACHABLE.replace("GPU_GROUP", "gpu_nodes").replace("        cp: {ansible_host: 192.0.2.10}\n", hosts)
+    if extra_host:
+        text += f"    storage:\n      hosts:\n        {extra_host}: {{ansible_host: 192.0.2.99}}\n"
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text(f"vgpu_kubernetes_flavour: {flavour}\n{group_vars}")
+    (tmp_path / "hosts.yml").write_text(text)
+    return str(tmp_path / "hosts.yml")
+
+
+def test_two_kubeadm_control_planes_without_an_endpoint_are_refused_before_any_host_is_contacted(tmp_path):
+    out = " ".join(check(shaped_inventory(tmp_path, ["cp-1", "cp-2"], "kubeadm")).split())
+    assert "The inventory has 2 problem(s); nothing was changed." in out
+    assert "- k8s_control_plane: 2 hosts with vgpu_kubernetes_flavour kubeadm; kubeadm runs a stacked etcd" in out
+    assert "- kubeadm_control_plane_endpoint: empty with 2 control planes" in out
+    assert "unreachable=0" in out
+
+
+def test_k3s_with_two_servers_and_embedded_etcd_is_refused_by_the_check(tmp_path):
+    inventory = shaped_inventory(tmp_path, ["s-1", "s-2"], "k3s", group_vars="k3s_server_url: https://api:6443\n")
+    out = " ".join(check(inventory).split())
+    assert "The inventory has 1 problem(s); nothing was changed." in out
+    assert "K3s with several servers runs its embedded etcd" in out
+
+
+def test_a_host_in_no_group_of_the_playbooks_is_refused_by_the_check(tmp_path):
+    out = " ".join(check(shaped_inventory(tmp_path, ["cp"], "k3s", extra_host="nas-1")).split())
+    assert "- nas-1: in neither k8s_control_plane nor gpu_nodes, so no playbook acts on it" in out
+
+
+def test_three_kubeadm_control_planes_behind_one_endpoint_pass_the_check(tmp_path):
+    inventory = shaped_inventory(
+        tmp_path, ["cp-1", "cp-2", "cp-3"], "kubeadm", group_vars="kubeadm_control_plane_endpoint: api:6443\n"
+    )
+    out = run_playbook("-i", inventory, str(ROOT / "playbooks" / "check.yml")).stdout
+    assert "failed=0" in out and "unreachable=0" in out
