@@ -12,6 +12,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.vgpu.isolation.plugins.module_utils.topology import unjoined_problems
+
 
 def mig_gpus(smi_lines):
     """The index of each GPU nvidia-smi reports in MIG mode ("23028, Enabled" per GPU)."""
@@ -142,4 +144,8 @@ class FilterModule(object):
     """Preflight's rules about a node."""
 
     def filters(self):
-        return {"node_problems": node_problems, "unreachable_problem": unreachable_problem}
+        return {
+            "node_problems": node_problems,
+            "unreachable_problem": unreachable_problem,
+            "unjoined_problems": unjoined_problems,
+        }

@@ -49,3 +49,27 @@ def test_an_unreachable_host_is_named_in_one_report_with_the_other_hosts_problem
     assert "or remove it from the inventory [gpu-1]" in out
     assert "- no NVIDIA GPU found (no PCI device with vendor 0x10de, no /dev/nvidia<N>)" in out
     assert "move this host out of the gpu_nodes group [gpu-2]" in out
+
+
+def test_a_gpu_node_that_never_joined_the_cluster_is_refused_before_the_node_roles(tmp_path):
+    """Item 2: `make stack` on a cluster built by others found a gpu_nodes host that never joined only
+    after the node roles ran and the node labels' wait timed out (300 s). kubectl is a stand-in (no
+    cluster here) answering the node list of a cluster without this host."""
+    kubeconfig = tmp_path / "admin.kubeconfig"
+    kubeconfig.write_text("{}\n")
+    tools = stand_in(
+        tmp_path / "bin", "kubectl", "node/cp\nnode/edge-gpu-1", ("--kubeconfig", str(kubeconfig), "get", "nodes", "--output", "name")
+    )
+    out = run(
+        tmp_path,
+        "stack.yml",
+        {"k8s_control_plane": {"cp": LOCAL}, "gpu_nodes": {"gpu-2": {**LOCAL, "vgpu_stack_node_name": "gpu-2"}}},
+        path_prefix=tools,
+        vgpu_kubernetes_flavour="kubeadm",
+        vgpu_kubeconfig=str(kubeconfig),
+    )
+    assert "nothing was changed" in out
+    assert (
+        "- gpu-2: gpu_nodes host whose node gpu-2 is not in the running cluster (kubectl get nodes on cp) (known: cp, "
+        "edge-gpu-1); stack.yml adds the GPU stack to nodes that already joined: join it first"
+    ) in out
