@@ -282,6 +282,18 @@ def quota_problems(quota, unit, reserved, gpus):
     if not sized:
         return []
     units, where, total = max(sized, key=lambda item: (item[0], item[2]))
+    if units == 0:
+        room = total - reserved_mib
+        fix = (
+            "lower vgpu_memory_unit_mib to %d MiB or less" % room
+            if room > 0
+            else "lower vgpu_reserved_memory_mib below %d MiB" % total
+        )
+        return [
+            "vgpu_memory_unit_mib: %d MiB is more than any GPU of the cluster offers: the largest, %s with %d MiB "
+            "less %d MiB reserved (vgpu_reserved_memory_mib), has room for no unit, so no pod could get GPU memory; "
+            "%s" % (unit_mib, where, total, reserved_mib, fix)
+        ]
     if -(-quota_mib // unit_mib) <= units:
         return []
     return [

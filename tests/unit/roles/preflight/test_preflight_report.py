@@ -73,3 +73,72 @@ def test_a_gpu_node_that_never_joined_the_cluster_is_refused_before_the_node_rol
         "- gpu-2: gpu_nodes host whose node gpu-2 is not in the running cluster (kubectl get nodes on cp) (known: cp, "
         "edge-gpu-1); stack.yml adds the GPU stack to nodes that already joined: join it first"
     ) in out
+
+
+def fake_gpu(tmp_path, device_id):
+    """A PCI device folder as sysfs shows an NVIDIA GPU, and a stand-in grep that finds it where
+    preflight looks for vendor 0x10de (no GPU here); every other grep is the real one."""
+    device = tmp_path / "pci" / "0000:01:00.0"
+    device.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("class", "0x030200"), ("device", device_id)):
+        (device / name).write_text(value + "\n")
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    grep = tools / "grep"
+    grep.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-lx" ] && [ "$2" = "0x10de" ]; then echo "{device}/vendor"; exit 0; fi\n'
+        'exec /usr/bin/grep "$@"\n'
+    )
+    grep.chmod(0o755)
+    return str(tools)
+
+
+def test_a_unit_larger_than_the_gpu_its_pci_id_names_is_refused_before_any_driver(tmp_path):
+    """Item 4: without vgpu_gpu_memory_mib and without a driver, a unit larger than any GPU passed and
+    was found at the end of site.yml, with the advice "lower the quota to 0 MiB". The GPU is an A10
+    by its PCI ID (24 GB)."""
+    out = run(
+        tmp_path,
+        "site.yml",
+        {"k8s_control_plane": {"cp": LOCAL}, "gpu_nodes": {"gpu-1": LOCAL}},
+        path_prefix=fake_gpu(tmp_path, "0x2236"),
+        vgpu_memory_unit_mib="32GiB",
+        vgpu_sample_app_quota="32GiB",
+    )
+    assert (
+        "- vgpu_memory_unit_mib: 32768 MiB is more than any GPU of the cluster offers: the largest, gpu-1's GPU 0 "
+        "(A10 by its PCI ID, 24576 MiB nominal) with 24576 MiB less 0 MiB reserved (vgpu_reserved_memory_mib), has "
+        "room for no unit, so no pod could get GPU memory; lower vgpu_memory_unit_mib to 24576 MiB or less"
+    ) in out
+    assert "0 MiB or less" not in out
+
+
+def test_a_quota_larger_than_the_gpu_its_pci_id_names_is_refused_before_any_driver(tmp_path):
+    out = run(
+        tmp_path,
+        "site.yml",
+        {"k8s_control_plane": {"cp": LOCAL}, "gpu_nodes": {"gpu-1": LOCAL}},
+        path_prefix=fake_gpu(tmp_path, "0x2236"),
+        vgpu_sample_app_quota="40000MiB",
+    )
+    assert (
+        "- vgpu_sample_app_quota: 40000 MiB is more than any GPU of the cluster offers: the largest, gpu-1's GPU 0 "
+        "(A10 by its PCI ID, 24576 MiB nominal) with 24576 MiB, offers 245 units of 100 MiB = 24500 MiB"
+    ) in out
+
+
+def test_a_gpu_of_unknown_size_is_named_as_not_checked(tmp_path):
+    """Item 4: where neither the inventory, a driver nor the PCI ID gives a GPU's memory, the run says
+    what it could not check. gpu-2 cannot be reached, so the run stops in preflight."""
+    out = run(
+        tmp_path,
+        "site.yml",
+        {"k8s_control_plane": {"cp": LOCAL}, "gpu_nodes": {"gpu-1": LOCAL, "gpu-2": UNREACHABLE}},
+        path_prefix=fake_gpu(tmp_path, "0x2001"),
+        vgpu_sample_app_quota="40000MiB",
+    )
+    assert (
+        "gpu-1: could not check vgpu_memory_unit_mib and vgpu_sample_app_quota against its GPU(s) 10de:2001: no driver "
+        "runs there yet, vgpu_gpu_memory_mib does not state their memory"
+    ) in out
+    assert "Preflight found 1 problem(s); nothing was changed." in out
