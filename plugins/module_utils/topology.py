@@ -88,7 +88,7 @@ def topology_problems(hosts_by_group, all_hosts, flavour, settings=None):
     """
     settings = settings or {}
     problems = []
-    grouped = set()
+    grouped: set = set()
     for group in GROUPS:
         grouped.update(hosts_by_group.get(group) or [])
     for host in all_hosts:
@@ -99,7 +99,9 @@ def topology_problems(hosts_by_group, all_hosts, flavour, settings=None):
             )
     if flavour in _ENDPOINT:
         count = len(hosts_by_group.get("k8s_control_plane") or [])
-        problems += [problem for problem in (_quorum(flavour, count, settings), _endpoint(flavour, count, settings)) if problem]
+        problems += [
+            problem for problem in (_quorum(flavour, count, settings), _endpoint(flavour, count, settings)) if problem
+        ]
     return problems
 
 

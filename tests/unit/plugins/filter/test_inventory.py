@@ -35,4 +35,7 @@ def test_the_closest_existing_group_is_suggested():
 
 
 def test_the_plugin_exposes_the_filter():
-    assert FilterModule().filters() == {"inventory_problems": inventory_problems, "topology_problems": topology_problems}
+    assert FilterModule().filters() == {
+        "inventory_problems": inventory_problems,
+        "topology_problems": topology_problems,
+    }

@@ -102,7 +102,9 @@ def test_each_host_s_gpus_are_sized_by_nvidia_smi_then_the_inventory_then_the_pc
         ["c's GPU 0 (Tesla T4 by its PCI ID, 16384 MiB nominal)", 16384],
     ]
     (unknown,) = sizes["unknown"]
-    assert unknown.startswith("c: could not check vgpu_memory_unit_mib and vgpu_sample_app_quota against its GPU(s) 10de:2001")
+    assert unknown.startswith(
+        "c: could not check vgpu_memory_unit_mib and vgpu_sample_app_quota against its GPU(s) 10de:2001"
+    )
     assert unknown.endswith("state them in its host_vars (vgpu_gpu_memory_mib: [24GiB])")
 
 

@@ -3,7 +3,9 @@
 from ansible_collections.vgpu.isolation.plugins.module_utils.topology import topology_problems, unjoined_problems
 
 
-def shape(control_planes, gpu_nodes=("gpu-1",), others=()):
+def shape(
+    control_planes: list[str], gpu_nodes: tuple[str, ...] = ("gpu-1",), others: tuple[str, ...] | list[str] = ()
+) -> tuple[dict[str, list[str]], list[str]]:
     groups = {"k8s_control_plane": list(control_planes), "gpu_nodes": list(gpu_nodes)}
     return groups, [*control_planes, *gpu_nodes, *others]
 

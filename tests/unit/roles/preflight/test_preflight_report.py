@@ -58,7 +58,10 @@ def test_a_gpu_node_that_never_joined_the_cluster_is_refused_before_the_node_rol
     kubeconfig = tmp_path / "admin.kubeconfig"
     kubeconfig.write_text("{}\n")
     tools = stand_in(
-        tmp_path / "bin", "kubectl", "node/cp\nnode/edge-gpu-1", ("--kubeconfig", str(kubeconfig), "get", "nodes", "--output", "name")
+        tmp_path / "bin",
+        "kubectl",
+        "node/cp\nnode/edge-gpu-1",
+        ("--kubeconfig", str(kubeconfig), "get", "nodes", "--output", "name"),
     )
     out = run(
         tmp_path,
