@@ -4,6 +4,11 @@ Runs the role for real (ansible-playbook on localhost) with settings as an inven
 playbooks/check.yml (`make check`) against inventories whose hosts cannot be reached.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from role_render import ROOT, run_playbook
 
@@ -231,3 +236,33 @@ def test_three_kubeadm_control_planes_behind_one_endpoint_pass_the_check(tmp_pat
     )
     out = run_playbook("-i", inventory, str(ROOT / "playbooks" / "check.yml")).stdout
     assert "failed=0" in out and "unreachable=0" in out
+
+
+# --- issue 41 item 6: the collections vgpu.isolation depends on ---------------------------------
+def test_missing_dependency_collections_are_named_with_the_install_command_before_anything_changes(tmp_path):
+    """A tarball installed with --no-deps ran until the first kubernetes.core task, after the nodes
+    had changed. Here Ansible finds vgpu.isolation alone (no .collections, no sys.path scan)."""
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),
+        ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    inventory = write_inventory(tmp_path)
+    proc = subprocess.run(
+        [str(binary), "-i", inventory, str(ROOT / "playbooks" / "check.yml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "The collections have 4 problem(s); nothing was changed." in out
+    assert (
+        "- collection kubernetes.core (>=6.0.0) is not installed, and vgpu.isolation needs it; install it before the "
+        "run: ansible-galaxy collection install 'kubernetes.core:>=6.0.0'"
+    ) in out
+    for name in ("ansible.posix", "community.crypto", "community.general"):
+        assert f"- collection {name} (" in out
