@@ -71,7 +71,7 @@ def test_a_misspelt_role_variable_is_refused_with_the_nearest_known_name(typo, m
 
 
 def test_role_and_playbook_variables_and_the_site_s_own_are_no_typos():
-    given = ["vgpu_extender_port", "vgpu_interposer_prefix", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
+    given = ["vgpu_extender_port", "vgpu_interposer_releases_dir", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
     given += ["nvidia_driver_drain_timeout", "preflight_check_network", "ansible_host", "site_owner", "ntp_servers"]
     assert problems(given=given) == []
 

@@ -266,3 +266,25 @@ def test_missing_dependency_collections_are_named_with_the_install_command_befor
     ) in out
     for name in ("ansible.posix", "community.crypto", "community.general"):
         assert f"- collection {name} (" in out
+
+
+# --- issue 41 item 3: settings under other names -------------------------------------------------
+def test_a_role_variable_that_shadows_a_checked_setting_is_refused_naming_the_setting(tmp_path):
+    """nvidia_driver_branch: 999 in the inventory passed the check (vgpu_driver_branch kept its valid
+    default) and reached the driver role."""
+    out = " ".join(check(write_inventory(tmp_path, group_vars="nvidia_driver_branch: 999\n")).split())
+    assert "The settings have 1 problem(s); nothing was changed." in out
+    assert (
+        "- nvidia_driver_branch: the nvidia_driver role's own name for vgpu_driver_branch; set there, the role would "
+        "act on a value the settings check never saw while the other roles and the components read "
+        "vgpu_driver_branch; set vgpu_driver_branch instead [every host]"
+    ) in out
+
+
+def test_a_setting_the_chosen_flavour_never_reads_is_named(tmp_path):
+    group_vars = "vgpu_kubernetes_flavour: kubeadm\nvgpu_k3s_version: v1.36.3+k3s1\n"
+    out = " ".join(check(write_inventory(tmp_path, group_vars=group_vars)).split())
+    assert (
+        "- vgpu_k3s_version: set, but vgpu_kubernetes_flavour is 'kubeadm', which never reads it (only k3s does); "
+        "remove it, or set vgpu_kubernetes_flavour to the cluster's kind"
+    ) in out
