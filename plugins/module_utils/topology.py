@@ -24,6 +24,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 GROUPS = ("k8s_control_plane", "gpu_nodes")
+# A kubespray inventory's groups (playbooks/check.yml maps kube_control_plane and kube_node): its other
+# hosts (a separate etcd) are kubespray's, and its cluster keeps its own etcd and API endpoint.
+KUBESPRAY_GROUPS = ("kube_control_plane", "kube_node", "etcd", "k8s_cluster", "calico_rr")
 
 
 def _external_etcd(flavour, settings):
@@ -89,7 +92,7 @@ def topology_problems(hosts_by_group, all_hosts, flavour, settings=None):
     settings = settings or {}
     problems = []
     grouped: set = set()
-    for group in GROUPS:
+    for group in GROUPS + KUBESPRAY_GROUPS:
         grouped.update(hosts_by_group.get(group) or [])
     for host in all_hosts:
         if host not in grouped:
@@ -97,7 +100,7 @@ def topology_problems(hosts_by_group, all_hosts, flavour, settings=None):
                 "%s: in neither k8s_control_plane nor gpu_nodes, so no playbook acts on it; add it to gpu_nodes "
                 "(a GPU node) or k8s_control_plane, or remove it from the inventory" % host
             )
-    if flavour in _ENDPOINT:
+    if flavour in _ENDPOINT and not hosts_by_group.get("kube_control_plane"):
         count = len(hosts_by_group.get("k8s_control_plane") or [])
         problems += [
             problem for problem in (_quorum(flavour, count, settings), _endpoint(flavour, count, settings)) if problem

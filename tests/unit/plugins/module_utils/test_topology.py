@@ -52,3 +52,8 @@ def test_a_gpu_node_that_never_joined_is_named_with_the_nodes_the_cluster_has():
     (problem,) = unjoined_problems({"gpu-1": "gpu-1", "gpu-2": "gpu-2"}, ["cp", "gpu-1"], "the API server")
     assert problem.startswith("gpu-2: gpu_nodes host whose node gpu-2 is not in the API server (known: cp, gpu-1)")
     assert "join it first" in problem
+
+
+def test_a_kubespray_inventory_s_own_hosts_and_etcd_are_kubespray_s():
+    groups = {"kube_control_plane": ["a", "b"], "k8s_control_plane": ["a", "b"], "gpu_nodes": ["w"], "etcd": ["e"]}
+    assert topology_problems(groups, ["a", "b", "w", "e"], "kubeadm") == []

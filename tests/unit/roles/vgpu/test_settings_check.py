@@ -288,3 +288,57 @@ def test_a_setting_the_chosen_flavour_never_reads_is_named(tmp_path):
         "- vgpu_k3s_version: set, but vgpu_kubernetes_flavour is 'kubeadm', which never reads it (only k3s does); "
         "remove it, or set vgpu_kubernetes_flavour to the cluster's kind"
     ) in out
+
+
+# --- issue 41 item 7: a kubespray inventory as it is ----------------------------------------------
+KUBESPRAY = """
+all:
+  vars:
+    ansible_user: ops
+  hosts:
+    node1: {ansible_host: 192.0.2.11}
+    node2: {ansible_host: 192.0.2.12}
+    node3: {ansible_host: 192.0.2.13}
+    etcd4: {ansible_host: 192.0.2.14}
+  children:
+    kube_control_plane:
+      hosts:
+        node1:
+    kube_node:
+      hosts:
+        node2:
+        node3:
+    etcd:
+      hosts:
+        node1:
+        etcd4:
+    k8s_cluster:
+      children:
+        kube_control_plane:
+        kube_node:
+"""
+
+
+def kubespray_inventory(tmp_path, node3_vars="{}\n"):
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("vgpu_kubernetes_flavour: kubeadm\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "node3.yml").write_text(node3_vars)
+    (tmp_path / "hosts.yml").write_text(KUBESPRAY)
+    return str(tmp_path / "hosts.yml")
+
+
+def test_a_kubespray_inventory_as_it_is_passes_the_check_with_its_groups_mapped(tmp_path):
+    """kube_control_plane is taken for k8s_control_plane, kube_node for gpu_nodes; kubespray's etcd
+    host is no host "in no group", and its even etcd group is kubespray's own."""
+    out = run_playbook("-i", kubespray_inventory(tmp_path), str(ROOT / "playbooks" / "check.yml")).stdout
+    assert "failed=0" in out and "unreachable=0" in out
+    settings_play = out.split("PLAY [Check the settings of every host]", 1)[1]
+    for host in ("node1", "node2", "node3"):
+        assert f"[{host}]" in settings_play
+    assert "[etcd4]" not in settings_play
+
+
+def test_a_mistake_on_a_kubespray_worker_is_named_on_that_host(tmp_path):
+    out = " ".join(check(kubespray_inventory(tmp_path, node3_vars="vgpu_mps_enabled: maybe\n")).split())
+    assert "- vgpu_mps_enabled: 'maybe' is not a boolean; expected true or false [node3]" in out
