@@ -1,5 +1,7 @@
 """The cluster's shape (issue 41 item 2): rules over the inventory's groups, each naming its fix."""
 
+from __future__ import annotations
+
 from ansible_collections.vgpu.isolation.plugins.module_utils.topology import topology_problems, unjoined_problems
 
 
