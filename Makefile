@@ -148,6 +148,7 @@ site: collection site-image ## provision the inventory's nodes (default: this ma
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
 
 check: collection ## check the inventory and every host's settings; needs no reachable host, changes nothing
+	$(PY) files/site/inventory_yaml.py $(INVENTORY)
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
 
 # site, stack and upgrade: the settings check (seconds) before the component image is built (root,

@@ -14,6 +14,8 @@ __metaclass__ = type
 import difflib
 import os
 
+from ansible_collections.vgpu.isolation.plugins.module_utils.topology import topology_problems
+
 GROUPS = ("k8s_control_plane", "gpu_nodes")
 _EXPECTED = "the playbooks act on the groups k8s_control_plane and gpu_nodes (inventory/example/hosts.yml shows them)"
 
@@ -53,4 +55,4 @@ class FilterModule(object):
     """The inventory check of vgpu.isolation."""
 
     def filters(self):
-        return {"inventory_problems": inventory_problems}
+        return {"inventory_problems": inventory_problems, "topology_problems": topology_problems}

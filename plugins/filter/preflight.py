@@ -12,6 +12,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.vgpu.isolation.plugins.module_utils.memory_size import parse_mib
+from ansible_collections.vgpu.isolation.plugins.module_utils.platforms import gpu_memory_of
+from ansible_collections.vgpu.isolation.plugins.module_utils.topology import unjoined_problems
+
 
 def mig_gpus(smi_lines):
     """The index of each GPU nvidia-smi reports in MIG mode ("23028, Enabled" per GPU)."""
@@ -128,8 +132,71 @@ def node_problems(seen):
     return [problem for problem in (rule(seen) for rule in RULES) if problem]
 
 
+def _device_id(value):
+    try:
+        return int(str(value).strip().lower().replace("0x", ""), 16)
+    except ValueError:
+        return None
+
+
+def gpu_sizes(nodes):
+    """The memory of every GPU preflight can know before the driver runs, and what it could not know.
+
+    ``nodes`` maps each GPU host to what preflight saw there: ``smi_rc`` and ``smi_lines`` (nvidia-smi's
+    "MiB, MIG mode" per GPU, where a driver runs), ``stated`` (vgpu_gpu_memory_mib) and ``pci_ids`` (the
+    NVIDIA display controllers' PCI device IDs). Each host's GPUs come from the first of those that has
+    them. Returns ``gpus``, a [where, MiB] per GPU, and ``unknown``, one line per host whose GPUs none
+    of them sizes.
+    """
+    gpus, unknown = [], []
+    for host, seen in nodes.items():
+        lines = seen.get("smi_lines") or [] if seen.get("smi_rc", 1) == 0 else []
+        if lines:
+            for index, line in enumerate(lines):
+                mib = parse_mib(str(line).split(",", 1)[0].strip(), "nvidia-smi memory.total")
+                gpus.append(["%s's GPU %d" % (host, index), mib])
+            continue
+        stated = seen.get("stated") or []
+        if stated:
+            for index, size in enumerate(stated):
+                gpus.append(["%s's GPU %d" % (host, index), parse_mib(size, "vgpu_gpu_memory_mib[%d]" % index)])
+            continue
+        missing = []
+        for index, value in enumerate(seen.get("pci_ids") or []):
+            device = _device_id(value)
+            known = gpu_memory_of(device) if device is not None else None
+            if known is None:
+                missing.append("10de:%s" % str(value).lower().replace("0x", ""))
+                continue
+            mib, product = known
+            gpus.append(["%s's GPU %d (%s by its PCI ID, %d MiB nominal)" % (host, index, product, mib), mib])
+        if missing:
+            unknown.append(
+                "%s: could not check vgpu_memory_unit_mib and vgpu_sample_app_quota against its GPU(s) %s: no driver "
+                "runs there yet, vgpu_gpu_memory_mib does not state their memory, and their PCI IDs are not in the "
+                "collection's table of GPU sizes; state them in its host_vars (vgpu_gpu_memory_mib: [24GiB])"
+                % (host, ", ".join(missing))
+            )
+    return {"gpus": gpus, "unknown": unknown}
+
+
+def unreachable_problem(message, address=""):
+    """The problem of a host that did not answer (Ansible's message, folded onto one line)."""
+    said = " ".join(str(message or "no answer").split())
+    said = said[len("Task failed: ") :] if said.startswith("Task failed: ") else said
+    return (
+        "unreachable at %s: %s; check that the host is up and that its address (ansible_host), user (ansible_user) "
+        "and SSH key are right, or remove it from the inventory" % (address, said)
+    )
+
+
 class FilterModule(object):
     """Preflight's rules about a node."""
 
     def filters(self):
-        return {"node_problems": node_problems}
+        return {
+            "node_problems": node_problems,
+            "unreachable_problem": unreachable_problem,
+            "unjoined_problems": unjoined_problems,
+            "gpu_sizes": gpu_sizes,
+        }

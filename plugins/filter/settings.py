@@ -136,17 +136,51 @@ def unknown_names(given, known, prefixes):
 _FLAVOUR_OF_PREFIX = (("kubeadm_", "kubeadm"), ("k3s_", "k3s"))
 
 
+# Settings only some flavours read: K3s's release pins K3s alone (kubeadm takes vgpu_kubernetes_version),
+# and without a cluster (none) no Kubernetes release is read at all.
+_READ_BY_FLAVOURS = {"vgpu_k3s_version": ("k3s",), "vgpu_kubernetes_version": ("k3s", "kubeadm")}
+
+
 def flavour_problems(settings, given):
-    """One problem per given k3s_* or kubeadm_* variable the chosen flavour does not read."""
+    """One problem per given k3s_* or kubeadm_* variable, or flavour's setting, the chosen flavour does not read."""
     flavour = settings.get("vgpu_kubernetes_flavour")
     problems = []
     for name in sorted(set(given)):
+        readers = _READ_BY_FLAVOURS.get(name)
+        if readers and flavour not in readers:
+            problems.append(
+                "%s: set, but vgpu_kubernetes_flavour is %r, which never reads it (only %s does); remove it, or set "
+                "vgpu_kubernetes_flavour to the cluster's kind" % (name, flavour, " and ".join(readers))
+            )
         for prefix, owner in _FLAVOUR_OF_PREFIX:
             if name.startswith(prefix) and flavour != owner:
                 problems.append(
                     "%s: a variable of the %s role, but vgpu_kubernetes_flavour is %r, so nothing reads it; "
                     "remove it, or set vgpu_kubernetes_flavour: %s" % (name, owner, flavour, owner)
                 )
+    return problems
+
+
+# A role default that is a checked setting under the role's own name ("{{ vgpu_driver_branch }}"):
+# set in the inventory, the role acts on a value the check never saw, and the other roles and the
+# components read the setting.
+_ALIAS = re.compile(r"^\{\{\s*(vgpu_\w+)\s*\}\}$")
+
+
+def shadow_problems(given, schema):
+    """One problem per given role variable whose default is a checked setting: set it instead."""
+    problems = []
+    given = set(given)
+    for role, entry in sorted(schema["roles"].items()):
+        for name, value in sorted((entry.get("defaults") or {}).items()):
+            match = _ALIAS.match(value.strip()) if isinstance(value, str) else None
+            if not match or match.group(1) not in SETTINGS or name in SETTINGS or name not in given:
+                continue
+            problems.append(
+                "%s: the %s role's own name for %s; set there, the role would act on a value the settings check never "
+                "saw while the other roles and the components read %s; set %s instead"
+                % (name, role, match.group(1), match.group(1), match.group(1))
+            )
     return problems
 
 
@@ -282,6 +316,18 @@ def quota_problems(quota, unit, reserved, gpus):
     if not sized:
         return []
     units, where, total = max(sized, key=lambda item: (item[0], item[2]))
+    if units == 0:
+        room = total - reserved_mib
+        fix = (
+            "lower vgpu_memory_unit_mib to %d MiB or less" % room
+            if room > 0
+            else "lower vgpu_reserved_memory_mib below %d MiB" % total
+        )
+        return [
+            "vgpu_memory_unit_mib: %d MiB is more than any GPU of the cluster offers: the largest, %s with %d MiB "
+            "less %d MiB reserved (vgpu_reserved_memory_mib), has room for no unit, so no pod could get GPU memory; "
+            "%s" % (unit_mib, where, total, reserved_mib, fix)
+        ]
     if -(-quota_mib // unit_mib) <= units:
         return []
     return [
@@ -405,6 +451,7 @@ def settings_problems(settings, schema=None, given=None):
     problems = []
     if schema:
         problems += unknown_names(given or [], known_names(schema), role_prefixes(schema))
+        problems += shadow_problems(given or [], schema)
     problems += renamed_problems(settings, given or [])
     problems += type_problems(settings)
     problems += rule_problems(settings)

@@ -84,6 +84,45 @@ GPU_GENERATIONS: List[Tuple[int, int, str, str]] = [
 NEWEST_KNOWN_ID = 0x2FFF
 NEWER_THAN_KNOWN = "580"
 
+# The memory of NVIDIA GPUs by PCI device ID, for what preflight checks before any driver runs (a
+# quota or unit no GPU can give). Nominal sizes (the product's GB as GiB, in MiB): the driver shows a
+# little less (an A10's 24 GB as 23028 MiB), so a quota refused here fits no such GPU, and one between
+# the two is found by nvidia-smi once the driver runs. IDs from pci.ids; one that names boards of
+# different sizes (Quadro RTX 6000/8000) is left out. A GPU not listed: the check says it could not
+# check, and vgpu_gpu_memory_mib states it.
+GPU_MEMORY_MIB: Dict[int, Tuple[int, str]] = {
+    0x1DB1: (16384, "Tesla V100 SXM2 16GB"),
+    0x1DB4: (16384, "Tesla V100 PCIe 16GB"),
+    0x1DB5: (32768, "Tesla V100 SXM2 32GB"),
+    0x1DB6: (32768, "Tesla V100 PCIe 32GB"),
+    0x1DF6: (32768, "Tesla V100S PCIe 32GB"),
+    0x1E07: (11264, "GeForce RTX 2080 Ti"),
+    0x1EB8: (16384, "Tesla T4"),
+    0x20B0: (40960, "A100 SXM4 40GB"),
+    0x20B2: (81920, "A100 SXM4 80GB"),
+    0x20B5: (81920, "A100 PCIe 80GB"),
+    0x20B7: (24576, "A30"),
+    0x20F1: (40960, "A100 PCIe 40GB"),
+    0x2204: (24576, "GeForce RTX 3090"),
+    0x2230: (49152, "RTX A6000"),
+    0x2233: (24576, "RTX A5500"),
+    0x2235: (49152, "A40"),
+    0x2236: (24576, "A10"),
+    0x2237: (24576, "A10G"),
+    0x2322: (81920, "H800 PCIe"),
+    0x2330: (81920, "H100 SXM5 80GB"),
+    0x2331: (81920, "H100 PCIe"),
+    0x25B6: (16384, "A2 / A16 (16 GB per GPU)"),
+    0x2684: (24576, "GeForce RTX 4090"),
+    0x26B5: (49152, "L40"),
+    0x27B8: (24576, "L4"),
+}
+
+
+def gpu_memory_of(device_id: int) -> Optional[Tuple[int, str]]:
+    """(nominal MiB, product) of an NVIDIA PCI device ID, or None when the table does not know it."""
+    return GPU_MEMORY_MIB.get(device_id)
+
 
 def platform_of(distro_id: str, major: str) -> Optional[Dict[str, Any]]:
     """The matrix entry of a distribution release, or None when the collection does not support it."""

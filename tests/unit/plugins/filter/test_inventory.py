@@ -1,6 +1,7 @@
 """The inventory check (issue 25 item 2): a wrong path or a misspelt group is named with its fix."""
 
 from ansible_collections.vgpu.isolation.plugins.filter.inventory import FilterModule, inventory_problems
+from ansible_collections.vgpu.isolation.plugins.module_utils.topology import topology_problems
 
 GROUPS = {"all": ["cp", "gpu-1"], "ungrouped": [], "k8s_control_plane": ["cp"], "gpu_nodes": ["gpu-1"]}
 
@@ -34,4 +35,7 @@ def test_the_closest_existing_group_is_suggested():
 
 
 def test_the_plugin_exposes_the_filter():
-    assert FilterModule().filters() == {"inventory_problems": inventory_problems}
+    assert FilterModule().filters() == {
+        "inventory_problems": inventory_problems,
+        "topology_problems": topology_problems,
+    }

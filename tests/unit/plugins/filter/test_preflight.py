@@ -2,7 +2,13 @@
 pure functions (tests/unit/roles/preflight runs the role itself)."""
 
 import pytest
-from ansible_collections.vgpu.isolation.plugins.filter.preflight import FilterModule, mig_gpus, node_problems
+from ansible_collections.vgpu.isolation.plugins.filter.preflight import (
+    FilterModule,
+    gpu_sizes,
+    mig_gpus,
+    node_problems,
+    unreachable_problem,
+)
 
 # A GPU node where everything is in place: online, with its GPU, its image tarball, no bundle.
 FINE = {
@@ -77,4 +83,31 @@ def test_mig_mode_is_read_per_gpu_line():
 
 
 def test_the_plugin_exposes_the_filter():
-    assert set(FilterModule().filters()) == {"node_problems"}
+    assert set(FilterModule().filters()) == {"node_problems", "unreachable_problem", "unjoined_problems", "gpu_sizes"}
+
+
+# --- issue 41: GPU sizes before any driver, unreachable hosts ----------------------------------
+def test_each_host_s_gpus_are_sized_by_nvidia_smi_then_the_inventory_then_the_pci_id():
+    sizes = gpu_sizes(
+        {
+            "a": {"smi_rc": 0, "smi_lines": ["23028, Disabled"], "stated": ["80GiB"], "pci_ids": ["0x2236"]},
+            "b": {"smi_rc": 1, "stated": ["24GiB"], "pci_ids": ["0x1eb8"]},
+            "c": {"smi_rc": 127, "pci_ids": ["0x1eb8", "0x2001"]},
+            "d": {},
+        }
+    )
+    assert sizes["gpus"] == [
+        ["a's GPU 0", 23028],
+        ["b's GPU 0", 24576],
+        ["c's GPU 0 (Tesla T4 by its PCI ID, 16384 MiB nominal)", 16384],
+    ]
+    (unknown,) = sizes["unknown"]
+    assert unknown.startswith(
+        "c: could not check vgpu_memory_unit_mib and vgpu_sample_app_quota against its GPU(s) 10de:2001"
+    )
+    assert unknown.endswith("state them in its host_vars (vgpu_gpu_memory_mib: [24GiB])")
+
+
+def test_an_unreachable_host_s_problem_names_its_address_and_what_to_check():
+    problem = unreachable_problem("Task failed: Failed to connect to the host via ssh: timed out", "192.0.2.21")
+    assert problem.startswith("unreachable at 192.0.2.21: Failed to connect to the host via ssh: timed out; check")

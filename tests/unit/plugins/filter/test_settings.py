@@ -71,7 +71,7 @@ def test_a_misspelt_role_variable_is_refused_with_the_nearest_known_name(typo, m
 
 
 def test_role_and_playbook_variables_and_the_site_s_own_are_no_typos():
-    given = ["vgpu_extender_port", "vgpu_interposer_prefix", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
+    given = ["vgpu_extender_port", "vgpu_interposer_releases_dir", "vgpu_uninstall_cluster", "vgpu_stack_node_roles"]
     given += ["nvidia_driver_drain_timeout", "preflight_check_network", "ansible_host", "site_owner", "ntp_servers"]
     assert problems(given=given) == []
 
@@ -427,3 +427,12 @@ def test_dra_scheduling_on_a_recent_enough_cluster_is_accepted(overrides):
 
 def test_an_unknown_scheduling_path_is_refused():
     assert problems(vgpu_scheduling="hami") == ["vgpu_scheduling: 'hami' is not one of extender, dra"]
+
+
+def test_a_unit_larger_than_the_largest_gpu_gets_advice_about_the_unit_not_a_0_mib_quota():
+    """Issue 41 item 4: the advice was "lower the quota to 0 MiB"; the unit (or the reserve) is what to lower."""
+    (problem,) = quota_problems("16GiB", "16GiB", 0, [("gpu-1's GPU 0", REAL_GPUS["T4"])])
+    assert problem.startswith("vgpu_memory_unit_mib: 16384 MiB is more than any GPU of the cluster offers")
+    assert problem.endswith("lower vgpu_memory_unit_mib to 15360 MiB or less")
+    (problem,) = quota_problems("256MiB", 256, "16GiB", [("gpu-1's GPU 0", REAL_GPUS["T4"])])
+    assert problem.endswith("lower vgpu_reserved_memory_mib below 15360 MiB")

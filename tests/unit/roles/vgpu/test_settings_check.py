@@ -4,6 +4,11 @@ Runs the role for real (ansible-playbook on localhost) with settings as an inven
 playbooks/check.yml (`make check`) against inventories whose hosts cannot be reached.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from role_render import ROOT, run_playbook
 
@@ -207,3 +212,149 @@ def test_a_run_limited_with_tags_is_checked_all_the_same(tmp_path, playbook):
 def test_a_check_that_passes_ends_with_a_one_line_verdict(tmp_path):
     out = run_playbook("-i", write_inventory(tmp_path), str(ROOT / "playbooks" / "check.yml"), "--tags", "x").stdout
     assert "check: 3 hosts, no problems found; nothing was changed" in out
+
+
+# --- issue 41 item 2: the cluster's shape, before any host is contacted ------------------------
+def shaped_inventory(tmp_path, control_planes, flavour, extra_host="", group_vars=""):
+    hosts = "".join(f"        {host}: {{ansible_host: 192.0.2.{10 + i}}}\n" for i, host in enumerate(control_planes))
+    text = UNREACHABLE.replace("GPU_GROUP", "gpu_nodes").replace("        cp: {ansible_host: 192.0.2.10}\n", hosts)
+    if extra_host:
+        text += f"    storage:\n      hosts:\n        {extra_host}: {{ansible_host: 192.0.2.99}}\n"
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text(f"vgpu_kubernetes_flavour: {flavour}\n{group_vars}")
+    (tmp_path / "hosts.yml").write_text(text)
+    return str(tmp_path / "hosts.yml")
+
+
+def test_two_kubeadm_control_planes_without_an_endpoint_are_refused_before_any_host_is_contacted(tmp_path):
+    out = " ".join(check(shaped_inventory(tmp_path, ["cp-1", "cp-2"], "kubeadm")).split())
+    assert "The inventory has 2 problem(s); nothing was changed." in out
+    assert "- k8s_control_plane: 2 hosts with vgpu_kubernetes_flavour kubeadm; kubeadm runs a stacked etcd" in out
+    assert "- kubeadm_control_plane_endpoint: empty with 2 control planes" in out
+    assert "unreachable=0" in out
+
+
+def test_k3s_with_two_servers_and_embedded_etcd_is_refused_by_the_check(tmp_path):
+    inventory = shaped_inventory(tmp_path, ["s-1", "s-2"], "k3s", group_vars="k3s_server_url: https://api:6443\n")
+    out = " ".join(check(inventory).split())
+    assert "The inventory has 1 problem(s); nothing was changed." in out
+    assert "K3s with several servers runs its embedded etcd" in out
+
+
+def test_a_host_in_no_group_of_the_playbooks_is_refused_by_the_check(tmp_path):
+    out = " ".join(check(shaped_inventory(tmp_path, ["cp"], "k3s", extra_host="nas-1")).split())
+    assert "- nas-1: in neither k8s_control_plane nor gpu_nodes, so no playbook acts on it" in out
+
+
+def test_three_kubeadm_control_planes_behind_one_endpoint_pass_the_check(tmp_path):
+    inventory = shaped_inventory(
+        tmp_path, ["cp-1", "cp-2", "cp-3"], "kubeadm", group_vars="kubeadm_control_plane_endpoint: api:6443\n"
+    )
+    out = run_playbook("-i", inventory, str(ROOT / "playbooks" / "check.yml")).stdout
+    assert "failed=0" in out and "unreachable=0" in out
+
+
+# --- issue 41 item 6: the collections vgpu.isolation depends on ---------------------------------
+def test_missing_dependency_collections_are_named_with_the_install_command_before_anything_changes(tmp_path):
+    """A tarball installed with --no-deps ran until the first kubernetes.core task, after the nodes
+    had changed. Here Ansible finds vgpu.isolation alone (no .collections, no sys.path scan)."""
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "pytest-collections"),
+        ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="false",
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    binary = Path(sys.executable).with_name("ansible-playbook")
+    inventory = write_inventory(tmp_path)
+    proc = subprocess.run(
+        [str(binary), "-i", inventory, str(ROOT / "playbooks" / "check.yml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "The collections have 4 problem(s); nothing was changed." in out
+    assert (
+        "- collection kubernetes.core (>=6.0.0) is not installed, and vgpu.isolation needs it; install it before the "
+        "run: ansible-galaxy collection install 'kubernetes.core:>=6.0.0'"
+    ) in out
+    for name in ("ansible.posix", "community.crypto", "community.general"):
+        assert f"- collection {name} (" in out
+
+
+# --- issue 41 item 3: settings under other names -------------------------------------------------
+def test_a_role_variable_that_shadows_a_checked_setting_is_refused_naming_the_setting(tmp_path):
+    """nvidia_driver_branch: 999 in the inventory passed the check (vgpu_driver_branch kept its valid
+    default) and reached the driver role."""
+    out = " ".join(check(write_inventory(tmp_path, group_vars="nvidia_driver_branch: 999\n")).split())
+    assert "The settings have 1 problem(s); nothing was changed." in out
+    assert (
+        "- nvidia_driver_branch: the nvidia_driver role's own name for vgpu_driver_branch; set there, the role would "
+        "act on a value the settings check never saw while the other roles and the components read "
+        "vgpu_driver_branch; set vgpu_driver_branch instead [every host]"
+    ) in out
+
+
+def test_a_setting_the_chosen_flavour_never_reads_is_named(tmp_path):
+    group_vars = "vgpu_kubernetes_flavour: kubeadm\nvgpu_k3s_version: v1.36.3+k3s1\n"
+    out = " ".join(check(write_inventory(tmp_path, group_vars=group_vars)).split())
+    assert (
+        "- vgpu_k3s_version: set, but vgpu_kubernetes_flavour is 'kubeadm', which never reads it (only k3s does); "
+        "remove it, or set vgpu_kubernetes_flavour to the cluster's kind"
+    ) in out
+
+
+# --- issue 41 item 7: a kubespray inventory as it is ----------------------------------------------
+KUBESPRAY = """
+all:
+  vars:
+    ansible_user: ops
+  hosts:
+    node1: {ansible_host: 192.0.2.11}
+    node2: {ansible_host: 192.0.2.12}
+    node3: {ansible_host: 192.0.2.13}
+    etcd4: {ansible_host: 192.0.2.14}
+  children:
+    kube_control_plane:
+      hosts:
+        node1:
+    kube_node:
+      hosts:
+        node2:
+        node3:
+    etcd:
+      hosts:
+        node1:
+        etcd4:
+    k8s_cluster:
+      children:
+        kube_control_plane:
+        kube_node:
+"""
+
+
+def kubespray_inventory(tmp_path, node3_vars="{}\n"):
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("vgpu_kubernetes_flavour: kubeadm\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "node3.yml").write_text(node3_vars)
+    (tmp_path / "hosts.yml").write_text(KUBESPRAY)
+    return str(tmp_path / "hosts.yml")
+
+
+def test_a_kubespray_inventory_as_it_is_passes_the_check_with_its_groups_mapped(tmp_path):
+    """kube_control_plane is taken for k8s_control_plane, kube_node for gpu_nodes; kubespray's etcd
+    host is no host "in no group", and its even etcd group is kubespray's own."""
+    out = run_playbook("-i", kubespray_inventory(tmp_path), str(ROOT / "playbooks" / "check.yml")).stdout
+    assert "failed=0" in out and "unreachable=0" in out
+    settings_play = out.split("PLAY [Check the settings of every host]", 1)[1]
+    for host in ("node1", "node2", "node3"):
+        assert f"[{host}]" in settings_play
+    assert "[etcd4]" not in settings_play
+
+
+def test_a_mistake_on_a_kubespray_worker_is_named_on_that_host(tmp_path):
+    out = " ".join(check(kubespray_inventory(tmp_path, node3_vars="vgpu_mps_enabled: maybe\n")).split())
+    assert "- vgpu_mps_enabled: 'maybe' is not a boolean; expected true or false [node3]" in out
