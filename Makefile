@@ -147,14 +147,14 @@ else
 site: collection site-image ## provision the inventory's nodes (default: this machine); checks the settings first, then builds the component image when missing
 	$(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ARGS)
 
-check: collection ## check the inventory and every host's settings; needs no reachable host, changes nothing
-	$(PY) files/site/inventory_yaml.py $(INVENTORY)
-	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
+check: settings-check ## check the inventory and every host's settings; needs no reachable host, changes nothing
 
-# site, stack and upgrade: the settings check (seconds) before the component image is built (root,
-# debootstrap, minutes) or any package installed; the playbook then checks again, as it always does.
+# make check, and site, stack and upgrade before the component image is built (root, debootstrap,
+# minutes) or any package installed: the inventory's YAML (file and line of an error), then the
+# settings check (seconds); the playbook then checks again, as it always does.
 .PHONY: settings-check
 settings-check: collection
+	$(PY) files/site/inventory_yaml.py $(INVENTORY)
 	$(BIN)/ansible-playbook -i $(INVENTORY) playbooks/check.yml $(ARGS)
 
 verify: collection ## verify the inventory's nodes

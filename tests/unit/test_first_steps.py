@@ -115,6 +115,19 @@ def test_a_settings_mistake_stops_make_site_before_the_component_image_or_any_pa
     assert "component image" not in out, "the image step came before the check"
 
 
+@pytest.mark.parametrize("target", ["check", "site"])
+def test_a_yaml_mistake_is_named_with_its_file_and_line_before_any_playbook_runs(tmp_path, target):
+    """Issue 41 item 1: Ansible named neither the file nor the line of a YAML error in group_vars."""
+    inventory = copy_example(tmp_path)
+    all_yml = inventory.parent / "group_vars" / "all.yml"
+    all_yml.write_text(all_yml.read_text() + "vgpu_sample_app_quota: [3GiB\n")
+    done = make(tmp_path, target, f"INVENTORY={inventory}", "IMAGE_IMPORT=false")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert f"{all_yml}:" in out and "not valid YAML" in out, out[-3000:]
+    assert "PLAY [" not in out, "a playbook ran before the YAML was read"
+
+
 def test_make_help_lists_the_operator_s_targets_first():
     done = subprocess.run(
         ["make", "-C", str(ROOT), "--no-print-directory", "help"], capture_output=True, text=True, check=True

@@ -49,8 +49,3 @@ def test_valid_yaml_with_ansible_s_tags_passes_silently(tmp_path):
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
     assert run(ROOT / "inventory" / "example" / "hosts.yml").returncode == 0
 
-
-def test_make_check_parses_the_inventory_before_ansible_runs():
-    makefile = (ROOT / "Makefile").read_text()
-    recipe = makefile.split("\ncheck: ", 1)[1].split("\n\n", 1)[0]
-    assert recipe.index("files/site/inventory_yaml.py") < recipe.index("ansible-playbook")
