@@ -48,4 +48,3 @@ def test_valid_yaml_with_ansible_s_tags_passes_silently(tmp_path):
     proc = run(site(tmp_path, group_vars=vault))
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
     assert run(ROOT / "inventory" / "example" / "hosts.yml").returncode == 0
-
