@@ -427,3 +427,20 @@ def test_dra_scheduling_on_a_recent_enough_cluster_is_accepted(overrides):
 
 def test_an_unknown_scheduling_path_is_refused():
     assert problems(vgpu_scheduling="hami") == ["vgpu_scheduling: 'hami' is not one of extender, dra"]
+
+
+def test_turning_the_tenant_pod_policy_off_needs_a_stated_reason():
+    """Issue 40 item 4: the policy that keeps tenant pods from every GPU goes off only with a reason,
+    which the stack's run repeats (docs/variables.md, "Tenant pods")."""
+    (problem,) = problems(vgpu_tenant_pod_policy=False)
+    assert problem.startswith("vgpu_tenant_pod_policy: false without vgpu_tenant_pod_policy_off_reason"), problem
+    assert "reaches every GPU" in problem and "vgpu_tenant_pod_policy_exempt_namespaces" in problem, problem
+    assert problems(vgpu_tenant_pod_policy=False, vgpu_tenant_pod_policy_off_reason="Kyverno refuses them") == []
+    assert problems(vgpu_tenant_pod_policy="no", vgpu_tenant_pod_policy_off_reason="  ") == [problem]
+
+
+def test_an_exempt_namespace_must_be_a_namespace_name():
+    (problem,) = problems(vgpu_tenant_pod_policy_exempt_namespaces=["kube-system", "Team_A"])
+    assert "vgpu_tenant_pod_policy_exempt_namespaces: 'Team_A' is no namespace name" in problem, problem
+    assert problems(vgpu_tenant_pod_policy_exempt_namespaces=[]) == []
+    assert problems(vgpu_tenant_pod_policy_exempt_namespaces=["kube-system", "gpu-trusted"]) == []
