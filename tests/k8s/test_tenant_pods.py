@@ -52,7 +52,7 @@ def refusal(core: Any, namespace: str, body: dict[str, Any]) -> str:
         core.create_namespaced_pod(namespace, body, dry_run="All")
     except ApiException as exc:
         assert exc.status == 403, exc
-        return str(json.loads(exc.body)["message"])
+        return str(json.loads(exc.body or "{}")["message"])
     return ""
 
 
@@ -107,7 +107,7 @@ def test_an_init_container_and_an_ephemeral_container_are_checked_too(
         core.patch_namespaced_pod_ephemeralcontainers("plain", namespace, {"spec": {"ephemeralContainers": [debug]}})
     except ApiException as exc:
         assert exc.status == 403, exc
-        assert "privileged container(s) debug" in json.loads(exc.body)["message"]
+        assert "privileged container(s) debug" in json.loads(exc.body or "{}")["message"]
     else:
         pytest.fail("a privileged ephemeral container was added to a tenant pod")
 
