@@ -107,7 +107,8 @@ def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
     }
     args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
     for key, value in extra.items():
-        plain = not isinstance(value, (bool, list, dict))
+        # key=value for the plain values; JSON keeps booleans, lists and strings with blanks or quotes whole.
+        plain = not isinstance(value, (bool, list, dict)) and not any(c in str(value) for c in " '\"")
         args += ["-e", f"{key}={value}" if plain else json.dumps({key: value})]
     env = dict(
         os.environ,
