@@ -34,13 +34,8 @@ SCRIPT = cluster.REPO_ROOT / "roles" / "kubeadm" / "files" / "vgpu-flanneld-toke
 DAY = 24 * 3600
 
 
-@pytest.fixture(scope="module")
-def flanneld(core: Any) -> Iterator[None]:
-    """The role's ServiceAccount, RBAC and admission policy for flanneld."""
+def remove_flanneld_objects(core: Any) -> None:
     api = cluster.api_client()
-    listed = yaml.safe_load(RBAC.read_text())
-    utils.create_from_dict(api, listed)
-    yield
     rbac, admission = client.RbacAuthorizationV1Api(api), client.AdmissionregistrationV1Api(api)
     for delete, args in [
         (admission.delete_validating_admission_policy_binding, ("vgpu-flanneld-own-node",)),
@@ -51,7 +46,31 @@ def flanneld(core: Any) -> Iterator[None]:
         (rbac.delete_cluster_role, ("vgpu-flanneld",)),
         (core.delete_namespaced_service_account, ("flanneld", NS)),
     ]:
-        delete(*args)
+        try:
+            delete(*args)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@pytest.fixture(scope="module")
+def flanneld(core: Any) -> Iterator[None]:
+    """The role's ServiceAccount, RBAC and admission policy for flanneld."""
+    remove_flanneld_objects(core)  # what an interrupted run left
+    utils.create_from_dict(cluster.api_client(), yaml.safe_load(RBAC.read_text()))
+    try:
+        # The API server loads a new admission policy within a moment: until then the token RBAC
+        # allows (flanneld's own, bound to no node) is not refused yet.
+        sa_core = as_flanneld(core.create_namespaced_service_account_token("flanneld", NS, {"spec": {}}).status.token)
+        body = {"spec": {"expirationSeconds": 600}}
+        cluster.wait_for(
+            "the admission policy vgpu-flanneld-own-node in force",
+            lambda: refused(sa_core.create_namespaced_service_account_token, "flanneld", NS, body)[0] == 403,
+            timeout=60,
+        )
+        yield
+    finally:
+        remove_flanneld_objects(core)
 
 
 @pytest.fixture
@@ -78,10 +97,10 @@ def node_token(core: Any, node: str, seconds: int = DAY) -> str:
     return str(core.create_namespaced_service_account_token("flanneld", NS, request).status.token)
 
 
-def as_flanneld(token: str, work: Path) -> Any:
-    return client.CoreV1Api(
-        cluster.api_client(cluster.token_kubeconfig(work / f"{uuid.uuid4().hex}.kubeconfig", token))
-    )
+def as_flanneld(token: str, work: Path | None = None) -> Any:
+    folder = work or cluster.STATE_DIR
+    kubeconfig = cluster.token_kubeconfig(folder / f"flanneld-{uuid.uuid4().hex}.kubeconfig", token)
+    return client.CoreV1Api(cluster.api_client(kubeconfig))
 
 
 def claims(token: str) -> dict[str, Any]:

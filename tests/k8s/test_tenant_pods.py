@@ -36,6 +36,7 @@ def policy_stack(tmp_path_factory: pytest.TempPathFactory, core: Any) -> Iterato
     core.create_namespace({"metadata": {"name": EXEMPT_NS}})
     try:
         run_playbook(work)
+        cluster.wait_for("the policy in force", lambda: bool(refusal(core, "default", DOORS["privileged"])), timeout=60)
         yield work
     finally:
         remove_components()
@@ -136,9 +137,18 @@ def test_the_off_switch_removes_the_policy_and_the_default_brings_it_back(
     next run with the default applies them again."""
     reason = "Kyverno refuses these pods on this site"
     output = run_playbook(policy_stack, {"vgpu_tenant_pod_policy": False, "vgpu_tenant_pod_policy_off_reason": reason})
-    assert reason in output, output[output.find("tenant pod policy"):][:3000]
+    assert reason in output, output[output.find("tenant pod policy") :][:3000]
     try:
-        assert refusal(core, namespace, DOORS["privileged"]) == "", "the policy still refuses with the switch off"
+        cluster.wait_for(
+            "the privileged pod admitted with the switch off",
+            lambda: refusal(core, namespace, DOORS["privileged"]) == "",
+            timeout=60,
+        )
     finally:
         run_playbook(policy_stack)
-    assert refusal(core, namespace, DOORS["privileged"]), "the policy is not back with the default"
+    # The API server loads the policy again within a moment.
+    cluster.wait_for(
+        "the privileged pod refused again with the default",
+        lambda: bool(refusal(core, namespace, DOORS["privileged"])),
+        60,
+    )
