@@ -40,6 +40,7 @@ DOC_SECTIONS = (
     "Cluster",
     "Driver",
     "GPU memory sharing",
+    "Tenant pods",
     "The components' host paths, ports and logs",
     "kube-scheduler and the extender",
     "Playbook variables",

@@ -270,6 +270,30 @@ def without_admission_plugin(pods, plugin):
     return missing
 
 
+def admission_policy_problems(policies, bindings, name):
+    """What keeps the ValidatingAdmissionPolicy ``name`` from refusing anything: it is not among
+    ``policies``, or none of ``bindings`` binds it with the action Deny (as kubernetes.core.k8s_info
+    returns them); one line each, empty when it refuses."""
+    problems = []
+    if not any(_meta(policy).get("name") == name for policy in policies):
+        problems.append(
+            "admission policy %s is missing: the pods it refuses are admitted; run the stack's role again "
+            "(stack.yml or site.yml), or see docs/security.md" % name
+        )
+    denying = [
+        binding
+        for binding in bindings
+        if (binding.get("spec") or {}).get("policyName") == name
+        and "Deny" in ((binding.get("spec") or {}).get("validationActions") or [])
+    ]
+    if not denying:
+        problems.append(
+            "admission policy %s has no binding that denies (a ValidatingAdmissionPolicyBinding with "
+            "policyName %s and validationActions [Deny]): it refuses nothing; run the stack's role again" % (name, name)
+        )
+    return problems
+
+
 def sample_memory(log):
     """``{used_mib, total_mib}`` the verification pod saw: nvidia-smi's table, or libvgpu's own
     report (manage --stats) where the node has no nvidia-smi; both None when the log has neither."""
@@ -287,6 +311,7 @@ class FilterModule(object):
 
     def filters(self):
         return {
+            "admission_policy_problems": admission_policy_problems,
             "cluster_health": cluster_health,
             "gpu_memory_holders": gpu_memory_holders,
             "mps_label_changes": mps_label_changes,

@@ -405,6 +405,30 @@ DRA_MINIMUM = (1, 36)
 _MINOR = re.compile(r"^v?(\d+)\.(\d+)\.")
 
 
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def tenant_pod_policy_problems(settings):
+    """vgpu_tenant_pod_policy off only with a stated reason; exempt namespaces that are namespace names."""
+    problems = []
+    off = str(settings.get("vgpu_tenant_pod_policy", True)).lower() in ("false", "no", "off", "0")
+    if off and not str(settings.get("vgpu_tenant_pod_policy_off_reason") or "").strip():
+        problems.append(
+            "vgpu_tenant_pod_policy: false without vgpu_tenant_pod_policy_off_reason; with the policy off a "
+            "privileged, SYS_ADMIN or hostPath pod in any namespace reaches every GPU of its node past its quota. "
+            "Keep it on and name the namespaces that need such pods in vgpu_tenant_pod_policy_exempt_namespaces, "
+            "or state why it is off (the site's own admission control refuses those pods, say)"
+        )
+    exempt = settings.get("vgpu_tenant_pod_policy_exempt_namespaces")
+    for name in exempt if isinstance(exempt, list) else []:
+        if not isinstance(name, str) or not _NAMESPACE.match(name):
+            problems.append(
+                "vgpu_tenant_pod_policy_exempt_namespaces: %r is no namespace name; expected a DNS label "
+                "(lower-case letters, digits and '-', at most 63) such as 'kube-system'" % (name,)
+            )
+    return problems
+
+
 def _dra_problem(source, version):
     """The problem of running vgpu_scheduling dra on ``version`` ("v1.35.2", "1.35.2", "v1.35.2+k3s1"),
     None when it is recent enough or not a version (another check says so)."""
@@ -459,6 +483,7 @@ def settings_problems(settings, schema=None, given=None):
     problems += version_problems(settings)
     problems += memory_problems(settings)
     problems += scheduling_problems(settings)
+    problems += tenant_pod_policy_problems(settings)
     return problems
 
 

@@ -502,6 +502,27 @@ SETTINGS: dict[str, dict[str, Any]] = {
         ],
         "default": "1200MiB",
     },
+    "vgpu_tenant_pod_policy": {
+        "type": "bool",
+        "scope": "cluster",
+        "why": "one admission policy serves the whole cluster",
+        "default": True,
+    },
+    "vgpu_tenant_pod_policy_exempt_namespaces": {
+        "type": "list",
+        "elements": "str",
+        "scope": "cluster",
+        "why": "one admission policy serves the whole cluster",
+        "default": [
+            "kube-system",
+        ],
+    },
+    "vgpu_tenant_pod_policy_off_reason": {
+        "type": "str",
+        "scope": "cluster",
+        "why": "one admission policy serves the whole cluster",
+        "default": "",
+    },
     "vgpu_state_dir": {
         "type": "str",
         "scope": "cluster",

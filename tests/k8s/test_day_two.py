@@ -167,6 +167,42 @@ def test_the_cluster_check_finds_every_component_on_the_gpu_node(stacked: Path, 
     assert memory["allocatable_units"] == 2 * (cluster.GPU_12GIB // cluster.UNIT_MIB)
 
 
+def test_the_cluster_check_fails_where_the_tenant_pod_policy_is_unbound_or_missing(
+    stacked: Path, gpu_node: str
+) -> None:
+    """Issue 40 item 4: verify_cluster.yml's read says so where the tenant pod policy's binding or the
+    policy itself is gone (someone deleted it, a restore left it out), and is clean with both back."""
+    admission: Any = client.AdmissionregistrationV1Api(cluster.api_client())
+    name = "vgpu-tenant-pods"
+    policy = admission.read_validating_admission_policy(name)
+    binding = admission.read_validating_admission_policy_binding(name)
+
+    def problems() -> list[str]:
+        ok(playbook(stacked, INFO, gpu_node, **harness_extender(stacked)))
+        found = json.loads((stacked / "cluster.json").read_text())
+        return [p for p in found["problems"] if name in p]
+
+    def restore(obj: Any, create: Any) -> None:
+        body = admission.api_client.sanitize_for_serialization(obj)
+        body["metadata"] = {"name": name, "labels": body["metadata"].get("labels")}
+        body.pop("status", None)
+        create(body)
+
+    assert problems() == []
+    admission.delete_validating_admission_policy_binding(name)
+    try:
+        (unbound,) = problems()
+        assert "has no binding that denies" in unbound, unbound
+        admission.delete_validating_admission_policy(name)
+        try:
+            assert any("admission policy vgpu-tenant-pods is missing" in p for p in problems())
+        finally:
+            restore(policy, admission.create_validating_admission_policy)
+    finally:
+        restore(binding, admission.create_validating_admission_policy_binding)
+    assert problems() == []
+
+
 SAMPLE = (
     INFO
     + """

@@ -10,6 +10,7 @@ refused by the API server.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from tests import recap
 from tests.k8s import api_proxy, cluster
 
 NS = "kube-system"
+# A tenant namespace the operator exempts from the tenant pod policy (vgpu_tenant_pod_policy_exempt_namespaces).
+EXEMPT_NS = "e2e-trusted"
 EXTENDER_SA = "gpushare-scheduler-extender"
 PLUGIN_SA = "nvidia-shared-device-plugin"
 PLAYBOOK = """\
@@ -98,11 +101,15 @@ def run_playbook(work: Path, overrides: dict[str, Any] | None = None) -> str:
         "vgpu_stack_label_nodes": False,
         "vgpu_stack_wait": True,
         "vgpu_stack_wait_timeout": 300,
+        # The tenant pod policy's exemptions as an operator names them (tests/k8s/test_tenant_pods.py).
+        "vgpu_tenant_pod_policy_exempt_namespaces": ["kube-system", EXEMPT_NS],
         **(overrides or {}),
     }
     args = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)]
     for key, value in extra.items():
-        args += ["-e", f"{key}={value}" if not isinstance(value, bool) else f'{{"{key}": {str(value).lower()}}}']
+        # key=value for the plain values; JSON keeps booleans, lists and strings with blanks or quotes whole.
+        plain = not isinstance(value, (bool, list, dict)) and not any(c in str(value) for c in " '\"")
+        args += ["-e", f"{key}={value}" if plain else json.dumps({key: value})]
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(cluster.REPO_ROOT / "ansible.cfg"),
@@ -121,7 +128,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     work = tmp_path_factory.mktemp("stack")
     first = run_playbook(work)
     yield work
-    # The other tests expect no component pods: the DaemonSets would place some on their nodes.
+    remove_components()
+    assert "changed=" in first
+
+
+def remove_components() -> None:
+    """The other tests expect no component pods: the DaemonSets would place some on their nodes."""
     api = cluster.api_client()
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     for name in (EXTENDER_SA, PLUGIN_SA, "cgpu-monitor", "nvidia-mps"):
@@ -131,7 +143,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-    assert "changed=" in first
 
 
 def sa_client(core: Any, name: str, work: Path) -> Any:

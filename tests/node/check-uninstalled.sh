@@ -30,6 +30,8 @@ case "${1:-}" in
         [[ $taints != *vgpu.io/* ]] || problems+=("the node still has the GPU nodes' taint: $taints")
         kubectl get mutatingadmissionpolicy vgpu-gpu-node-toleration >/dev/null 2>&1 \
             && problems+=("the GPU nodes' toleration policy is still there")
+        kubectl get validatingadmissionpolicy vgpu-tenant-pods >/dev/null 2>&1 \
+            && problems+=("the tenant pod policy is still there")
         on_node grep -q -- '--config=' /etc/kubernetes/manifests/kube-scheduler.yaml \
             && problems+=("kube-scheduler still runs with the extender's configuration")
         kubectl get --raw /readyz >/dev/null || problems+=("the cluster does not answer after the stack left")
@@ -38,7 +40,9 @@ case "${1:-}" in
         absent /usr/bin/kubelet /usr/bin/kubeadm /usr/bin/kubectl /etc/kubernetes/manifests \
             /etc/kubernetes/admin.conf /etc/containerd/config.toml /etc/cni/net.d/10-vgpu-bridge.conflist \
             /opt/vgpu /etc/vgpu /var/lib/vgpu /opt/vgpu-python \
-            /usr/bin/flanneld /etc/systemd/system/flanneld.service /etc/kube-flannel /run/flannel
+            /usr/bin/flanneld /etc/systemd/system/flanneld.service /etc/kube-flannel /run/flannel \
+            /etc/systemd/system/vgpu-flanneld-token.service /etc/systemd/system/vgpu-flanneld-token.timer \
+            /usr/local/libexec/vgpu-flanneld-token
         on_node systemctl is-active --quiet kubelet && problems+=("kubelet still runs")
         on_node systemctl is-active --quiet flanneld && problems+=("flanneld still runs")
         for dev in flannel.1 cni0; do

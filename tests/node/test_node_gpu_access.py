@@ -12,8 +12,8 @@ DRA driver's CDI device) or from a privileged container's environment, so here:
 - the GPU container runs with LD_PRELOAD=/opt/vgpu/libvgpu.so (issue 24's dlopen-by-path case), and
   programs that are no CUDA programs (a shell, ls) run in it as before;
 - the components, which read NVML, still run;
-- the remaining way in, a hostPath of /dev/null at the device-list path, is refused by the
-  PodSecurity baseline level the operator is told to enforce (docs/operations.md).
+- the remaining way in, a hostPath of /dev/null at the device-list path, is refused by the role's
+  admission policy vgpu-tenant-pods in tenant namespaces (issue 40 item 4).
 
 Runs on both scheduling paths (units of the device plugin, or a DRA claim). The node has no GPU:
 libvgpu's fake driver stands in (tests/node/fake_gpu.yml), handed to containers by a static CDI
@@ -191,12 +191,11 @@ def test_the_components_that_read_nvml_still_run() -> None:
     assert len(node.wait_for("cgpu-monitor's /metrics with both GPUs", gpus, timeout=120)) == node.GPU_COUNT
 
 
-def test_podsecurity_baseline_refuses_the_one_remaining_way_in(namespace: str) -> None:
+def test_the_roles_tenant_pod_policy_refuses_the_one_remaining_way_in(namespace: str) -> None:
     """The runtime trusts a device-list mount only when its source is /dev/null, which a pod can
-    make only with a hostPath volume: the PodSecurity baseline level refuses such a pod (and
-    privileged containers and SYS_ADMIN, which make the runtime read the env again). This is the
-    rule the operator must enforce on workload namespaces (docs/operations.md)."""
-    node.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")
+    make only with a hostPath volume: the role's admission policy vgpu-tenant-pods refuses such a
+    pod in a tenant namespace, with no label or setting of the operator (issue 40 item 4; before, the
+    operator had to enforce PodSecurity baseline on every workload namespace)."""
     pod = node.app_pod("forged", SLEEP)
     pod["spec"]["tolerations"] = TOLERATE
     pod["spec"]["volumes"] = [{"name": "forged", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}]
@@ -205,4 +204,5 @@ def test_podsecurity_baseline_refuses_the_one_remaining_way_in(namespace: str) -
     ]
     with pytest.raises(subprocess.CalledProcessError) as refused:
         node.apply(namespace, pod)
-    assert "hostPath volumes" in refused.value.stderr, refused.value.stderr
+    assert "vgpu-tenant-pods refuses pod forged" in refused.value.stderr, refused.value.stderr
+    assert "hostPath volume(s) forged (/dev/null)" in refused.value.stderr, refused.value.stderr

@@ -205,6 +205,38 @@ kc apply -n day2 -f - <<'DEPLOYMENT'
 DEPLOYMENT
 until_true "the day-two pods Running on vgpu-site-a (the tightest)" 120 two_on vgpu-site-a
 
+# Issue 40 item 4: the stack's admission policy refuses a privileged and a hostPath pod in the tenant
+# namespace day2, with its message; the system namespace's pods still run.
+refused_in_day2() { # <name> <overrides>: the pod is refused by vgpu-tenant-pods
+    local out
+    if out=$(kc run "$1" -n day2 --image localhost/vgpu-components:0.1.0 --image-pull-policy Never \
+        --restart Never --dry-run=server --overrides "$2" -- true 2>&1); then
+        echo "!! the pod $1 was admitted in the tenant namespace day2" >&2
+        return 1
+    fi
+    [[ $out == *"vgpu-tenant-pods refuses pod $1"* ]] || { echo "!! $1 refused, but not by vgpu-tenant-pods: $out" >&2; return 1; }
+    log "day two: $1 refused in day2: ${out:0:160}"
+}
+refused_in_day2 privileged '{"spec": {"containers": [{"name": "privileged", "image": "localhost/vgpu-components:0.1.0",
+  "securityContext": {"privileged": true}}]}}'
+refused_in_day2 host-path '{"spec": {"volumes": [{"name": "gpus", "hostPath": {"path": "/dev/null"}}],
+  "containers": [{"name": "host-path", "image": "localhost/vgpu-components:0.1.0",
+  "volumeMounts": [{"name": "gpus", "mountPath": "/var/run/nvidia-container-devices/all"}]}]}}'
+not_running=$(kc get pods -n kube-system --no-headers | awk '$3 != "Running" && $3 != "Completed"')
+[[ -z $not_running ]] || { echo "!! kube-system pods not running under the policy: $not_running" >&2; exit 1; }
+
+# Issue 40 item 5: worker A's flanneld token names its own Node only, before A leaves.
+server=$(kc config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+token_a=$(docker exec vgpu-site-a cat /etc/kube-flannel/token)
+as_a() { docker exec "$CP" kubectl --server "$server" --certificate-authority /etc/kubernetes/pki/ca.crt --token "$token_a" "$@"; }
+as_a get node vgpu-site-a >/dev/null || { echo "!! vgpu-site-a's flanneld token does not work on its node" >&2; exit 1; }
+if out=$(as_a patch node "$CP" --subresource=status --type=merge -p '{"metadata": {"annotations": {"e2e.vgpu.io/x": "y"}}}' 2>&1); then
+    echo "!! vgpu-site-a's flanneld token changed another node's status" >&2
+    exit 1
+fi
+[[ $out == *"flanneld may change only the status of its own node vgpu-site-a"* ]] \
+    || { echo "!! another node's status refused, but not by vgpu-flanneld-own-node: $out" >&2; exit 1; }
+
 read -r new_name new_address _ <<<"$NEW_NODE"
 log "day two: $new_name joins (added to the inventory's gpu_nodes, make site --limit $new_name)"
 # shellcheck disable=SC2086 # the spec is three words
@@ -221,7 +253,16 @@ log "day two: vgpu-site-a leaves"
 kc drain vgpu-site-a --ignore-daemonsets --delete-emptydir-data --timeout=300s >"$state/drain.log" 2>&1
 on_cp remove-a make uninstall INVENTORY=tests/node/cluster-inventory.yml \
     ARGS="--limit vgpu-site-a -e vgpu_uninstall_cluster=true"
-kc delete node vgpu-site-a
+# The uninstall deleted vgpu-site-a's Node (the role), and with it the validity of its flanneld token.
+if kc get node vgpu-site-a >/dev/null 2>&1; then
+    echo "!! uninstall.yml --limit vgpu-site-a left its Node object" >&2
+    exit 1
+fi
+if out=$(as_a get nodes 2>&1); then
+    echo "!! the removed worker's flanneld token still works" >&2
+    exit 1
+fi
+log "day two: the removed worker's flanneld token is refused: ${out:0:160}"
 docker exec "$CP" sed -i '/^        vgpu-site-a:$/,+1d' "$inventory"
 until_true "the day-two pods Running on the other workers" 120 two_off vgpu-site-a
 whole_site without-a

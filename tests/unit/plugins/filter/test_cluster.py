@@ -9,6 +9,7 @@ import json
 import pytest
 from ansible_collections.vgpu.isolation.plugins.filter.cluster import (
     FilterModule,
+    admission_policy_problems,
     cluster_health,
     gpu_memory_holders,
     mps_label_changes,
@@ -112,6 +113,7 @@ def test_the_sample_reads_nvidia_smi_or_libvgpus_own_report():
 
 def test_the_plugin_exposes_the_filters():
     assert set(FilterModule().filters()) == {
+        "admission_policy_problems",
         "cluster_health",
         "gpu_memory_holders",
         "mps_label_changes",
@@ -236,3 +238,24 @@ def test_an_annotation_the_extender_cannot_read_offers_no_gpu_here_either(annota
     broken = node("edge", units=1)
     broken["metadata"]["annotations"] = {"vgpu.io/gpus": json.dumps(annotation)}
     assert cluster_health([broken], [], ["edge"])["nodes"][0]["gpus"] == []
+
+
+POLICY = {"metadata": {"name": "vgpu-tenant-pods"}, "spec": {"validations": [{"expression": "true"}]}}
+
+
+def binding(name="vgpu-tenant-pods", policy="vgpu-tenant-pods", actions=("Deny",)):
+    return {"metadata": {"name": name}, "spec": {"policyName": policy, "validationActions": list(actions)}}
+
+
+def test_an_admission_policy_counts_only_when_it_exists_and_a_binding_denies_with_it():
+    """Issue 40 item 4: verify_cluster.yml fails where the tenant pod policy is missing or unbound;
+    a binding that only warns or audits refuses nothing."""
+    assert admission_policy_problems([POLICY], [binding()], "vgpu-tenant-pods") == []
+    assert admission_policy_problems([POLICY], [binding(name="site-own")], "vgpu-tenant-pods") == []
+    (missing,) = admission_policy_problems([], [binding()], "vgpu-tenant-pods")
+    assert missing.startswith("admission policy vgpu-tenant-pods is missing"), missing
+    assert "run the stack's role again" in missing, missing
+    for bindings in ([], [binding(policy="other")], [binding(actions=("Warn", "Audit"))]):
+        (unbound,) = admission_policy_problems([POLICY], bindings, "vgpu-tenant-pods")
+        assert unbound.startswith("admission policy vgpu-tenant-pods has no binding that denies"), unbound
+    assert len(admission_policy_problems([], [], "vgpu-tenant-pods")) == 2

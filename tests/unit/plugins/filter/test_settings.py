@@ -436,3 +436,20 @@ def test_a_unit_larger_than_the_largest_gpu_gets_advice_about_the_unit_not_a_0_m
     assert problem.endswith("lower vgpu_memory_unit_mib to 15360 MiB or less")
     (problem,) = quota_problems("256MiB", 256, "16GiB", [("gpu-1's GPU 0", REAL_GPUS["T4"])])
     assert problem.endswith("lower vgpu_reserved_memory_mib below 15360 MiB")
+
+
+def test_turning_the_tenant_pod_policy_off_needs_a_stated_reason():
+    """Issue 40 item 4: the policy that keeps tenant pods from every GPU goes off only with a reason,
+    which the stack's run repeats (docs/variables.md, "Tenant pods")."""
+    (problem,) = problems(vgpu_tenant_pod_policy=False)
+    assert problem.startswith("vgpu_tenant_pod_policy: false without vgpu_tenant_pod_policy_off_reason"), problem
+    assert "reaches every GPU" in problem and "vgpu_tenant_pod_policy_exempt_namespaces" in problem, problem
+    assert problems(vgpu_tenant_pod_policy=False, vgpu_tenant_pod_policy_off_reason="Kyverno refuses them") == []
+    assert problems(vgpu_tenant_pod_policy="no", vgpu_tenant_pod_policy_off_reason="  ") == [problem]
+
+
+def test_an_exempt_namespace_must_be_a_namespace_name():
+    (problem,) = problems(vgpu_tenant_pod_policy_exempt_namespaces=["kube-system", "Team_A"])
+    assert "vgpu_tenant_pod_policy_exempt_namespaces: 'Team_A' is no namespace name" in problem, problem
+    assert problems(vgpu_tenant_pod_policy_exempt_namespaces=[]) == []
+    assert problems(vgpu_tenant_pod_policy_exempt_namespaces=["kube-system", "gpu-trusted"]) == []

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from role_render import ROOT, role_play, run_playbook
 
 ROLE = ROOT / "roles" / "kubeadm"
@@ -91,3 +92,58 @@ def test_the_bridge_network_is_unchanged(tmp_path):
     assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.0.0/16"}]]
     assert bridge["ipMasq"] is True
     assert "mtu" not in bridge
+
+
+def test_flanneld_s_token_is_renewed_hourly_on_the_node_by_its_script(tmp_path):
+    """Issue 40 item 5: the node renews its 24 h node-bound token every hour (the token's scope and
+    expiry against the real API server: tests/k8s/test_flanneld_token.py)."""
+    (tmp_path / "play.yml").write_text(
+        role_play(
+            "kubeadm",
+            [
+                {
+                    "name": "Render the renewal's units",
+                    "ansible.builtin.template": {
+                        "src": f"{ROLE}/templates/{{{{ item }}}}.j2",
+                        "dest": f"{tmp_path}/{{{{ item }}}}",
+                        "mode": "0644",
+                    },
+                    "loop": ["vgpu-flanneld-token.service", "vgpu-flanneld-token.timer"],
+                }
+            ],
+            tmp_path / "vars.json",
+        )
+    )
+    facts = {"nodename": "vgpu-site-a", "os_family": "Debian"}
+    (tmp_path / "vars.json").write_text(
+        json.dumps({"ansible_facts": facts, "ansible_python_interpreter": sys.executable})
+    )
+    run_playbook(str(tmp_path / "play.yml"))
+    service = (tmp_path / "vgpu-flanneld-token.service").read_text()
+    timer = (tmp_path / "vgpu-flanneld-token.timer").read_text()
+    assert "Environment=NODE_NAME=vgpu-site-a" in service
+    assert "ExecStart=/usr/local/libexec/vgpu-flanneld-token" in service
+    assert "OnUnitActiveSec=1h" in timer and "WantedBy=timers.target" in timer
+
+
+def test_the_script_s_folder_is_created_before_the_script_is_installed():
+    """/usr/local/libexec does not exist on a minimal Debian node (an earlier attempt failed there)."""
+    flannel = yaml.safe_load((ROLE / "tasks" / "flannel.yml").read_text())
+    (block,) = [task["block"] for task in flannel if "block" in task]
+    names = [task["name"] for task in block]
+    folder = names.index("Create the folder of the token's renewal script")
+    script = names.index("Install the script that renews flanneld's token with itself")
+    assert folder < script
+    assert block[folder]["ansible.builtin.file"]["path"] == "{{ kubeadm_flannel_token_script_dir }}"
+    script_path = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["kubeadm_flannel_token_script"]
+    assert script_path.startswith("{{ kubeadm_flannel_token_script_dir }}/"), script_path
+
+
+def test_flanneld_has_no_long_lived_token_and_is_held_to_its_own_node():
+    items = {
+        (i["kind"], i["metadata"]["name"])
+        for i in yaml.safe_load((ROLE / "files" / "flanneld-rbac.yaml").read_text())["items"]
+    }
+    assert not [name for kind, name in items if kind == "Secret"], items
+    assert ("ValidatingAdmissionPolicy", "vgpu-flanneld-own-node") in items
+    assert ("ValidatingAdmissionPolicyBinding", "vgpu-flanneld-own-node") in items
