@@ -110,22 +110,26 @@ def test_the_drivers_account_publishes_only_its_own_nodes_slice(
         core.delete_namespaced_pod(f"plugin-token-{own}", NS, grace_period_seconds=0)
 
 
-def reserve(resource: Any, namespace: str, claim: str, pods: list[str], driver: str = dra_objects.DRIVER) -> str:
+def reserve(resource: Any, namespace: str, claim: str, pods: dict[str, str], driver: str = dra_objects.DRIVER) -> str:
     """Write the claim's status as kube-scheduler does when it allocates it and reserves it for
-    `pods`; returns the API server's refusal ("" when the status was written)."""
-    stored = json.loads(resource.read_namespaced_resource_claim(claim, namespace, _preload_content=False).data)
+    `pods` (name to uid); returns the API server's refusal ("" when the status was written).
+    kube-controller-manager's claim controller writes the status too: a conflict is read again."""
     result = {"request": "gpu", "driver": driver, "pool": "gpu-node", "device": "gpu-0"}
-    reserved = [{"resource": "pods", "name": p, "uid": f"00000000-0000-0000-0000-{i:012d}"} for i, p in enumerate(pods)]
-    stored["status"] = {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved} if pods else {}
-    try:
-        resource.replace_namespaced_resource_claim_status(claim, namespace, stored)
-    except ApiException as exc:
-        assert exc.status in (403, 422), exc
-        return str(json.loads(exc.body or "{}").get("message", exc.body))
-    return ""
+    reserved = [{"resource": "pods", "name": name, "uid": uid} for name, uid in pods.items()]
+    while True:
+        stored = json.loads(resource.read_namespaced_resource_claim(claim, namespace, _preload_content=False).data)
+        stored["status"] = {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved} if pods else {}
+        try:
+            resource.replace_namespaced_resource_claim_status(claim, namespace, stored)
+        except ApiException as exc:
+            if exc.status == 409:
+                continue
+            assert exc.status in (403, 422), exc
+            return str(json.loads(exc.body or "{}").get("message", exc.body))
+        return ""
 
 
-def test_a_claim_of_the_driver_is_reserved_for_one_pod_at_a_time(dra_stack: Path, namespace: str) -> None:
+def test_a_claim_of_the_driver_is_reserved_for_one_pod_at_a_time(dra_stack: Path, core: Any, namespace: str) -> None:
     """Issue 40 item 1, at the door: kubelet prepares a claim once per node and hands it to a later
     pod without asking the driver, so the driver's refusal catches only the consumers it sees at that
     first prepare. The role's admission policy refuses the claim's status that kube-scheduler writes
@@ -136,15 +140,24 @@ def test_a_claim_of_the_driver_is_reserved_for_one_pod_at_a_time(dra_stack: Path
         body = {"apiVersion": dra_objects.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": name}, **spec}
         resource.create_namespaced_resource_claim(namespace, body)
 
+    # Pods that exist (the claim controller drops reservations of pods that do not) and stay Pending.
+    uids = {}
+    for name in ("first", "second"):
+        body = dra_objects.pod_body(name, "unused", {})
+        body["spec"]["schedulerName"] = "no-scheduler"
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        uids[name] = core.create_namespaced_pod(namespace, body).metadata.uid
+    first = {"first": uids["first"]}
+
     def second_pod_refused() -> str | None:
-        assert reserve(resource, namespace, "shared", ["first"]) == ""
-        return reserve(resource, namespace, "shared", ["first", "second"]) or None
+        assert reserve(resource, namespace, "shared", first) == ""
+        return reserve(resource, namespace, "shared", uids) or None
 
     refused = cluster.wait_for("the claim policy in force", second_pod_refused, timeout=60)
-    assert f"ResourceClaim {namespace}/shared is reserved for pod first" in refused, refused
-    assert "second" in refused and "ResourceClaimTemplate" in refused, refused
-    assert reserve(resource, namespace, "shared", ["second"]) == "", "the one consumer may change"
-    assert reserve(resource, namespace, "shared", []) == "", "a reservation may be released"
-    assert reserve(resource, namespace, "other-driver", ["a", "b"], driver="gpu.example.com") == "", (
+    assert f"ResourceClaim {namespace}/shared cannot be reserved for the pods first, second at once" in refused, refused
+    assert "ResourceClaimTemplate" in refused, refused
+    assert reserve(resource, namespace, "shared", {"second": uids["second"]}) == "", "the one consumer may change"
+    assert reserve(resource, namespace, "shared", {}) == "", "a reservation may be released"
+    assert reserve(resource, namespace, "other-driver", uids, driver="gpu.example.com") == "", (
         "another driver's claims are not this policy's"
     )
