@@ -133,7 +133,7 @@ def test_a_claim_of_the_driver_is_reserved_for_one_pod_at_a_time(dra_stack: Path
     """Issue 40 item 1, at the door: kubelet prepares a claim once per node and hands it to a later
     pod without asking the driver, so the driver's refusal catches only the consumers it sees at that
     first prepare. The role's admission policy refuses the claim's status that kube-scheduler writes
-    when it reserves a claim of the driver for a second pod, so that pod stays Pending with the reason."""
+    when it reserves a claim of the driver for a second pod, so that pod is not bound to the claim."""
     resource = client.ResourceV1Api(cluster.api_client())
     spec = dra_objects.claim_template_body("shared", 1000)["spec"]
     for name in ("shared", "other-driver"):
