@@ -10,6 +10,7 @@ and another driver's are refused by the admission policy.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,56 @@ def test_the_drivers_account_publishes_only_its_own_nodes_slice(
         assert forbidden(sa_core.patch_node, own, {"metadata": {"labels": {"x": "y"}}}), "it can patch nodes"
     finally:
         core.delete_namespaced_pod(f"plugin-token-{own}", NS, grace_period_seconds=0)
+
+
+def reserve(resource: Any, namespace: str, claim: str, pods: dict[str, str], driver: str = dra_objects.DRIVER) -> str:
+    """Write the claim's status as kube-scheduler does when it allocates it and reserves it for
+    `pods` (name to uid); returns the API server's refusal ("" when the status was written).
+    kube-controller-manager's claim controller writes the status too: a conflict is read again."""
+    result = {"request": "gpu", "driver": driver, "pool": "gpu-node", "device": "gpu-0"}
+    reserved = [{"resource": "pods", "name": name, "uid": uid} for name, uid in pods.items()]
+    while True:
+        stored = json.loads(resource.read_namespaced_resource_claim(claim, namespace, _preload_content=False).data)
+        stored["status"] = {"allocation": {"devices": {"results": [result]}}, "reservedFor": reserved} if pods else {}
+        try:
+            resource.replace_namespaced_resource_claim_status(claim, namespace, stored)
+        except ApiException as exc:
+            if exc.status == 409:
+                continue
+            assert exc.status in (403, 422), exc
+            return str(json.loads(exc.body or "{}").get("message", exc.body))
+        return ""
+
+
+def test_a_claim_of_the_driver_is_reserved_for_one_pod_at_a_time(dra_stack: Path, core: Any, namespace: str) -> None:
+    """Issue 40 item 1, at the door: kubelet prepares a claim once per node and hands it to a later
+    pod without asking the driver, so the driver's refusal catches only the consumers it sees at that
+    first prepare. The role's admission policy refuses the claim's status that kube-scheduler writes
+    when it reserves a claim of the driver for a second pod, so that pod is not bound to the claim."""
+    resource = client.ResourceV1Api(cluster.api_client())
+    spec = dra_objects.claim_template_body("shared", 1000)["spec"]
+    for name in ("shared", "other-driver"):
+        body = {"apiVersion": dra_objects.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": name}, **spec}
+        resource.create_namespaced_resource_claim(namespace, body)
+
+    # Pods that exist (the claim controller drops reservations of pods that do not) and stay Pending.
+    uids = {}
+    for name in ("first", "second"):
+        body = dra_objects.pod_body(name, "unused", {})
+        body["spec"]["schedulerName"] = "no-scheduler"
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        uids[name] = core.create_namespaced_pod(namespace, body).metadata.uid
+    first = {"first": uids["first"]}
+
+    def second_pod_refused() -> str | None:
+        assert reserve(resource, namespace, "shared", first) == ""
+        return reserve(resource, namespace, "shared", uids) or None
+
+    refused = cluster.wait_for("the claim policy in force", second_pod_refused, timeout=60)
+    assert f"ResourceClaim {namespace}/shared cannot be reserved for the pods first, second at once" in refused, refused
+    assert "ResourceClaimTemplate" in refused, refused
+    assert reserve(resource, namespace, "shared", {"second": uids["second"]}) == "", "the one consumer may change"
+    assert reserve(resource, namespace, "shared", {}) == "", "a reservation may be released"
+    assert reserve(resource, namespace, "other-driver", uids, driver="gpu.example.com") == "", (
+        "another driver's claims are not this policy's"
+    )
