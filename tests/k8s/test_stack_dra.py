@@ -40,6 +40,10 @@ def dra_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ]
     deletes += [(core.delete_namespaced_service_account, (n, NS)) for n in (DRIVER_SA, "cgpu-monitor", "nvidia-mps")]
     deletes.append((resource.delete_device_class, (dra_objects.DRIVER,)))
+    # The claim policy would refuse later modules' shared claims (test_dra.py's defence in depth).
+    admission = client.AdmissionregistrationV1Api(api)
+    deletes.append((admission.delete_validating_admission_policy_binding, ("vgpu-claim-one-consumer",)))
+    deletes.append((admission.delete_validating_admission_policy, ("vgpu-claim-one-consumer",)))
     for delete, args in deletes:
         try:
             delete(*args)
@@ -137,7 +141,12 @@ def test_a_claim_of_the_driver_is_reserved_for_one_pod_at_a_time(dra_stack: Path
     resource = client.ResourceV1Api(cluster.api_client())
     spec = dra_objects.claim_template_body("shared", 1000)["spec"]
     for name in ("shared", "other-driver"):
-        body = {"apiVersion": dra_objects.RESOURCE_API, "kind": "ResourceClaim", "metadata": {"name": name}, **spec}
+        body: Any = {
+            "apiVersion": dra_objects.RESOURCE_API,
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            **spec,
+        }
         resource.create_namespaced_resource_claim(namespace, body)
 
     # Pods that exist (the claim controller drops reservations of pods that do not) and stay Pending.
