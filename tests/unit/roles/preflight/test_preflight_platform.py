@@ -21,12 +21,10 @@ PLAY = """
 """
 
 
-def preflight(tmp_path, groups=("gpu_nodes",), hosts=("localhost",), path_prefix="", **settings):
-    """Run preflight in check mode on this machine as ``hosts`` of ``groups``; returns its failure."""
-    members = {host: {"ansible_python_interpreter": sys.executable} for host in hosts}
-    inventory = {group: {"hosts": members} for group in groups}
+def failed_check_run(tmp_path, inventory, playbook, path_prefix="", **settings):
+    """Run ``playbook`` in check mode on ``inventory`` (no mirror probe, an empty component image);
+    returns its failure (the test fails if it passes)."""
     (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAY)
     image = tmp_path / "vgpu-components-0.1.0.tar"
     image.write_bytes(b"")
     extra = {"preflight_check_network": False, "vgpu_component_image_tarball": str(image), **settings}
@@ -35,12 +33,20 @@ def preflight(tmp_path, groups=("gpu_nodes",), hosts=("localhost",), path_prefix
             "--check",
             "-i",
             str(tmp_path / "hosts.yml"),
-            str(tmp_path / "play.yml"),
+            str(playbook),
             "-e",
             json.dumps(extra),
             path_prefix=path_prefix,
         )
     return str(failed.value)
+
+
+def preflight(tmp_path, groups=("gpu_nodes",), hosts=("localhost",), path_prefix="", **settings):
+    """Run preflight in check mode on this machine as ``hosts`` of ``groups``; returns its failure."""
+    members = {host: {"ansible_python_interpreter": sys.executable} for host in hosts}
+    (tmp_path / "play.yml").write_text(PLAY)
+    inventory = {group: {"hosts": members} for group in groups}
+    return failed_check_run(tmp_path, inventory, tmp_path / "play.yml", path_prefix, **settings)
 
 
 def stand_in(folder, name, output, args):

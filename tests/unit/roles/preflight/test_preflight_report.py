@@ -5,12 +5,10 @@ site.yml and stack.yml run for real (ansible-playbook, check mode, no mirror pro
 SSH address where nothing listens (127.0.0.1 port 1: refused at once).
 """
 
-import json
 import sys
 
-import pytest
-from role_render import ROOT, run_playbook
-from test_preflight_platform import stand_in
+from role_render import ROOT
+from test_preflight_platform import failed_check_run, stand_in
 
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
 UNREACHABLE = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
@@ -18,21 +16,9 @@ UNREACHABLE = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansibl
 
 def run(tmp_path, playbook, groups, path_prefix="", **settings):
     """Run ``playbook`` in check mode on ``groups`` (group -> {host: vars}); returns its failure."""
-    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {g: {"hosts": h} for g, h in groups.items()}}}))
-    image = tmp_path / "vgpu-components-0.1.0.tar"
-    image.write_bytes(b"")
-    extra = {"preflight_check_network": False, "vgpu_component_image_tarball": str(image), **settings}
-    with pytest.raises(AssertionError) as failed:
-        run_playbook(
-            "--check",
-            "-i",
-            str(tmp_path / "hosts.yml"),
-            str(ROOT / "playbooks" / playbook),
-            "-e",
-            json.dumps(extra),
-            path_prefix=path_prefix,
-        )
-    return " ".join(str(failed.value).split())  # the YAML callback folds long lines
+    inventory = {"all": {"children": {g: {"hosts": h} for g, h in groups.items()}}}
+    failure = failed_check_run(tmp_path, inventory, ROOT / "playbooks" / playbook, path_prefix, **settings)
+    return " ".join(failure.split())  # one line, whatever the output's wrapping
 
 
 def test_an_unreachable_host_is_named_in_one_report_with_the_other_hosts_problems(tmp_path):
