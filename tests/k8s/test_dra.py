@@ -14,6 +14,7 @@ import json
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,22 @@ def dra_nodes(core: Any, gpu_nodes: cluster.NodeFactory) -> Iterator[Any]:
     folder.cleanup()
 
 
+@contextmanager
+def driver_on(node: str, tmp_path: Path) -> Iterator[tuple[dict[str, Any], FakeDraKubelet]]:
+    """The DRA driver of `node` (its host paths under tmp_path) registered with kubelet's side of the
+    gRPC API; yields its configuration and that kubelet, and stops both."""
+    cfg = dra_objects.driver_config(tmp_path)
+    kubelet = FakeDraKubelet(Path(cfg["dra"]["registry_dir"])).start()
+    driver = DraDriver(cfg, dra_objects.node_gpus(node, GPUS_MIB), node, api=dra_objects.dra_api())
+    driver.start()
+    try:
+        assert kubelet.registered.wait(5)
+        yield cfg, kubelet
+    finally:
+        driver.stop()
+        kubelet.stop()
+
+
 def schedule(core: Any, namespace: str, name: str, template: str, selector: dict[str, str]) -> Any:
     core.create_namespaced_pod(namespace, dra_objects.pod_body(name, template, selector))
     return cluster.wait_bound(core, namespace, name, SCHEDULE_TIMEOUT)
@@ -129,12 +146,7 @@ def test_reference_binpack_with_claims(
     assert [memory_mib(placed[n][0][2]) for n in names] == [8000, 8000, 2000, 2000]
 
     # The driver's kubelet side: prepared through its gRPC service, from the claims as allocated.
-    cfg = dra_objects.driver_config(tmp_path)
-    kubelet = FakeDraKubelet(Path(cfg["dra"]["registry_dir"])).start()
-    driver = DraDriver(cfg, dra_objects.node_gpus(node, GPUS_MIB), node, api=dra_objects.dra_api())
-    driver.start()
-    try:
-        assert kubelet.registered.wait(5)
+    with driver_on(node, tmp_path) as (cfg, kubelet):
         refs = [(namespace, c["metadata"]["uid"], c["metadata"]["name"]) for c in claims.values()]
         response = kubelet.prepare(*refs)
         for name, (_ns, uid, _claim_name) in zip(names, refs, strict=True):
@@ -153,9 +165,6 @@ def test_reference_binpack_with_claims(
         gone = kubelet.unprepare(*refs)
         assert all(r.error == "" for r in gone.claims.values())
         assert not list((Path(cfg["state_dir"]) / "quotas").iterdir())
-    finally:
-        driver.stop()
-        kubelet.stop()
 
 
 def test_one_claim_named_by_two_pods_is_not_prepared_and_kubelet_is_told_why(
@@ -178,12 +187,7 @@ def test_one_claim_named_by_two_pods_is_not_prepared_and_kubelet_is_told_why(
     stored = dict(json.loads(resource.read_namespaced_resource_claim("shared", namespace, _preload_content=False).data))
     assert sorted(r["name"] for r in stored["status"]["reservedFor"]) == ["first", "second"]
 
-    cfg = dra_objects.driver_config(tmp_path)
-    kubelet = FakeDraKubelet(Path(cfg["dra"]["registry_dir"])).start()
-    driver = DraDriver(cfg, dra_objects.node_gpus(node, GPUS_MIB), node, api=dra_objects.dra_api())
-    driver.start()
-    try:
-        assert kubelet.registered.wait(5)
+    with driver_on(node, tmp_path) as (cfg, kubelet):
         uid = stored["metadata"]["uid"]
         error = kubelet.prepare((namespace, uid, "shared")).claims[uid].error
         users = f"{namespace}/first/main, {namespace}/second/main"
@@ -191,9 +195,6 @@ def test_one_claim_named_by_two_pods_is_not_prepared_and_kubelet_is_told_why(
         assert expected in error, error
         assert "ResourceClaimTemplate" in error
         assert not list((Path(cfg["state_dir"]) / "quotas").glob("*.conf"))
-    finally:
-        driver.stop()
-        kubelet.stop()
 
 
 def test_a_claim_larger_than_any_gpu_stays_pending_with_the_schedulers_reason(
