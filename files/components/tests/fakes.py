@@ -615,6 +615,10 @@ class FakeClusterApi:
         self.fail_bind = False
         self.node_reads: list[str] = []  # nodes whose pods the extender read again before refusing
         self.fail_reads = False
+        self.budgets: list[dict[str, Any]] = []  # PodDisruptionBudgets
+
+    def disruption_budgets(self) -> list[dict[str, Any]]:
+        return list(self.budgets)
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         self.node_reads.append(node)

@@ -207,7 +207,7 @@ def test_malformed_requests_get_400_with_a_message(cluster: Scheduler, path: str
 
 
 def test_unknown_verb_is_404(cluster: Scheduler) -> None:
-    status, result = cluster.post("/preempt", {"Pod": {}})
+    status, result = cluster.post("/reprioritize", {"Pod": {}})
     assert status == 404 and "unknown verb" in result["Error"]
 
 

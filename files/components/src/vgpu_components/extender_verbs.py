@@ -7,6 +7,9 @@ Verbs (POST, JSON exactly as kube-scheduler sends it, nodeCacheCapable):
   prioritize       ExtenderArgs -> HostPriorityList: the packing score 0..10 of each node, which
                    kube-scheduler weighs with its own scores ("weighted" packing, after filter)
   bind             ExtenderBindingArgs -> ExtenderBindingResult: record the GPU, then bind
+  preempt          ExtenderPreemptionArgs -> ExtenderPreemptionResult: per node kube-scheduler would
+                   preempt on, the victims that free one GPU (preemption.py); nodes where none do
+                   are left out, so kube-scheduler never evicts pods whose memory the pod cannot use
 The model of the cluster is scheduling.py's; the HTTP layer is extender_http.py; the API
 adapters and the informer that keeps the model in step are in kube.py.
 """
@@ -23,7 +26,7 @@ from typing import Any
 
 import prometheus_client
 
-from vgpu_components import kube
+from vgpu_components import kube, preemption
 from vgpu_components.extender_http import BadRequest, Later
 from vgpu_components.scheduling import ClusterModel, Request, pod_request
 
@@ -43,6 +46,11 @@ RECHECKS = prometheus_client.Counter(
 # Nodes read again for one refused pod at most: the ones closest to fitting it.
 RECHECK_NODES = 16
 BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, by outcome", ["outcome"])
+PREEMPTIONS = prometheus_client.Counter(
+    "vgpu_extender_preemption_nodes_total",
+    "Nodes judged by preempt, by outcome (victims: a GPU frees with them; none: no GPU can be freed)",
+    ["outcome"],
+)
 
 
 @dataclass
@@ -63,7 +71,7 @@ class Extender:
     caller or per filtered pod, and it writes to the API only the Binding of a GPU pod it places;
     its reads are the informers' list and watch, a refused node's pods and a pod to bind."""
 
-    blocking = frozenset({"bind"})  # verbs that wait on the API server
+    blocking = frozenset({"bind", "preempt"})  # verbs that wait on the API server
 
     def __init__(self, model: ClusterModel, api: kube.ClusterApi | None = None) -> None:
         self.model = model
@@ -84,6 +92,7 @@ class Extender:
             "filter-tightest": lambda body: self.filter(body, tightest=True),
             "prioritize": self.prioritize,
             "bind": self.bind,
+            "preempt": self.preempt,
         }
 
     # --- request parsing -----------------------------------------------------------------------
@@ -311,6 +320,124 @@ class Extender:
         )
         return ""
 
+    def preempt(self, body: Any) -> dict[str, Any]:
+        """ExtenderPreemptionArgs {Pod, NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims}
+        -> ExtenderPreemptionResult {NodeNameToMetaVictims}: for each node kube-scheduler chose
+        victims on, the extender's own victims (preemption.py), read from the API: the node's pods
+        as they are now and the PodDisruptionBudgets. A node where no GPU can be freed is left out;
+        with no node left, kube-scheduler preempts nothing."""
+        if not isinstance(body, Mapping):
+            raise BadRequest("expected an ExtenderPreemptionArgs object with Pod and NodeNameToMetaVictims")
+        pod = body.get("Pod")
+        if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+            raise BadRequest("ExtenderPreemptionArgs.Pod must be a Pod object with a spec")
+        candidates = body.get("NodeNameToMetaVictims") or body.get("NodeNameToVictims") or {}
+        if not isinstance(candidates, Mapping) or not all(isinstance(n, str) for n in candidates):
+            raise BadRequest(
+                f"ExtenderPreemptionArgs.NodeNameToMetaVictims must map node names to victims, got {candidates!r:.200}"
+            )
+        request = self._request(pod)
+        priority = pod_priority(pod)
+        meta = pod.get("metadata") or {}
+        what = f"{meta.get('namespace')}/{meta.get('name')}"
+        answer: dict[str, Any] = {}
+        if self.api is None or not request.units or not candidates:
+            return {"NodeNameToMetaVictims": answer}
+        budgets = self.api.disruption_budgets()
+        for node in sorted(candidates):
+            pods = self.api.pods_on_node(node)
+            self.model.replace_node_pods(node, pods)
+            chosen = self._victims(node, pods, budgets, request, priority)
+            if isinstance(chosen, str):
+                PREEMPTIONS.labels("none").inc()
+                log.info("preemption for %s (priority %d): nothing to evict on %s: %s", what, priority, node, chosen)
+                continue
+            PREEMPTIONS.labels("victims").inc()
+            uids = {str((v.get("metadata") or {}).get("uid")) for v in chosen}
+            log.info(
+                "preemption for %s (priority %d): on %s evicting %s",
+                what,
+                priority,
+                node,
+                ", ".join(sorted(f"{v['metadata'].get('namespace')}/{v['metadata'].get('name')}" for v in chosen)),
+            )
+            answer[node] = {
+                "Pods": [{"UID": uid} for uid in sorted(uids)],
+                "NumPDBViolations": preemption.violations(chosen, budgets),
+            }
+        return {"NodeNameToMetaVictims": answer}
+
+    def _victims(
+        self,
+        node: str,
+        pods: list[dict[str, Any]],
+        budgets: list[dict[str, Any]],
+        request: Request,
+        priority: int,
+    ) -> list[dict[str, Any]] | str:
+        """The pods to evict on `node` for the request, or why there are none."""
+        model = self.model
+        with model.lock:
+            state = model.nodes.get(node)
+            if state is None:
+                return model.node_errors.get(node) or f"node has no {model.annotation_key} annotation"
+            mismatch = model._share_mismatch(state, request.units, request.cores)
+            if mismatch is not None:
+                return mismatch.reason
+            gpus = [
+                preemption.Gpu(
+                    g.index,
+                    g.uuid,
+                    g.units,
+                    g.used,
+                    g.healthy,
+                    g.cores,
+                    max(g.published_cores, g.placed_cores),
+                )
+                for g in state.gpus
+            ]
+            unit_mib = state.unit_mib
+        by_uid: dict[str, dict[str, Any]] = {}
+        residents = []
+        for item in pods:
+            resident = self._resident(node, item, budgets)
+            if resident is not None:
+                by_uid[resident.uid] = item
+                residents.append(resident)
+        found = preemption.choose(
+            gpus, residents, priority=priority, units=request.units, cores=request.cores, unit_mib=unit_mib
+        )
+        if isinstance(found, preemption.Refusal):
+            return found.reason
+        if not found.pods:
+            return "a GPU fits the pod already (its next attempt places it without evicting anything)"
+        return [by_uid[p.uid] for p in found.pods]
+
+    def _resident(self, node: str, pod: Mapping[str, Any], budgets: list[dict[str, Any]]) -> preemption.Resident | None:
+        """A pod of the node as a possible victim: placed by us on a GPU, running or about to, not
+        already terminating (its memory is on its way back)."""
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        gpu = (meta.get("annotations") or {}).get(self.model.uuid_key)
+        phase = (pod.get("status") or {}).get("phase", "")
+        if spec.get("nodeName") != node or not gpu or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            return None
+        try:
+            request = pod_request(pod, self.model.prefix)
+        except ValueError:
+            return None
+        if not request.units:
+            return None
+        return preemption.Resident(
+            uid=str(meta.get("uid", "")),
+            name=f"{meta.get('namespace')}/{meta.get('name')}",
+            priority=pod_priority(pod),
+            units=request.units,
+            gpu=str(gpu),
+            cores=request.cores,
+            protected=preemption.protected(pod, budgets),
+        )
+
     # --- API state -----------------------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
         synced = {kind: informer.synced for kind, informer in self.informers.items()}
@@ -344,3 +471,9 @@ class Extender:
             self.model.remove_pod(str(obj.get("metadata", {}).get("uid", "")))
         else:
             self.model.set_pod(obj)
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """spec.priority, which the API server sets from the pod's PriorityClass (0 when none)."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -225,11 +225,14 @@ class Informer:
 # --- the extender's reads and binds ------------------------------------------------------------
 class ClusterApi(ListWatchApi, Protocol):
     """The API calls the extender makes (the real one is KubeClusterApi): reads and the Binding,
-    nothing else, so its RBAC is get/list/watch of nodes and pods and create of pods/binding."""
+    nothing else, so its RBAC is get/list/watch of nodes and pods, list of PodDisruptionBudgets
+    (preempt) and create of pods/binding."""
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]: ...
+
+    def disruption_budgets(self) -> list[dict[str, Any]]: ...
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None: ...
 
@@ -240,6 +243,13 @@ class KubeClusterApi:
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         return pods_on_node(self.core, node)
+
+    def disruption_budgets(self) -> list[dict[str, Any]]:
+        """Every namespace's PodDisruptionBudgets (policy/v1), with their status."""
+        response: Any = k8s.PolicyV1Api(self.core.api_client).list_pod_disruption_budget_for_all_namespaces(
+            _preload_content=False, _request_timeout=30
+        )
+        return list(json.loads(response.data).get("items") or [])
 
     def _lister(self, kind: str) -> Callable[..., Any]:
         return self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
