@@ -65,6 +65,7 @@ def test_scheduler_dropin_and_configuration(host):
         assert host.file(f"/etc/vgpu/tls/{name}").exists
     assert host.file("/etc/vgpu/tls/client.key").mode == 0o600
     assert extender["nodeCacheCapable"] is True
+    assert extender["preemptVerb"] == "preempt"
     assert extender["managedResources"] == [
         {"name": "acme.dev/gpu-memory", "ignoredByScheduler": False},
         {"name": "acme.dev/gpu-cores", "ignoredByScheduler": False},

@@ -62,6 +62,7 @@ extenders:
 $wire
 $verbs
   bindVerb: bind
+  preemptVerb: preempt
   nodeCacheCapable: true
   managedResources:
   - name: vgpu.io/gpu-memory

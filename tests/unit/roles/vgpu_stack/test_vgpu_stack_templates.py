@@ -168,12 +168,14 @@ def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
 
 
 def test_extender_reads_nodes_and_pods_and_binds_but_patches_nothing(rendered):
-    """Issue 12 finding 8: the GPU travels in the Binding's annotations, so no `patch pods`."""
+    """Issue 12 finding 8: the GPU travels in the Binding's annotations, so no `patch pods`.
+    Issue 42: preempt counts PodDisruptionBudget violations as kube-scheduler does, so it lists them."""
     read = {"get", "list", "watch"}
     assert rules_of(rendered, "gpushare-scheduler-extender") == (
         {("*", "", "nodes", verb) for verb in read}
         | {("*", "", "pods", verb) for verb in read}
         | {("*", "", "pods/binding", "create")}
+        | {("*", "policy", "poddisruptionbudgets", "list")}
     )
 
 
@@ -388,6 +390,8 @@ def test_scheduler_configuration_names_the_extender(rendered, case, kubeconfig, 
     expected = weighted if case == "kubeadm-custom" else ("filter-tightest", None, "bind", None)
     verbs = ("filterVerb", "prioritizeVerb", "bindVerb", "weight")
     assert tuple(extender.get(key) for key in verbs) == expected
+    # Issue 42: kube-scheduler asks the extender which victims free one GPU before it preempts.
+    assert extender["preemptVerb"] == "preempt"
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
     assert extender["managedResources"] == [
