@@ -616,6 +616,11 @@ class FakeClusterApi:
         self.node_reads: list[str] = []  # nodes whose pods the extender read again before refusing
         self.fail_reads = False
         self.budgets: list[dict[str, Any]] = []  # PodDisruptionBudgets
+        self.pod_events: list[tuple[str, str, str]] = []  # (namespace/name, reason, message)
+
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
+        meta = pod["metadata"]
+        self.pod_events.append((f"{meta['namespace']}/{meta['name']}", reason, message))
 
     def disruption_budgets(self) -> list[dict[str, Any]]:
         return list(self.budgets)

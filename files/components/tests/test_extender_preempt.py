@@ -64,6 +64,20 @@ def test_equal_priority_is_never_a_victim_and_the_node_is_dropped(cluster: Sched
     assert result == {"NodeNameToMetaVictims": {}}
 
 
+def test_the_pods_events_say_why_no_gpu_can_be_freed_once_per_reason(cluster: Scheduler) -> None:
+    """kube-scheduler's own event says only that no node was left; the extender's says why."""
+    fill(cluster, priority=1000)
+    for _attempt in range(3):  # kube-scheduler retries the pod: one event while the reason stands
+        cluster.post(PATH, preempt_args(high(), {"gpu-a": ["uid-low-0"]}))
+    ((pod, reason, message),) = cluster.api.pod_events
+    assert (pod, reason) == ("default/high", "PreemptionFreesNoGPU")
+    assert message == (
+        "no GPU can be freed for this pod by evicting pods of lower priority: gpu-a: evicting pods of priority "
+        "below 1000 frees 8000 MiB on no GPU: GPU 0 would still be 5400 MiB short after evicting its 0 pod(s) "
+        "of lower priority; GPU 1 would still be 5400 MiB short after evicting its 0 pod(s) of lower priority"
+    )
+
+
 def test_nodes_without_gpus_or_unknown_are_dropped_and_a_pod_without_gpu_memory_preempts_nothing(
     cluster: Scheduler,
 ) -> None:

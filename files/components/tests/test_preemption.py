@@ -41,9 +41,10 @@ def test_a_fragmented_node_frees_the_gpu_that_needs_fewest_victims() -> None:
 
 def test_equal_and_higher_priority_are_never_preempted() -> None:
     pods = [pod("a1", A, 60, priority=10), pod("a2", A, 60, priority=20), pod("b1", B, 120, priority=10)]
-    found = choose(two_gpus(120, 120), pods, priority=10, units=79)
+    found = choose(two_gpus(120, 120), pods, priority=10, units=79, unit_mib=100)
     assert isinstance(found, Refusal)
-    assert "GPU 0 would still be" in found.reason and "GPU 1 would still be" in found.reason
+    assert "GPU 0 would still be 7700 MiB short after evicting its 0 pod(s)" in found.reason
+    assert "GPU 1 would still be 7700 MiB short after evicting its 0 pod(s)" in found.reason
     # One priority higher, the pods of priority 10 are victims; the one of 20 never.
     assert names(choose(two_gpus(120, 120), pods, priority=11, units=79)) == {"b1"}
 
@@ -52,7 +53,7 @@ def test_a_low_priority_pod_never_preempts() -> None:
     pods = [pod("a1", A, 100, priority=1000), pod("b1", B, 100, priority=1000)]
     found = choose(two_gpus(100, 100), pods, priority=0, units=79, unit_mib=100)
     assert isinstance(found, Refusal)
-    assert found.reason.startswith("preempting pods of lower priority than 0 frees 7900 MiB on no more than 0 GPU(s)")
+    assert found.reason.startswith("evicting pods of priority below 0 frees 7900 MiB on no GPU: GPU 0 would")
 
 
 def test_victims_spread_over_both_gpus_are_no_answer() -> None:
@@ -60,7 +61,7 @@ def test_victims_spread_over_both_gpus_are_no_answer() -> None:
     pods = [pod("a1", A, 40), pod("a2", A, 60, priority=100), pod("b1", B, 40), pod("b2", B, 60, priority=100)]
     found = choose(two_gpus(100, 100), pods, priority=50, units=79)
     assert isinstance(found, Refusal)
-    assert "GPU 0 would still be 17 units short after evicting all 1 pod(s)" in found.reason
+    assert "GPU 0 would still be 17 MiB short after evicting its 1 pod(s) of lower priority" in found.reason
 
 
 def test_a_victim_on_another_gpu_is_never_part_of_the_set() -> None:
@@ -102,7 +103,7 @@ def test_a_multi_gpu_request_frees_the_cheapest_gpus_and_only_those() -> None:
     found = choose(gpus, pods, priority=1, units=80, count=3)
     assert names(found) == {"p0", "p1a", "p1b", "p2"}
     refused = choose(gpus, [pod("p0", "g0", 100)], priority=1, units=80, count=2)
-    assert isinstance(refused, Refusal) and "2 GPUs needed" in refused.reason
+    assert isinstance(refused, Refusal) and "frees 80 MiB on 1 GPU(s), 2 needed" in refused.reason
 
 
 def test_a_gpu_that_fits_already_needs_no_victim_and_an_unhealthy_one_is_never_freed() -> None:
@@ -111,7 +112,7 @@ def test_a_gpu_that_fits_already_needs_no_victim_and_an_unhealthy_one_is_never_f
     found = choose(gpus, [pod("a1", A, 122)], priority=5, units=79)
     assert isinstance(found, Refusal) and "GPU 0 is unhealthy" in found.reason
     found = choose(two_gpus(0, 0), [], priority=5, units=130)
-    assert isinstance(found, Refusal) and "GPU 0 has 122 units in all" in found.reason
+    assert isinstance(found, Refusal) and "GPU 0 has 122 MiB in all" in found.reason
 
 
 def test_a_compute_share_must_be_freed_too() -> None:
@@ -120,7 +121,7 @@ def test_a_compute_share_must_be_freed_too() -> None:
     # 50 units and 40 %: a has the memory but 10 % free (a1 frees both); b needs one pod for either.
     assert names(choose(gpus, pods, priority=5, units=50, cores=40)) == {"a1"}
     found = choose(gpus, [pod("b1", B, 50, cores=25)], priority=5, units=50, cores=80)
-    assert isinstance(found, Refusal)
+    assert isinstance(found, Refusal) and "GPU 1 would still be 5 % compute short" in found.reason
 
 
 def by_definition(gpus: list[Gpu], pods: list[Resident], priority: int, units: int) -> tuple[int, int, int] | None:

@@ -31,7 +31,7 @@ def run(started: component.Started) -> int:
     model = ClusterModel(started.cfg["resource_prefix"], float(section["reservation_ttl_s"]))
     api: kube.ClusterApi | None = None
     try:
-        api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig))
+        api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig), component.node_name())
     except Exception as exc:
         log.error("no Kubernetes API (%s): filter answers from an empty model and bind fails", exc)
     extender = Extender(model, api)

@@ -45,6 +45,8 @@ RECHECKS = prometheus_client.Counter(
 )
 # Nodes read again for one refused pod at most: the ones closest to fitting it.
 RECHECK_NODES = 16
+# Pods whose last preemption event preempt remembers (to post it once per reason).
+TOLD_PODS = 4096
 BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, by outcome", ["outcome"])
 PREEMPTIONS = prometheus_client.Counter(
     "vgpu_extender_preemption_nodes_total",
@@ -67,9 +69,11 @@ class Verdict:
 class Extender:
     """The verbs over the model; JSON in, JSON-ready objects out.
 
-    A request leaves nothing behind but a bind's reservation: the extender keeps no state per
-    caller or per filtered pod, and it writes to the API only the Binding of a GPU pod it places;
-    its reads are the informers' list and watch, a refused node's pods and a pod to bind."""
+    A request leaves nothing behind but a bind's reservation (and preempt's last event message per
+    pod): the extender keeps no state per caller or per filtered pod, and it writes to the API only
+    the Binding of a GPU pod it places and a pod's event when preemption frees no GPU; its reads
+    are the informers' list and watch, a refused node's pods, a pod to bind and, to preempt, the
+    candidate nodes' pods and the PodDisruptionBudgets."""
 
     blocking = frozenset({"bind", "preempt"})  # verbs that wait on the API server
 
@@ -84,6 +88,8 @@ class Extender:
             }
         # prioritize's encoded HostPriority per (node, score).
         self._priority_entries: dict[tuple[str, int], str] = {}
+        # preempt's last event message per pod uid, so that a retried pod is told once per reason.
+        self._told: dict[str, str] = {}
 
     @property
     def verbs(self) -> Mapping[str, Callable[[Any], Any]]:
@@ -344,6 +350,7 @@ class Extender:
         if self.api is None or not request.units or not candidates:
             return {"NodeNameToMetaVictims": answer}
         budgets = self.api.disruption_budgets()
+        refusals = []
         for node in sorted(candidates):
             pods = self.api.pods_on_node(node)
             self.model.replace_node_pods(node, pods)
@@ -351,6 +358,7 @@ class Extender:
             if isinstance(chosen, str):
                 PREEMPTIONS.labels("none").inc()
                 log.info("preemption for %s (priority %d): nothing to evict on %s: %s", what, priority, node, chosen)
+                refusals.append(f"{node}: {chosen}")
                 continue
             PREEMPTIONS.labels("victims").inc()
             uids = {str((v.get("metadata") or {}).get("uid")) for v in chosen}
@@ -365,7 +373,27 @@ class Extender:
                 "Pods": [{"UID": uid} for uid in sorted(uids)],
                 "NumPDBViolations": preemption.violations(chosen, budgets),
             }
+        if not answer:
+            self._tell(
+                pod, "no GPU can be freed for this pod by evicting pods of lower priority: " + "; ".join(refusals)
+            )
         return {"NodeNameToMetaVictims": answer}
+
+    def _tell(self, pod: Mapping[str, Any], message: str) -> None:
+        """A Warning event on the pod with why preemption frees no GPU: kube-scheduler's own event
+        says only that no node was left. Once per pod while the reason stands (kube-scheduler
+        retries the pod many times); a failed post is logged, the answer stands."""
+        assert self.api is not None
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if self._told.get(uid) == message:
+            return
+        if len(self._told) >= TOLD_PODS:
+            self._told.clear()  # bounded: at worst a pod's event is posted again
+        self._told[uid] = message
+        try:
+            self.api.pod_event(dict(pod), "PreemptionFreesNoGPU", message)
+        except Exception as exc:
+            log.warning("could not post the preemption event on the pod: %s", exc)
 
     def _victims(
         self,

@@ -71,6 +71,21 @@ def post_node_event(core: Any, component: str, node: str, *, reason: str, messag
     core.create_namespaced_event("default", body, _request_timeout=10)
 
 
+def post_pod_event(
+    core: Any, component: str, host: str, pod: dict[str, Any], *, reason: str, message: str, event_type: str
+) -> None:
+    """A core/v1 Event about a pod, in its namespace."""
+    meta = pod["metadata"]
+    involved = k8s.V1ObjectReference(
+        api_version="v1", kind="Pod", name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]
+    )
+    body = event(
+        involved, namespace=meta["namespace"], component=component, host=host, reason=reason, message=message,
+        event_type=event_type,
+    )  # fmt: skip
+    core.create_namespaced_event(meta["namespace"], body, _request_timeout=10)
+
+
 def event(
     involved: Any, *, namespace: str, component: str, host: str, reason: str, message: str, event_type: str
 ) -> Any:
@@ -121,15 +136,7 @@ class KubePodApi:
         return pods_on_node(self.core, node)
 
     def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
-        meta = pod["metadata"]
-        involved = k8s.V1ObjectReference(
-            api_version="v1", kind="Pod", name=meta["name"], namespace=meta["namespace"], uid=meta["uid"]
-        )
-        body = event(
-            involved, namespace=meta["namespace"], component=self.component, host=self.node, reason=reason,
-            message=message, event_type=event_type,
-        )  # fmt: skip
-        self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=10)
+        post_pod_event(self.core, self.component, self.node, pod, reason=reason, message=message, event_type=event_type)
 
     def node_event(self, node: str, reason: str, message: str, event_type: str = "Warning") -> None:
         post_node_event(self.core, self.component, node, reason=reason, message=message, event_type=event_type)
@@ -226,7 +233,7 @@ class Informer:
 class ClusterApi(ListWatchApi, Protocol):
     """The API calls the extender makes (the real one is KubeClusterApi): reads and the Binding,
     nothing else, so its RBAC is get/list/watch of nodes and pods, list of PodDisruptionBudgets
-    (preempt) and create of pods/binding."""
+    and create of events (preempt) and create of pods/binding."""
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
 
@@ -234,15 +241,24 @@ class ClusterApi(ListWatchApi, Protocol):
 
     def disruption_budgets(self) -> list[dict[str, Any]]: ...
 
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None: ...
+
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None: ...
 
 
 class KubeClusterApi:
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, host: str = "") -> None:
         self.core = k8s.CoreV1Api(api_client)
+        self.host = host  # the node the extender runs on, the source of its events
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         return pods_on_node(self.core, node)
+
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str, event_type: str = "Warning") -> None:
+        post_pod_event(
+            self.core, "gpushare-scheduler-extender", self.host, pod,
+            reason=reason, message=message, event_type=event_type,
+        )  # fmt: skip
 
     def disruption_budgets(self) -> list[dict[str, Any]]:
         """Every namespace's PodDisruptionBudgets (policy/v1), with their status."""

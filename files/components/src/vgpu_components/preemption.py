@@ -96,7 +96,7 @@ def choose(
             why.append(f"GPU {gpu.index} is unhealthy")
             continue
         lower = [p for p in pods if p.gpu == gpu.uuid and p.priority < priority]
-        found = _cheapest(gpu, lower, units, cores)
+        found = _cheapest(gpu, lower, units, cores, unit_mib)
         if isinstance(found, str):
             why.append(f"GPU {gpu.index} {found}")
             continue
@@ -110,11 +110,8 @@ def choose(
         candidates.append((key, gpu, found))
     if len(candidates) < count:
         what = f"{units * unit_mib} MiB" + (f" and {cores} % compute" if cores else "")
-        where = "one GPU" if count == 1 else f"{count} GPUs"
-        return Refusal(
-            f"preempting pods of lower priority than {priority} frees {what} on no more than "
-            f"{len(candidates)} GPU(s), {where} needed: " + "; ".join(why)
-        )
+        where = "on no GPU" if not candidates else f"on {len(candidates)} GPU(s), {count} needed"
+        return Refusal(f"evicting pods of priority below {priority} frees {what} {where}: " + "; ".join(why))
     candidates.sort(key=lambda c: c[0])
     chosen = candidates[:count]
     return Victims(
@@ -123,22 +120,15 @@ def choose(
     )
 
 
-def _cheapest(gpu: Gpu, lower: list[Resident], units: int, cores: int) -> tuple[Resident, ...] | str:
+def _cheapest(gpu: Gpu, lower: list[Resident], units: int, cores: int, unit_mib: int) -> tuple[Resident, ...] | str:
     """The best set of `lower` whose eviction frees `units` (and `cores`) on `gpu`, or why none."""
     short_units = units - (gpu.units - gpu.used)
     short_cores = cores - (gpu.cores - gpu.cores_used) if cores else 0
     if short_units <= 0 and short_cores <= 0:
         return ()
-    if units > gpu.units or (cores and cores > gpu.cores):
-        return f"has {gpu.units} units in all"
-    evictable = sum(p.units for p in lower)
-    if evictable < short_units or sum(p.cores for p in lower) < short_cores:
-        return (
-            f"would still be {short_units - evictable} units short after evicting all {len(lower)} "
-            "pod(s) of lower priority on it"
-            if evictable < short_units
-            else "frees too little compute after evicting all pods of lower priority on it"
-        )
+    why = _beyond_reach(gpu, lower, units, cores, unit_mib)
+    if why:
+        return why
     free = [p for p in lower if not p.protected]
     held = [p for p in lower if p.protected]
     levels = sorted({p.priority for p in lower})
@@ -151,6 +141,22 @@ def _cheapest(gpu: Gpu, lower: list[Resident], units: int, cores: int) -> tuple[
                 if len(pick) == size and _frees(pick, short_units, short_cores):
                     return tuple(sorted(pick, key=lambda p: (p.priority, -p.units, p.uid)))
     return "cannot be freed by pods of lower priority"  # not reached: all of `lower` frees it
+
+
+def _beyond_reach(gpu: Gpu, lower: list[Resident], units: int, cores: int, unit_mib: int) -> str:
+    """Why evicting all of `lower` still leaves the request short on `gpu` ("" when it does not)."""
+    if units > gpu.units:
+        return f"has {gpu.units * unit_mib} MiB in all"
+    if cores and cores > gpu.cores:
+        return f"has {gpu.cores} % compute in all"
+    after = f"after evicting its {len(lower)} pod(s) of lower priority"
+    short_units = units - (gpu.units - gpu.used) - sum(p.units for p in lower)
+    if short_units > 0:
+        return f"would still be {short_units * unit_mib} MiB short {after}"
+    short_cores = (cores - (gpu.cores - gpu.cores_used) - sum(p.cores for p in lower)) if cores else 0
+    if short_cores > 0:
+        return f"would still be {short_cores} % compute short {after}"
+    return ""
 
 
 def _largest(pods: list[Resident], how_many: int, bound: int) -> list[Resident]:

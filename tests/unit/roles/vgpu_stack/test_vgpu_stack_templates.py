@@ -169,13 +169,15 @@ def test_an_admission_policy_holds_the_device_plugin_to_its_own_node(rendered):
 
 def test_extender_reads_nodes_and_pods_and_binds_but_patches_nothing(rendered):
     """Issue 12 finding 8: the GPU travels in the Binding's annotations, so no `patch pods`.
-    Issue 42: preempt counts PodDisruptionBudget violations as kube-scheduler does, so it lists them."""
+    Issue 42: preempt counts PodDisruptionBudget violations as kube-scheduler does, so it lists them,
+    and tells a pod in an event why no GPU can be freed for it."""
     read = {"get", "list", "watch"}
     assert rules_of(rendered, "gpushare-scheduler-extender") == (
         {("*", "", "nodes", verb) for verb in read}
         | {("*", "", "pods", verb) for verb in read}
         | {("*", "", "pods/binding", "create")}
         | {("*", "policy", "poddisruptionbudgets", "list")}
+        | {("*", "", "events", "create")}
     )
 
 
