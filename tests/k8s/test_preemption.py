@@ -96,7 +96,7 @@ def test_a_high_priority_pod_evicts_exactly_the_pods_of_one_gpu_and_is_bound_the
     pod = cluster.wait_bound(core, namespace, "high", SCHEDULE_TIMEOUT)
     freed = pod.metadata.annotations[cluster.ANNOTATION_UUID]
     evicted = per_gpu.pop(freed)
-    (untouched,) = per_gpu.values()
+    (untouched,) = list(per_gpu.values())
     cluster.wait_for(
         f"{sorted(evicted)} evicted",
         lambda: all(gone(core, namespace, name) for name in evicted),
@@ -166,3 +166,25 @@ def test_nobody_is_preempted_where_only_victims_on_both_gpus_free_the_nodes_memo
         "below 1000 frees 8000 MiB on no GPU: GPU 0 would still be 2800 MiB short after evicting its 1 pod(s) of "
         "lower priority; GPU 1 would still be 2800 MiB short after evicting its 1 pod(s) of lower priority"
     ], message
+
+
+def test_where_the_nodes_sum_fits_kube_scheduler_offers_the_node_to_no_preemption(
+    core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, priorities: dict[str, str]
+) -> None:
+    """A limit of kube-scheduler 1.36, not of the extender (docs/pods.md, "Priority"): with
+    6000 MiB free on each GPU, an 8000 MiB pod fits the node's sum, so kube-scheduler's dry run
+    needs no victim there, reports an error and never asks the extender; nothing is evicted and
+    the pod waits for memory to free. Fails once a kube-scheduler offers such nodes to extenders:
+    then the extender frees one GPU there and the docs' caveat goes."""
+    selector = gpu_nodes(1)
+    placed = place(core, namespace, [prioritized(f"low-{i}", 6200, selector, priorities["low"]) for i in range(2)])
+    assert placed["low-0"] != placed["low-1"], placed
+    core.create_namespaced_pod(namespace, prioritized("high", 8000, selector, priorities["high"]))
+    message = cluster.wait_for(
+        "kube-scheduler's preemption attempt for high",
+        lambda: preemption_judged(core, namespace, "high"),
+        timeout=SCHEDULE_TIMEOUT,
+    )
+    assert "preemption: expected at least one victim pod on node" in message, message
+    assert cluster.bound_node(core, namespace, "high") is None
+    assert all(alive(core, namespace, name) for name in placed)
