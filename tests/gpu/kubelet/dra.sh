@@ -125,6 +125,56 @@ else
     fail "a ${too_big} MiB claim stays Pending with kube-scheduler's 'cannot allocate all claims' (phase $(phase dra-too-big))"
 fi
 
+section "one claim named by two pods (issue 40): the second is not bound to it"
+# shared_pod <name>: a pod of the ResourceClaim "shared" itself (no template), vgpu-memory-usage 600.
+shared_pod() {
+    k apply -f - >>"$LOG" 2>&1 <<POD
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{name: gpu, resourceClaimName: shared}]
+  containers:
+    - name: app
+      image: $IMAGE
+      imagePullPolicy: Never
+      command: ["/opt/vgpu/vgpu-memory-usage", "600", "300"]
+      resources: {claims: [{name: gpu}]}
+POD
+}
+k apply -f - >>"$LOG" 2>&1 <<CLAIM
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared, namespace: $NS}
+spec:
+  devices:
+    requests:
+      - name: gpu
+        exactly:
+          deviceClassName: $DRIVER
+          capacity: {requests: {memory: 1000Mi}}
+CLAIM
+shared_pod shared-a
+if poll 150 sh -c "kubectl logs -n $NS shared-a 2>/dev/null | grep -q 'allocated 600 MiB'"; then
+    pass "shared-a runs on ResourceClaim shared ($(k logs -n "$NS" shared-a | head -n 1))"
+else
+    fail "shared-a runs on ResourceClaim shared (phase $(phase shared-a))"
+fi
+shared_pod shared-b
+turned_away() {
+    k get events -n "$NS" --field-selector involvedObject.name=shared-b -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' 2>/dev/null \
+        | grep -m1 'cannot be reserved for the pods'
+}
+if poll 90 turned_away && [[ $(phase shared-b) == Pending ]] \
+    && [[ $(k get resourceclaim -n "$NS" shared -o jsonpath='{.status.reservedFor[*].name}' 2>>"$LOG") == shared-a ]]; then
+    pass "shared-b, naming shared-a's claim, stays Pending and unreserved: $(turned_away | cut -c1-240)"
+else
+    fail "shared-b, naming shared-a's claim, is turned away by vgpu-claim-one-consumer (phase $(phase shared-b); events: $(k get events -n "$NS" --field-selector involvedObject.name=shared-b -o jsonpath='{.items[*].message}' 2>&1 | cut -c1-300))"
+fi
+logrun k delete pod -n "$NS" shared-a shared-b --wait=false
+
 section "unprepare"
 logrun k delete pod -n "$NS" dra-3000 --wait=true --timeout=60s
 if poll 60 sh -c "! test -e $spec_file"; then

@@ -490,6 +490,30 @@ bypass_check() {
 # quota_checks <pod> <whose quota>: the reference pod's 3000 MiB quota with 1200 MiB held, as libvgpu's
 # `manage --stats` in it and cgpu-monitor's /metrics see it, and on a GPU `nvidia-smi` (x MiB / quota)
 # and `nvidia-smi -L` (one GPU).
+# region_checks <pod>: the pod gets its region file alone, not the device plugin's host folder, and
+# what it writes past the file's size is cut back at a poll while libvgpu goes on (issue 40).
+region_checks() {
+    local pod=$1 region=/var/run/vgpu/vgpu.region size grown mounts
+    mounts=$(k exec -n "$NS" "$pod" -- cat /proc/self/mountinfo 2>>"$LOG" | awk '$5 ~ "^/var/run/vgpu" {print $5}')
+    echo "$pod's mounts under /var/run/vgpu: $mounts" >>"$LOG"
+    if [[ $mounts == "$region" ]]; then
+        pass "$pod has its region file alone mounted ($region), not the plugin's folder"
+    else
+        fail "$pod has its region file alone mounted under /var/run/vgpu (got: $(echo "$mounts" | tr '\n' ' '))"
+    fi
+    size=$(k exec -n "$NS" "$pod" -- stat -c %s "$region" 2>>"$LOG")
+    logrun k exec -n "$NS" "$pod" -- sh -c "head -c 67108864 /dev/zero >>$region"
+    grown=$(k exec -n "$NS" "$pod" -- stat -c %s "$region" 2>>"$LOG")
+    echo "$region: $size bytes, $grown after appending 64 MiB" >>"$LOG"
+    cut_back() { [[ $(k exec -n "$NS" "$pod" -- stat -c %s "$region" 2>/dev/null) == "$size" ]]; }
+    if [[ -n $size && -n $grown ]] && ((grown > size)) && poll 120 cut_back \
+        && k exec -n "$NS" "$pod" -- /opt/vgpu/manage --stats --json 2>>"$LOG" \
+        | python3 -c 'import json,sys; d=json.load(sys.stdin)["devices"][0]; sys.exit(d["used_bytes"]>>20 != 1200)' 2>>"$LOG"; then
+        pass "64 MiB appended to $pod's region file ($size bytes) were cut back by the device plugin's poll; libvgpu still counts 1200 MiB"
+    else
+        fail "64 MiB appended to $pod's region file are cut back to $size bytes within 120 s with libvgpu's count intact (now $(k exec -n "$NS" "$pod" -- stat -c %s "$region" 2>&1))"
+    fi
+}
 quota_checks() {
     local pod=$1 whose=$2 stats smi listed
     stats=$(k exec -n "$NS" "$pod" -- /opt/vgpu/manage --stats --json 2>>"$LOG")
@@ -552,6 +576,7 @@ else
     fail "ref-30 carries the extender's vgpu.io/gpu-uuid annotation"
 fi
 quota_checks ref-30 "the device plugin's quota"
+region_checks ref-30
 
 section "the same pod with 10 units"
 gpu_pod ref-10 10 '["/opt/vgpu/vgpu-memory-usage", "1200", "30"]'

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -178,26 +179,34 @@ class Extender:
             return []
         model = self.model
         with model.lock:
-            holders = {p.node for p in model.placements.values() if p.reserved_at is None and p.node in failed}
+            now = time.monotonic()
+            holders = {
+                p.node for p in model.placements.values() if p.node in failed and model.listed_if_present(p, now)
+            }
             ranked = sorted(holders, key=lambda name: -model.nodes[name].max_free if name in model.nodes else 0)
         return ranked[:RECHECK_NODES]
 
     def _recheck(
         self, request: Request, names: list[str], tightest: bool, verdict: Verdict, nodes: list[str]
-    ) -> Verdict:
+    ) -> Verdict | str:
         """Read the pods of `nodes` from the API (a read as recent as kube-scheduler's view) and
-        judge again if that changed what their GPUs hold; when the API does not answer, the
-        model's verdict stands (the pod is retried on the next cluster event)."""
+        judge again if that changed what their GPUs hold. When the API does not answer, an error
+        text: kube-scheduler parks a pod turned away until the next cluster event (up to 5 minutes),
+        but retries a pod an extender failed on after its backoff (1-10 s)."""
         assert self.api is not None
         changed = False
         for node in nodes:
+            read_at = time.monotonic()
             try:
                 pods = self.api.pods_on_node(node)
             except Exception as exc:
                 RECHECKS.labels("error").inc()
                 log.warning("could not read the pods on %s again before refusing a pod: %s", node, exc)
-                break
-            stale = self.model.replace_node_pods(node, pods)
+                return (
+                    f"could not read the pods on {node} from the API server to confirm that no GPU there has "
+                    f"the memory asked ({exc}); kube-scheduler retries the pod after its backoff"
+                )
+            stale = self.model.replace_node_pods(node, pods, read_at=read_at)
             RECHECKS.labels("stale" if stale else "current").inc()
             if stale:
                 log.info("the watch was behind on %s: judged again from the pods the API lists", node)
@@ -205,7 +214,15 @@ class Extender:
         return self._judge(request, names, tightest) if changed else verdict
 
     @staticmethod
-    def _answer(verdict: Verdict, items: list[Any] | None) -> dict[str, Any]:
+    def _answer(verdict: Verdict | str, items: list[Any] | None) -> dict[str, Any]:
+        if isinstance(verdict, str):  # kube-scheduler retries the pod after its backoff
+            return {
+                "NodeNames": [],
+                "Nodes": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": verdict,
+            }
         DECISIONS.labels("passed").inc(len(verdict.passed))
         DECISIONS.labels("looser").inc(verdict.fitting - len(verdict.passed))
         DECISIONS.labels("failed").inc(len(verdict.failed) + len(verdict.unresolvable))
@@ -316,6 +333,7 @@ class Extender:
         except Exception:
             model.release(reservation)
             raise
+        model.bound(reservation)
         log.info(
             "bound %s/%s to %s GPU %d",
             namespace,

@@ -98,6 +98,7 @@ class Placement:
     units: int
     cores: int = 0
     reserved_at: float | None = None  # monotonic time of our bind; None once seen bound
+    bound_at: float | None = None  # monotonic time our bind's POST succeeded (the API lists it since)
 
 
 @dataclass
@@ -336,17 +337,19 @@ class ClusterModel:
                 self._bulk = False
             self._recount_all()
 
-    def replace_node_pods(self, node: str, pods: Iterable[Mapping[str, Any]]) -> bool:
-        """Set the pods placed on one node from a fresh read of them (the extender checks a refusal
-        this way); our reservations survive. True when what the node's GPUs hold changed.
+    def replace_node_pods(self, node: str, pods: Iterable[Mapping[str, Any]], *, read_at: float) -> bool:
+        """Set the pods placed on one node from a fresh read of them, started at `read_at` (monotonic;
+        the extender checks a refusal this way). True when what the node's GPUs hold changed.
 
-        The watch may still deliver events older than the read: those only add back a pod that
-        has gone, until its deletion follows, so the model errs towards full, never towards free."""
+        A reservation survives unless its bind had finished before the read started (the API then
+        lists the pod unless it was deleted). The watch may still deliver events older than the
+        read: those only add back a pod that has gone, until its deletion follows, so the model
+        errs towards full, never towards free."""
         with self.lock:
             before = {uid: p for uid, p in self.placements.items() if p.node == node}
             listed = {str((pod.get("metadata") or {}).get("uid", "")): pod for pod in pods}
             for uid, placement in before.items():
-                if placement.reserved_at is None and uid not in listed:
+                if uid not in listed and self.listed_if_present(placement, read_at):
                     del self.placements[uid]
             self._bulk = True
             try:
@@ -460,6 +463,20 @@ class ClusterModel:
             self.placements[uid] = placement
             self._recount(node)
             return placement
+
+    def bound(self, placement: Placement) -> None:
+        """Our bind of a reserved pod succeeded: from now on a read of the API lists the pod."""
+        with self.lock:
+            if placement.reserved_at is not None:
+                placement.bound_at = time.monotonic()
+
+    @staticmethod
+    def listed_if_present(placement: Placement, read_at: float) -> bool:
+        """Would a read of the API started at `read_at` list this placement's pod, were it there?
+        Yes for pods seen bound and for our binds that finished before the read."""
+        if placement.reserved_at is None:
+            return True
+        return placement.bound_at is not None and placement.bound_at < read_at
 
     def release(self, placement: Placement) -> None:
         """Undo reserve() after a failed bind, unless the pod's placement has changed since (the
