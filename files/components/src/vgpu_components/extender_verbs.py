@@ -370,8 +370,9 @@ class Extender:
         budgets = self.api.disruption_budgets()
         refusals = []
         for node in sorted(candidates):
+            read_at = time.monotonic()
             pods = self.api.pods_on_node(node)
-            self.model.replace_node_pods(node, pods)
+            self.model.replace_node_pods(node, pods, read_at=read_at)
             chosen = self._victims(node, pods, budgets, request, priority)
             if isinstance(chosen, str):
                 PREEMPTIONS.labels("none").inc()
