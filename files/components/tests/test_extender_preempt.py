@@ -126,3 +126,11 @@ def budget(name: str, labels: dict[str, str], allowed: int) -> dict[str, Any]:
         "spec": {"selector": {"matchLabels": labels}},
         "status": {"disruptionsAllowed": allowed},
     }
+
+
+def test_an_api_that_does_not_answer_preempts_nothing_and_says_why(cluster: Scheduler) -> None:
+    """kube-scheduler then preempts nothing for this attempt and retries the pod after its backoff."""
+    fill(cluster)
+    cluster.api.fail_reads = True
+    status, result = cluster.post(PATH, preempt_args(high(), {"gpu-a": ["uid-low-0"]}))
+    assert status == 500 and "the API server is unavailable" in result["Error"], result
