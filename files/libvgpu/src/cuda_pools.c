@@ -184,11 +184,11 @@ static void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
         vgpu_adjust(t->dev, delta, 0, 0); /* what the driver holds, whatever its rounding */
     }
     if (rc == CUDA_SUCCESS) {
-        struct vgpu_track_entry e = {.key = ptr, .bytes = t->size, .aux = (uint64_t)(uintptr_t)p->h, .dev = t->dev,
-                                     .kind = VGPU_K_PTR, .refs = (uint32_t)(p - pools) + 1},
+        struct vgpu_async_entry e = {.key = ptr, .bytes = t->size, .pool = (uint64_t)(uintptr_t)p->h, .dev = t->dev,
+                                     .record = (uint32_t)(p - pools) + 1},
                                 old;
-        if (vgpu_track_put_entry(&e, &old) == 1 && !old.aux)
-            vgpu_released(old.dev, old.bytes);
+        if (vgpu_async_put(&e, &old) == 1) /* freed where libvgpu did not see it (a graph's free node) */
+            vgpu_pool_freed(&old);
     }
 }
 
@@ -201,12 +201,12 @@ static void fewer_live(struct pool *p, uint64_t bytes)
         ;
 }
 
-/* A pool allocation freed (aux of its entry is the pool, refs its record + 1): its memory stays
- * in the pool. While the pool's charge is its reserve (the usual case), only live moves. */
-void vgpu_pool_freed(const struct vgpu_track_entry *e)
+/* A pool allocation freed: its memory stays in the pool. While the pool's charge is its reserve
+ * (the usual case), only live moves. */
+void vgpu_pool_freed(const struct vgpu_async_entry *e)
 {
-    CUmemoryPool h = (CUmemoryPool)(uintptr_t)e->aux;
-    struct pool *p = e->refs && e->refs <= MAX_POOLS ? &pools[e->refs - 1] : NULL;
+    CUmemoryPool h = (CUmemoryPool)(uintptr_t)e->pool;
+    struct pool *p = e->record && e->record <= MAX_POOLS ? &pools[e->record - 1] : NULL;
     if (p && LOAD(p->h) == h && !LOAD(p->destroyed) && LOAD(p->charged) <= LOAD(p->reserved)) {
         fewer_live(p, e->bytes);
         return;
@@ -236,17 +236,28 @@ void vgpu_pool_freed(const struct vgpu_track_entry *e)
         return rc;                                                                                                    \
     } while (0)
 
-/* Under stream capture the allocation is a graph's (cuda_graphs.c): charged as one allocation. */
+/* Under stream capture the allocation is a graph's (cuda_graphs.c): charged as one allocation.
+ * The device is the only one the process sees without asking the driver (vgpu_sole_device): a
+ * call without a current context then fails in the driver and gives its admission back, and a
+ * refusal asks first whether there is a context at all, so such a call gets the driver's error. */
 #define ASYNC_ALLOC(NAME, IS_CAPTURING)                                                                               \
     VGPU_EXPORT CUresult NAME(CUdeviceptr *dptr, size_t size, CUstream stream)                                        \
     {                                                                                                                 \
         HOOK_ENTER(NAME, dptr, size, stream);                                                                         \
         int dev;                                                                                                      \
-        if (!dptr || size == 0 || vgpu_cuda.exiting || vgpu_current_device(&dev) != 0)                                \
+        if (!dptr || size == 0 || vgpu_cuda.exiting || vgpu_sole_device(&dev) != 0)                                   \
             return REAL(NAME)(dptr, size, stream);                                                                    \
         if (vgpu_stream_captured(REAL(IS_CAPTURING), stream))                                                         \
             ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
-        POOL_ALLOC_BODY(NULL, REAL(NAME)(dptr, size, stream));                                                        \
+        struct ticket t;                                                                                              \
+        int a = pool_admit(NULL, dev, size, &t);                                                                      \
+        if (a < 0)                                                                                                    \
+            return vgpu_current_device(&dev) == 0 ? CUDA_ERROR_OUT_OF_MEMORY : REAL(NAME)(dptr, size, stream);        \
+        if (a > 0)                                                                                                    \
+            ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
+        CUresult rc = REAL(NAME)(dptr, size, stream);                                                                 \
+        pool_done(&t, rc, rc == CUDA_SUCCESS ? *dptr : 0);                                                            \
+        return rc;                                                                                                    \
     }
 ASYNC_ALLOC(cuMemAllocAsync, cuStreamIsCapturing)
 ASYNC_ALLOC(cuMemAllocAsync_ptsz, cuStreamIsCapturing_ptsz)
