@@ -26,8 +26,8 @@ LIBVGPU = ROOT / "files" / "libvgpu"
 
 def make(tree: Path, *targets: str) -> Path:
     """Build targets of the libvgpu at tree (files/libvgpu); returns its build folder."""
-    subprocess.run(["make", "-s", "-C", str(tree), "OUT=build/rel", *targets], check=True, stdout=subprocess.DEVNULL)
-    return tree / "build" / "rel"
+    subprocess.run(["make", "-s", "-C", str(tree), "OUT=build/instructions", *targets], check=True, stdout=subprocess.DEVNULL)
+    return tree / "build" / "instructions"
 
 
 def baseline_tree(ref: str, workdir: Path) -> Path:

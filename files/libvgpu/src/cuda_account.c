@@ -16,17 +16,15 @@ int vgpu_current_device(int *dev)
     return 0;
 }
 
-/* The device count once the driver has answered it (0: not yet): it does not change while the
- * process lives, and in a container it is usually one. */
-static int device_count;
+int vgpu_device_count;
 
-int vgpu_sole_device(int *dev)
+int vgpu_sole_device_slow(int *dev)
 {
-    int n = __atomic_load_n(&device_count, __ATOMIC_RELAXED);
-    if (__builtin_expect(n == 0, 0)) {
+    int n = __atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED);
+    if (n == 0) {
         if (!REAL(cuDeviceGetCount) || REAL(cuDeviceGetCount)(&n) != CUDA_SUCCESS || n < 1)
             return vgpu_current_device(dev);
-        __atomic_store_n(&device_count, n, __ATOMIC_RELAXED);
+        __atomic_store_n(&vgpu_device_count, n, __ATOMIC_RELAXED);
     }
     if (n == 1) {
         *dev = 0;

@@ -69,7 +69,16 @@ VGPU_HIDDEN int vgpu_current_device(int *dev);                            /* 0 o
  * then, whether a context is current or not (the driver's call after it fails without one, and
  * its admission is rolled back); else vgpu_current_device's answer. For the hot stream-ordered
  * pair, where cuCtxGetDevice would be a sixth of what libvgpu adds. */
-VGPU_HIDDEN int vgpu_sole_device(int *dev);
+extern VGPU_HIDDEN int vgpu_device_count; /* once the driver has said it (0: not yet); it does not change */
+VGPU_HIDDEN int vgpu_sole_device_slow(int *dev);
+static inline int vgpu_sole_device(int *dev)
+{
+    if (__builtin_expect(__atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED) == 1, 1)) {
+        *dev = 0;
+        return 0;
+    }
+    return vgpu_sole_device_slow(dev);
+}
 VGPU_HIDDEN int vgpu_admit(int dev, uint64_t bytes);                      /* 0 charged, -1 over the quota */
 VGPU_HIDDEN void vgpu_rollback(int dev, uint64_t bytes);                  /* undo an admission the driver refused */
 VGPU_HIDDEN void vgpu_commit(int kind, uint64_t key, uint64_t bytes, int dev); /* remember what was charged */
