@@ -251,7 +251,8 @@ void vgpu_pool_freed(const struct vgpu_async_entry *e)
 /* Under stream capture the allocation is a graph's (cuda_graphs.c): charged as one allocation.
  * The device is the only one the process sees without asking the driver (vgpu_sole_device): a
  * call without a current context then fails in the driver and gives its admission back, and a
- * refusal asks first whether there is a context at all, so such a call gets the driver's error. */
+ * refusal (or a pool libvgpu does not charge) asks first whether there is a context at all, so
+ * such a call gets the driver's error. */
 #define ASYNC_ALLOC(NAME, IS_CAPTURING)                                                                               \
     VGPU_EXPORT CUresult NAME(CUdeviceptr *dptr, size_t size, CUstream stream)                                        \
     {                                                                                                                 \
@@ -263,8 +264,10 @@ void vgpu_pool_freed(const struct vgpu_async_entry *e)
             ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
         struct ticket t;                                                                                              \
         int a = pool_admit(NULL, dev, size, &t);                                                                      \
+        if (a != 0 && vgpu_current_device(&dev) != 0) /* no context: the driver's error */                           \
+            return REAL(NAME)(dptr, size, stream);                                                                    \
         if (a < 0)                                                                                                    \
-            return vgpu_current_device(&dev) == 0 ? CUDA_ERROR_OUT_OF_MEMORY : REAL(NAME)(dptr, size, stream);        \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                          \
         if (a > 0)                                                                                                    \
             ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
         CUresult rc = REAL(NAME)(dptr, size, stream);                                                                 \

@@ -682,6 +682,8 @@ int main(int argc, char **argv)
             if (rc == CUDA_SUCCESS)
                 allocs[n].live = 0;
             printf("%s %d rc=%d\n", step, n, rc);
+        } else if (!strcmp(step, "ctx-none")) {
+            printf("ctx-none rc=%d\n", CU(cuCtxSetCurrent, (CUcontext))(NULL));
         } else if (!strcmp(step, "threads")) {
             pair_threads(atoi(arg1), arg2 ? atoi(arg2) : 10);
         } else if (!strcmp(step, "ssync")) {
