@@ -26,7 +26,8 @@ LIBVGPU = ROOT / "files" / "libvgpu"
 
 def make(tree: Path, *targets: str) -> Path:
     """Build targets of the libvgpu at tree (files/libvgpu); returns its build folder."""
-    subprocess.run(["make", "-s", "-C", str(tree), "OUT=build/instructions", *targets], check=True, stdout=subprocess.DEVNULL)
+    cmd = ["make", "-s", "-C", str(tree), "OUT=build/instructions", *targets]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return tree / "build" / "instructions"
 
 
@@ -39,7 +40,7 @@ def baseline_tree(ref: str, workdir: Path) -> Path:
     return workdir / "files" / "libvgpu"
 
 
-def count(exe: Path, mode: str, lib: Path, pairs: int, env: dict[str, str], out: Path) -> int:
+def count(exe: Path, mode: str, lib: Path, pairs: int, *, env: dict[str, str], out: Path) -> int:
     """Instructions of counted_batch (one batch of pairs) with lib as the driver."""
     subprocess.run(
         [
@@ -92,7 +93,8 @@ def main() -> int:
             region = workdir / f"region-{len(results)}"
             region.mkdir()
             run_env = {**env, "VGPU_REGION_DIR": str(region), "LD_LIBRARY_PATH": str(lib)}
-            total = count(exe, args.mode, lib / "libcuda.so.1", args.pairs, run_env, workdir / f"cg-{len(results)}")
+            out = workdir / f"cg-{len(results)}"
+            total = count(exe, args.mode, lib / "libcuda.so.1", args.pairs, env=run_env, out=out)
             results[name] = total / args.pairs
     native = results["native"]
     print(f"{args.mode}: instructions per pair, {args.pairs} pairs counted (fake driver)")

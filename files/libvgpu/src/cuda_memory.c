@@ -79,11 +79,11 @@ VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, 
  * stripe's lock, no lock shared by all threads), then the table of the other charges. */
 #define PTR_FREE_BODY(KEY, CALL)                                                                                      \
     do {                                                                                                              \
-        struct vgpu_async_entry a_;                                                                                   \
+        struct vgpu_async_entry a_, stale_;                                                                           \
         if (vgpu_async_take((uint64_t)(KEY), &a_) == 0) {                                                             \
             CUresult rc_ = CALL;                                                                                      \
             if (rc_ != CUDA_SUCCESS)                                                                                  \
-                vgpu_async_put(&a_, &a_);                                                                             \
+                vgpu_async_put(&a_, &stale_);                                                                         \
             else                                                                                                      \
                 vgpu_pool_freed(&a_);                                                                                 \
             return rc_;                                                                                               \
