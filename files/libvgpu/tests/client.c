@@ -2,6 +2,8 @@
  * finds them (the shim via LD_LIBRARY_PATH, or the fake with libvgpu.so preloaded).
  * Steps from argv, each printing one line that run-tests.sh checks:
  *   init | alloc:MIB[:api] | free:N | freeall | info | infonull | totalmem | nvml | ctx |
+ *   free-sync:N | free-async:N (allocation N freed by cuMemFree_v2 / cuMemFreeAsync, whatever made it) |
+ *   threads:T:ROUNDS (stream-ordered pairs from T threads, each freeing the previous one's) | ctx-none |
  *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H |
  *   devices | use:ORDINAL | nvml-devices | nvml-procs |
  *   graph:MIB:MODE (MODE keep, free, auto, v2, params, gpa) | launch-graph:N | exec-destroy:N |
