@@ -9,7 +9,11 @@
  *       medians over PAIRS batches each. The shim must be set to load REAL (VGPU_REAL_LIBCUDA).
  *       ab-launch-lib: the empty kernel of a library, launched by its CUkernel (as cudart 12+ does);
  *       ab-async: cuMemAllocAsync + cuMemFreeAsync of 1 MiB (then one synchronize per batch);
- *       ab-module: cuModuleLoadData + cuModuleUnload of an empty PTX module (JIT included). */
+ *       ab-module: cuModuleLoadData + cuModuleUnload of an empty PTX module (JIT included).
+ *   libvgpu_bench count-alloc|count-async LIB N
+ *       one warm batch of N through LIB (absolute path), then one more inside counted_batch(), for
+ *       instruction counts under valgrind --tool=callgrind --toggle-collect=counted_batch
+ *       (bench/libvgpu_instructions.py). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,10 +177,37 @@ static int ab(const char *mode, const char *shim_path, const char *real_path, lo
     return 0;
 }
 
+/* The batch callgrind counts (its name is bench/libvgpu_instructions.py's --toggle-collect). */
+__attribute__((noinline)) double counted_batch(const char *mode, void *h, long n)
+{
+    double ns = batch_of(mode, h, NULL, n);
+    __asm__ volatile("" ::: "memory"); /* not a tail call: callgrind must see this function return */
+    return ns;
+}
+
+static int count(const char *mode, const char *path, long n)
+{
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib || n < 1) {
+        fprintf(stderr, "count: %s\n", lib ? "N must be at least 1" : dlerror());
+        return 1;
+    }
+    CUcontext ctx;
+    CHECK(CU(cuInit, (unsigned))(0));
+    CHECK(CU(cuDevicePrimaryCtxRetain, (CUcontext *, int))(&ctx, 0));
+    CHECK(CU(cuCtxSetCurrent, (CUcontext))(ctx));
+    const char *batch = !strcmp(mode, "count-async") ? "ab-async" : "ab-alloc";
+    batch_of(batch, lib, NULL, n); /* first calls (lookups, tables grown) out of the count */
+    counted_batch(batch, lib, n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         return 2;
+    if (!strncmp(argv[1], "count-", 6))
+        return argc < 4 ? 2 : count(argv[1], argv[2], atol(argv[3]));
     if (!strncmp(argv[1], "ab-", 3))
         return argc < 6 ? 2 : ab(argv[1], argv[2], argv[3], atol(argv[4]), atoi(argv[5]));
     long n = argc > 2 ? atol(argv[2]) : 1000;

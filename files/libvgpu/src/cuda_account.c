@@ -16,6 +16,23 @@ int vgpu_current_device(int *dev)
     return 0;
 }
 
+int vgpu_device_count;
+
+int vgpu_sole_device_slow(int *dev)
+{
+    int n = __atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED);
+    if (n == 0) {
+        if (!REAL(cuDeviceGetCount) || REAL(cuDeviceGetCount)(&n) != CUDA_SUCCESS || n < 1)
+            return vgpu_current_device(dev);
+        __atomic_store_n(&vgpu_device_count, n, __ATOMIC_RELAXED);
+    }
+    if (n == 1) {
+        *dev = 0;
+        return 0;
+    }
+    return vgpu_current_device(dev);
+}
+
 /* One rise through the region: a charge of kind, or an adjust (kind -1). */
 struct rise {
     int dev, kind;
@@ -98,6 +115,10 @@ void vgpu_commit(int kind, uint64_t key, uint64_t bytes, int dev)
     int old_dev = 0;
     if (vgpu_cuda.exiting)
         return;
+    /* the driver reused an address whose stream-ordered free we missed: that allocation is gone */
+    struct vgpu_async_entry gone;
+    if (kind == VGPU_K_PTR && vgpu_async_take(key, &gone) == 0)
+        vgpu_pool_freed(&gone);
     /* the driver reused a key we missed freeing: that old charge is gone */
     if (vgpu_track_put(kind, key, bytes, dev, &old_bytes, &old_dev) == 1)
         vgpu_region_uncharge(vgpu_cuda.region, &vgpu_cuda.slot, old_dev, VGPU_DATA, old_bytes);

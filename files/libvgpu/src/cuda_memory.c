@@ -3,8 +3,6 @@
  * Stream-ordered allocations are cuda_pools.c's; a free of one gives it back to its pool. */
 #include "cuda_shim.h"
 
-VGPU_HIDDEN void vgpu_pool_freed(const struct vgpu_track_entry *e);
-
 VGPU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
     HOOK_ENTER(cuMemAlloc_v2, dptr, size);
@@ -75,18 +73,27 @@ VGPU_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, 
     PITCH_BODY(REAL(cuMemAllocPitch)(dptr, pitch, width, height, elem), REAL(cuMemFree));
 }
 
-/* A free of a tracked pointer: taken out of the table before the driver call (so a re-used
- * address cannot race), released when the driver succeeds, put back when it fails. */
+/* A free of a tracked pointer: taken out of its table before the driver call (so a re-used
+ * address cannot race), released when the driver succeeds, put back when it fails. Either free
+ * frees either kind of allocation: the stream-ordered table is asked first (track_async.c: a
+ * stripe's lock, no lock shared by all threads), then the table of the other charges. */
 #define PTR_FREE_BODY(KEY, CALL)                                                                                      \
     do {                                                                                                              \
+        struct vgpu_async_entry a_, stale_;                                                                           \
+        if (vgpu_async_take((uint64_t)(KEY), &a_) == 0) {                                                             \
+            CUresult rc_ = CALL;                                                                                      \
+            if (rc_ != CUDA_SUCCESS)                                                                                  \
+                vgpu_async_put(&a_, &stale_);                                                                         \
+            else                                                                                                      \
+                vgpu_pool_freed(&a_);                                                                                 \
+            return rc_;                                                                                               \
+        }                                                                                                             \
         struct vgpu_track_entry e_;                                                                                   \
         if (vgpu_track_take_entry(VGPU_K_PTR, (uint64_t)(KEY), &e_) != 0)                                             \
             return CALL;                                                                                              \
         CUresult rc_ = CALL;                                                                                          \
         if (rc_ != CUDA_SUCCESS)                                                                                      \
             vgpu_track_put_entry(&e_, &e_);                                                                           \
-        else if (e_.aux)                                                                                              \
-            vgpu_pool_freed(&e_);                                                                                     \
         else                                                                                                          \
             vgpu_released(e_.dev, e_.bytes);                                                                          \
         return rc_;                                                                                                   \

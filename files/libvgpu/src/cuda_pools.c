@@ -4,7 +4,7 @@
  * max(its live allocations, its last known CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT):
  *  - an allocation the pool's charge covers costs nothing more and touches nothing shared (the
  *    fast path: the pool's live count moved atomically, no lock; then the pointer remembered in
- *    the table of charges);
+ *    the table of stream-ordered allocations, track_async.c, without a lock either);
  *  - one that may grow the pool is admitted for the growth first, then the reserve is read
  *    back (one cuMemPoolGetAttribute) and the charge settled to what the driver holds;
  *  - a free lowers the live count only: the charge stays until the reserve is read again, which
@@ -135,13 +135,8 @@ static int covered(struct pool *p, uint64_t size)
 
 /* 0: go on with the driver call; 1: not a charged pool (plain forward); -1: over the quota.
  * h NULL: dev's current pool (cuDeviceSetMemPool, cuMemSetMemPool, else its default one). */
-static int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
+__attribute__((noinline)) static int pool_admit_slow(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
 {
-    struct pool *fast = h ? NULL : __atomic_load_n(&current_record[dev], __ATOMIC_ACQUIRE);
-    if (covered(fast, size)) {
-        *t = (struct ticket){fast, dev, size, 0};
-        return 0;
-    }
     vgpu_spin_lock(&lock);
     if (!h)
         h = current[dev] ? current[dev] : default_of_locked(dev);
@@ -168,27 +163,44 @@ static int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
     return 0;
 }
 
-static void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
+/* The fast path inline in the hooks: the current pool's charge covers the allocation. */
+static inline int pool_admit(CUmemoryPool h, int dev, uint64_t size, struct ticket *t)
+{
+    struct pool *fast = h ? NULL : __atomic_load_n(&current_record[dev], __ATOMIC_ACQUIRE);
+    if (__builtin_expect(covered(fast, size), 1)) {
+        *t = (struct ticket){fast, dev, size, 0};
+        return 0;
+    }
+    return pool_admit_slow(h, dev, size, t);
+}
+
+/* After the driver's call: a failure or a growth settles the pool's charge to what the driver holds. */
+__attribute__((noinline)) static void pool_settle(struct ticket *t, CUresult rc)
 {
     struct pool *p = t->p;
-    /* A success the charge covered changes nothing: the charge is max(live, reserve) after
-     * every settle, so it was the reserve, which covers the new live count too. */
-    if (rc != CUDA_SUCCESS || t->growth) {
-        vgpu_spin_lock(&lock);
-        if (rc != CUDA_SUCCESS)
-            __atomic_sub_fetch(&p->live, t->size, __ATOMIC_RELAXED);
-        else
-            read_reserve_locked(p);
-        int64_t delta = settle_locked(p);
-        vgpu_spin_unlock(&lock);
-        vgpu_adjust(t->dev, delta, 0, 0); /* what the driver holds, whatever its rounding */
-    }
+    vgpu_spin_lock(&lock);
+    if (rc != CUDA_SUCCESS)
+        __atomic_sub_fetch(&p->live, t->size, __ATOMIC_RELAXED);
+    else
+        read_reserve_locked(p);
+    int64_t delta = settle_locked(p);
+    vgpu_spin_unlock(&lock);
+    vgpu_adjust(t->dev, delta, 0, 0); /* what the driver holds, whatever its rounding */
+}
+
+/* A success the charge covered changes nothing but the table: the charge is max(live, reserve)
+ * after every settle, so it was the reserve, which covers the new live count too. */
+static inline void pool_done(struct ticket *t, CUresult rc, CUdeviceptr ptr)
+{
+    if (__builtin_expect(rc != CUDA_SUCCESS || t->growth, 0))
+        pool_settle(t, rc);
     if (rc == CUDA_SUCCESS) {
-        struct vgpu_track_entry e = {.key = ptr, .bytes = t->size, .aux = (uint64_t)(uintptr_t)p->h, .dev = t->dev,
-                                     .kind = VGPU_K_PTR, .refs = (uint32_t)(p - pools) + 1},
+        struct pool *p = t->p;
+        struct vgpu_async_entry e = {.key = ptr, .bytes = t->size, .pool = (uint64_t)(uintptr_t)p->h, .dev = t->dev,
+                                     .record = (uint32_t)(p - pools) + 1},
                                 old;
-        if (vgpu_track_put_entry(&e, &old) == 1 && !old.aux)
-            vgpu_released(old.dev, old.bytes);
+        if (__builtin_expect(vgpu_async_put(&e, &old) == 1, 0)) /* freed unseen (a graph's free node) */
+            vgpu_pool_freed(&old);
     }
 }
 
@@ -201,12 +213,12 @@ static void fewer_live(struct pool *p, uint64_t bytes)
         ;
 }
 
-/* A pool allocation freed (aux of its entry is the pool, refs its record + 1): its memory stays
- * in the pool. While the pool's charge is its reserve (the usual case), only live moves. */
-void vgpu_pool_freed(const struct vgpu_track_entry *e)
+/* A pool allocation freed: its memory stays in the pool. While the pool's charge is its reserve
+ * (the usual case), only live moves. */
+void vgpu_pool_freed(const struct vgpu_async_entry *e)
 {
-    CUmemoryPool h = (CUmemoryPool)(uintptr_t)e->aux;
-    struct pool *p = e->refs && e->refs <= MAX_POOLS ? &pools[e->refs - 1] : NULL;
+    CUmemoryPool h = (CUmemoryPool)(uintptr_t)e->pool;
+    struct pool *p = e->record && e->record <= MAX_POOLS ? &pools[e->record - 1] : NULL;
     if (p && LOAD(p->h) == h && !LOAD(p->destroyed) && LOAD(p->charged) <= LOAD(p->reserved)) {
         fewer_live(p, e->bytes);
         return;
@@ -236,17 +248,31 @@ void vgpu_pool_freed(const struct vgpu_track_entry *e)
         return rc;                                                                                                    \
     } while (0)
 
-/* Under stream capture the allocation is a graph's (cuda_graphs.c): charged as one allocation. */
+/* Under stream capture the allocation is a graph's (cuda_graphs.c): charged as one allocation.
+ * The device is the only one the process sees without asking the driver (vgpu_sole_device): a
+ * call without a current context then fails in the driver and gives its admission back, and a
+ * refusal (or a pool libvgpu does not charge) asks first whether there is a context at all, so
+ * such a call gets the driver's error. */
 #define ASYNC_ALLOC(NAME, IS_CAPTURING)                                                                               \
     VGPU_EXPORT CUresult NAME(CUdeviceptr *dptr, size_t size, CUstream stream)                                        \
     {                                                                                                                 \
         HOOK_ENTER(NAME, dptr, size, stream);                                                                         \
         int dev;                                                                                                      \
-        if (!dptr || size == 0 || vgpu_cuda.exiting || vgpu_current_device(&dev) != 0)                                \
+        if (!dptr || size == 0 || vgpu_cuda.exiting || vgpu_sole_device(&dev) != 0)                                   \
             return REAL(NAME)(dptr, size, stream);                                                                    \
         if (vgpu_stream_captured(REAL(IS_CAPTURING), stream))                                                         \
             ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
-        POOL_ALLOC_BODY(NULL, REAL(NAME)(dptr, size, stream));                                                        \
+        struct ticket t;                                                                                              \
+        int a = pool_admit(NULL, dev, size, &t);                                                                      \
+        if (a != 0 && vgpu_current_device(&dev) != 0) /* no context: the driver's error */                           \
+            return REAL(NAME)(dptr, size, stream);                                                                    \
+        if (a < 0)                                                                                                    \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                                          \
+        if (a > 0)                                                                                                    \
+            ALLOC_BODY(VGPU_K_PTR, *dptr, size, dev, REAL(NAME)(dptr, size, stream));                                \
+        CUresult rc = REAL(NAME)(dptr, size, stream);                                                                 \
+        pool_done(&t, rc, rc == CUDA_SUCCESS ? *dptr : 0);                                                            \
+        return rc;                                                                                                    \
     }
 ASYNC_ALLOC(cuMemAllocAsync, cuStreamIsCapturing)
 ASYNC_ALLOC(cuMemAllocAsync_ptsz, cuStreamIsCapturing_ptsz)

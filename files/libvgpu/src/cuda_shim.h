@@ -65,6 +65,20 @@ static inline CUresult vgpu_cuda_ready(void)
 
 /* ---- accounting (cuda_account.c) ---- */
 VGPU_HIDDEN int vgpu_current_device(int *dev);                            /* 0 ok, -1 no current context */
+/* The current device without a driver call where the process sees one device only: 0 and *dev
+ * then, whether a context is current or not (the driver's call after it fails without one, and
+ * its admission is rolled back); else vgpu_current_device's answer. For the hot stream-ordered
+ * pair, where cuCtxGetDevice would be a sixth of what libvgpu adds. */
+extern VGPU_HIDDEN int vgpu_device_count; /* once the driver has said it (0: not yet); it does not change */
+VGPU_HIDDEN int vgpu_sole_device_slow(int *dev);
+static inline int vgpu_sole_device(int *dev)
+{
+    if (__builtin_expect(__atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED) == 1, 1)) {
+        *dev = 0;
+        return 0;
+    }
+    return vgpu_sole_device_slow(dev);
+}
 VGPU_HIDDEN int vgpu_admit(int dev, uint64_t bytes);                      /* 0 charged, -1 over the quota */
 VGPU_HIDDEN void vgpu_rollback(int dev, uint64_t bytes);                  /* undo an admission the driver refused */
 VGPU_HIDDEN void vgpu_commit(int kind, uint64_t key, uint64_t bytes, int dev); /* remember what was charged */
@@ -101,6 +115,8 @@ VGPU_HIDDEN void vgpu_overheads_forget_context(CUcontext ctx);
 /* ---- stream-ordered pools (cuda_pools.c) ---- */
 /* Re-read what dev's pools reserve and settle their charges (before a refusal, after a trim) */
 VGPU_HIDDEN void vgpu_pools_reread(int dev);
+/* A stream-ordered allocation freed (or found freed): its pool's live count lowered. */
+VGPU_HIDDEN void vgpu_pool_freed(const struct vgpu_async_entry *e);
 
 /* Common shape of "allocate bytes on dev, keyed by what the driver wrote to *out". */
 #define ALLOC_BODY(KIND, OUT, BYTES, DEV, CALL)                                                                       \

@@ -1,6 +1,6 @@
 /* Process-local table of what this process charged: (kind, key) -> entry (bytes, device and the
  * kind's own fields). Open addressing with backward-shift deletion, one lock (vgpu_spin: every
- * allocation and free takes it, a stream-ordered pair twice), grows by doubling. */
+ * allocation and free takes it; stream-ordered allocations are track_async.c's), grows by doubling. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -31,7 +31,7 @@ typedef struct {
     int held;
 } vgpu_spin;
 #define VGPU_SPIN_INIT {0}
-static inline void vgpu_spin_wait(vgpu_spin *l) /* the contended path */
+__attribute__((noinline, cold, unused)) static void vgpu_spin_wait(vgpu_spin *l) /* the contended path: out of line */
 {
     do {
         while (__atomic_load_n(&l->held, __ATOMIC_RELAXED))
@@ -128,7 +128,7 @@ VGPU_HIDDEN void *vgpu_open_real(const char *soname, const char *override_env, c
 
 /* ---- what this process charged (track.c) ---- */
 enum vgpu_kind {
-    VGPU_K_PTR = 1, /* linear memory by address (aux: its stream-ordered pool, 0 = none) */
+    VGPU_K_PTR = 1, /* linear memory by address (stream-ordered allocations: track_async.c) */
     VGPU_K_HANDLE,  /* a physical handle (refs: cuMemCreate + retains, maps: live mappings) */
     VGPU_K_ARRAY,
     VGPU_K_MIPMAP,
@@ -166,6 +166,20 @@ VGPU_HIDDEN void vgpu_track_drain(int kind, int (*pick)(const struct vgpu_track_
 /* The first entry of kind for which pick returns 1, copied to *out: 0, or -1 when none. */
 VGPU_HIDDEN int vgpu_track_find(int kind, int (*pick)(const struct vgpu_track_entry *, void *), void *arg,
                                 struct vgpu_track_entry *out);
+
+/* ---- stream-ordered allocations (track_async.c) ---- */
+/* Their own table, by pointer, with no lock shared by all threads: what a free needs. */
+struct vgpu_async_entry {
+    uint64_t key;   /* the pointer; never 0 */
+    uint64_t bytes; /* charged to the pool's live count */
+    uint64_t pool;  /* the pool's handle */
+    int32_t dev;
+    uint32_t record; /* the pool's record + 1 (cuda_pools.c) */
+};
+/* 0 = added, 1 = replaced a stale entry (*old filled), -1 = out of memory or key 0 */
+VGPU_HIDDEN int vgpu_async_put(const struct vgpu_async_entry *e, struct vgpu_async_entry *old);
+/* 0 and *out taken out of the table, or -1 when key is not in it. */
+VGPU_HIDDEN int vgpu_async_take(uint64_t key, struct vgpu_async_entry *out);
 
 /* In libvgpu.so our own exported dlsym is the hook: internal lookups must use the real one. */
 #ifdef VGPU_PRELOAD

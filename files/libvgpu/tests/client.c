@@ -2,6 +2,8 @@
  * finds them (the shim via LD_LIBRARY_PATH, or the fake with libvgpu.so preloaded).
  * Steps from argv, each printing one line that run-tests.sh checks:
  *   init | alloc:MIB[:api] | free:N | freeall | info | infonull | totalmem | nvml | ctx |
+ *   free-sync:N | free-async:N (allocation N freed by cuMemFree_v2 / cuMemFreeAsync, whatever made it) |
+ *   threads:T:ROUNDS (stream-ordered pairs from T threads, each freeing the previous one's) | ctx-none |
  *   hold:SEC | launch:N | rawfree | forward | missing | hammer:ITER:MAXMIB | pitch:W:H |
  *   devices | use:ORDINAL | nvml-devices | nvml-procs |
  *   graph:MIB:MODE (MODE keep, free, auto, v2, params, gpa) | launch-graph:N | exec-destroy:N |
@@ -21,6 +23,7 @@
  * "truth" prints what the GPU holds for this process (the fake driver's own count, which fake
  * NVML reports), read past libvgpu. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,6 +302,77 @@ static CUresult do_free(struct alloc *a)
         return (strstr(api, "ptsz") ? CU(cuMemFreeAsync_ptsz, (CUdeviceptr, CUstream))
                                     : CU(cuMemFreeAsync, (CUdeviceptr, CUstream)))(a->key, NULL);
     return CU(cuMemFree_v2, (CUdeviceptr))(a->key);
+}
+
+/* ---- threads: stream-ordered pairs from several threads at once ---- */
+#define PAIR_THREADS_MAX 16
+#define PAIR_PTRS 32
+struct pair_thread {
+    CUcontext ctx;
+    int id, threads, rounds, failures;
+    pthread_barrier_t *barrier;
+    CUdeviceptr ptrs[PAIR_PTRS]; /* made by this thread, freed by the next one */
+    struct pair_thread *all;
+};
+
+/* Each round: PAIR_PTRS allocations of 1 MiB on this thread's stream, a barrier, then the frees
+ * of the previous thread's allocations on this thread's stream (another thread, another stream),
+ * and 64 pairs allocated and freed at once. */
+static void *pair_worker(void *arg)
+{
+    struct pair_thread *t = arg;
+    CUstream stream = NULL;
+    if (CU(cuCtxSetCurrent, (CUcontext))(t->ctx) != CUDA_SUCCESS
+        || CU(cuStreamCreate, (CUstream *, unsigned))(&stream, 1) != CUDA_SUCCESS) {
+        t->failures++;
+        return NULL;
+    }
+    CUresult (*alloc)(CUdeviceptr *, size_t, CUstream) = CU_AS(cuMemAllocAsync, CUresult(*)(CUdeviceptr *, size_t, CUstream));
+    CUresult (*release)(CUdeviceptr, CUstream) = CU_AS(cuMemFreeAsync, CUresult(*)(CUdeviceptr, CUstream));
+    struct pair_thread *prev = &t->all[(t->id + t->threads - 1) % t->threads];
+    for (int r = 0; r < t->rounds; r++) {
+        for (int i = 0; i < PAIR_PTRS; i++)
+            if (alloc(&t->ptrs[i], 1 << 20, stream) != CUDA_SUCCESS) {
+                t->ptrs[i] = 0;
+                t->failures++;
+            }
+        pthread_barrier_wait(t->barrier);
+        for (int i = 0; i < PAIR_PTRS; i++)
+            if (prev->ptrs[i] && release(prev->ptrs[i], stream) != CUDA_SUCCESS)
+                t->failures++;
+        for (int i = 0; i < 64; i++) {
+            CUdeviceptr p = 0;
+            if (alloc(&p, 1 << 20, stream) != CUDA_SUCCESS || release(p, stream) != CUDA_SUCCESS)
+                t->failures++;
+        }
+        pthread_barrier_wait(t->barrier);
+    }
+    CU(cuStreamSynchronize, (CUstream))(stream);
+    return NULL;
+}
+
+static void pair_threads(int threads, int rounds)
+{
+    struct pair_thread t[PAIR_THREADS_MAX];
+    pthread_t tid[PAIR_THREADS_MAX];
+    pthread_barrier_t barrier;
+    CUcontext ctx = NULL;
+    CU(cuCtxGetCurrent, (CUcontext *))(&ctx);
+    if (threads < 1 || threads > PAIR_THREADS_MAX)
+        threads = PAIR_THREADS_MAX;
+    pthread_barrier_init(&barrier, NULL, (unsigned)threads);
+    int failures = 0;
+    for (int i = 0; i < threads; i++)
+        t[i] = (struct pair_thread){.ctx = ctx, .id = i, .threads = threads, .rounds = rounds, .barrier = &barrier,
+                                    .all = t};
+    for (int i = 0; i < threads; i++)
+        pthread_create(&tid[i], NULL, pair_worker, &t[i]);
+    for (int i = 0; i < threads; i++) {
+        pthread_join(tid[i], NULL);
+        failures += t[i].failures;
+    }
+    pthread_barrier_destroy(&barrier);
+    printf("threads %d rounds %d failures=%d\n", threads, rounds, failures);
 }
 
 int main(int argc, char **argv)
@@ -600,6 +674,20 @@ int main(int argc, char **argv)
             printf("threshold %s rc=%d\n", arg1, rc);
         } else if (!strcmp(step, "sync")) {
             printf("sync rc=%d\n", CU(cuCtxSynchronize, (void))());
+        } else if (!strcmp(step, "free-sync") || !strcmp(step, "free-async")) {
+            /* allocation N freed by cuMemFree_v2, or by cuMemFreeAsync on the NULL stream, whatever made it */
+            int n = atoi(arg1);
+            CUresult rc = -1;
+            if (n < nallocs && allocs[n].live)
+                rc = !strcmp(step, "free-sync") ? CU(cuMemFree_v2, (CUdeviceptr))(allocs[n].key)
+                                                : CU(cuMemFreeAsync, (CUdeviceptr, CUstream))(allocs[n].key, NULL);
+            if (rc == CUDA_SUCCESS)
+                allocs[n].live = 0;
+            printf("%s %d rc=%d\n", step, n, rc);
+        } else if (!strcmp(step, "ctx-none")) {
+            printf("ctx-none rc=%d\n", CU(cuCtxSetCurrent, (CUcontext))(NULL));
+        } else if (!strcmp(step, "threads")) {
+            pair_threads(atoi(arg1), arg2 ? atoi(arg2) : 10);
         } else if (!strcmp(step, "ssync")) {
             printf("ssync rc=%d\n", CU(cuStreamSynchronize, (CUstream))(NULL));
         } else if (!strcmp(step, "pool-trim")) {

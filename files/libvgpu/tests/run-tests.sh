@@ -548,6 +548,33 @@ run init alloc:100:async info truth
 expect_truth "a pool that grows by more than the allocation is charged what it reserved" 1000 \
     "alloc 100 async rc=0" "info rc=0 free=872 total=1000" "truth used=128"
 
+# 1b. the table of stream-ordered allocations (its own, striped: issue 37's pair)
+fresh 1000MiB
+run init alloc:600:async free-sync:0 ssync alloc:600 truth
+expect_truth "a cuMemAllocAsync pointer freed with cuMemFree gives its charge back: the 600 MiB fits" 1000 \
+    "alloc 600 async rc=0" "free-sync 0 rc=0" "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init alloc:600 free-async:0 alloc:600 truth
+expect_truth "a cuMemAlloc pointer freed with cuMemFreeAsync gives its charge back: the 600 MiB fits" 1000 \
+    "alloc 600 v2 rc=0" "free-async 0 rc=0" "alloc 600 v2 rc=0"
+
+fresh 1000MiB
+run init threads:8:20 ssync info alloc:1000 truth
+expect_truth "8 threads making and freeing stream-ordered allocations at once, freeing each other's on their own streams: every charge comes back" 1000 \
+    "threads 8 rounds 20 failures=0" "info rc=0 free=1000 total=1000" "alloc 1000 v2 rc=0"
+
+fresh 100MiB
+run init alloc:60:async ctx-none alloc:60:async alloc:30:async init info
+expect "without a current context cuMemAllocAsync gets the driver's error, past the quota too, and charges nothing" \
+    "alloc 60 async rc=0" "ctx-none rc=0" "alloc 60 async rc=201" "alloc 30 async rc=201" "info rc=0 free=40 total=100"
+
+fresh 1000MiB
+run init threshold:max alloc:300:async alloc:300:async free:0 pool-trim:0 info free:1 info pool-trim:0 info
+expect "a trimmed pool is charged its live allocations, and nothing once they are freed and it is trimmed again" \
+    "pool-trim 0 rc=0" "info rc=0 free=700 total=1000" "free 1 rc=0" "info rc=0 free=700 total=1000" \
+    "info rc=0 free=1000 total=1000"
+
 # 2. physical handles released while mapped
 fresh 1000MiB
 run init vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release vmm:100:release \

@@ -1,5 +1,6 @@
 /* Unit tests of the parts that need no driver: the region layout against
  * docs/region-format.md, size and limit parsing, and the allocation table. */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,11 +197,75 @@ static void table(void)
     CHECK(vgpu_track_take_entry(VGPU_K_MODULE, 2, &out) == 0 && out.aux == 0xc2, "the others stay");
 }
 
+/* The table of stream-ordered allocations: every key comes back once with what was put, whether
+ * it sits in the lock-free front or in a stripe behind it. Keys as a pool hands them out: 2 MiB
+ * apart (many share a front slot), and a stale key (freed unseen) replaced with its old record. */
+static void async_table(void)
+{
+    struct vgpu_async_entry e, out;
+    const uint64_t base = 0x7f0000000000ULL;
+    for (uint64_t k = 1; k <= 20000; k++) {
+        e = (struct vgpu_async_entry){.key = base + (k << 21), .bytes = k, .pool = 0xb0, .dev = (int32_t)(k % 3),
+                                      .record = 1};
+        CHECK(vgpu_async_put(&e, &out) == 0, "async put %llu", (unsigned long long)k);
+    }
+    e = (struct vgpu_async_entry){.key = base + (7ULL << 21), .bytes = 70, .pool = 0xb1, .record = 2};
+    CHECK(vgpu_async_put(&e, &out) == 1 && out.bytes == 7 && out.pool == 0xb0, "stale async entry replaced");
+    e.key = 0;
+    CHECK(vgpu_async_put(&e, &out) == -1, "key 0 refused");
+    for (uint64_t k = 20000; k >= 1; k--) {
+        uint64_t want = k == 7 ? 70 : k;
+        CHECK(vgpu_async_take(base + (k << 21), &out) == 0 && out.bytes == want && out.dev == (k == 7 ? 0 : (int32_t)(k % 3)),
+              "async take %llu", (unsigned long long)k);
+    }
+    CHECK(vgpu_async_take(base + (5ULL << 21), &out) == -1, "async taken twice");
+    CHECK(vgpu_async_take(base + 4096, &out) == -1, "never put");
+}
+
+/* Several threads putting and taking their own keys at once (as PyTorch's allocator threads do):
+ * each take finds its own record. */
+struct async_worker {
+    uint64_t id;
+    int bad;
+};
+static void *async_work(void *arg)
+{
+    struct async_worker *w = arg;
+    struct vgpu_async_entry e, out;
+    for (uint64_t round = 0; round < 200; round++) {
+        for (uint64_t k = 1; k <= 64; k++) {
+            e = (struct vgpu_async_entry){.key = ((w->id << 40) | (k << 21)), .bytes = w->id * 1000 + k + round};
+            if (vgpu_async_put(&e, &out) != 0)
+                w->bad++;
+        }
+        for (uint64_t k = 1; k <= 64; k++)
+            if (vgpu_async_take((w->id << 40) | (k << 21), &out) != 0 || out.bytes != w->id * 1000 + k + round)
+                w->bad++;
+    }
+    return NULL;
+}
+
+static void async_threads(void)
+{
+    pthread_t t[8];
+    struct async_worker w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = (struct async_worker){.id = (uint64_t)i + 1};
+        pthread_create(&t[i], NULL, async_work, &w[i]);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(w[i].bad == 0, "thread %d: %d wrong puts or takes", i, w[i].bad);
+    }
+}
+
 int main(void)
 {
     layout();
     sizes();
     table();
+    async_table();
+    async_threads();
     printf("unit: %d checks, %d failed\n", checks, failures);
     return failures != 0;
 }
