@@ -126,7 +126,8 @@ else
 fi
 
 section "one claim named by two pods (issue 40): the second is not bound to it"
-# shared_pod <name>: a pod of the ResourceClaim "shared" itself (no template), vgpu-memory-usage 600.
+# shared_pod <name>: a pod of the ResourceClaim "shared" itself (no template), vgpu-memory-usage 200
+# (the context takes about 518 MiB of the claim's 1000).
 shared_pod() {
     k apply -f - >>"$LOG" 2>&1 <<POD
 apiVersion: v1
@@ -140,7 +141,7 @@ spec:
     - name: app
       image: $IMAGE
       imagePullPolicy: Never
-      command: ["/opt/vgpu/vgpu-memory-usage", "600", "300"]
+      command: ["/opt/vgpu/vgpu-memory-usage", "200", "300"]
       resources: {claims: [{name: gpu}]}
 POD
 }
@@ -157,7 +158,7 @@ spec:
           capacity: {requests: {memory: 1000Mi}}
 CLAIM
 shared_pod shared-a
-if poll 150 sh -c "kubectl logs -n $NS shared-a 2>/dev/null | grep -q 'allocated 600 MiB'"; then
+if poll 150 sh -c "kubectl logs -n $NS shared-a 2>/dev/null | grep -q 'allocated 200 MiB'"; then
     pass "shared-a runs on ResourceClaim shared ($(k logs -n "$NS" shared-a | head -n 1))"
 else
     fail "shared-a runs on ResourceClaim shared (phase $(phase shared-a))"
