@@ -64,6 +64,17 @@ pod_cgroup_pid() {
     done
     return 1
 }
+# gpu_holders: what the monitor judges by, for a failure's log: the PIDs NVML lists, and every
+# process holding a GPU device file with its command, its device files and its cgroup.
+gpu_holders() {
+    local dir fds
+    echo "NVML lists: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | tr '\n' ';')"
+    for dir in /proc/[0-9]*; do
+        fds=$(find "$dir/fd" -maxdepth 1 -lname '/dev/nvidia*' -printf '%l ' 2>/dev/null) || continue
+        [[ -n $fds ]] || continue
+        echo "holder ${dir#/proc/} ($(tr '\0' ' ' <"$dir/cmdline" | cut -c1-80)): $fds; $(tail -n 1 "$dir/cgroup")"
+    done
+}
 # take_pid <pid>: start `sleep` on the host with this PID (through ns_last_pid; other processes of
 # the host may take it first, so a few tries) and print its PID; fails when it could not be had.
 take_pid() {
@@ -197,6 +208,7 @@ fork_orphan_checks() {
     else
         fail "cgpu-monitor reports forker (3 x 600 MiB fork orphans on a 1000 MiB quota) with a GPUMemoryOverQuota Event"
         monitor_metrics | grep -E '^vgpu_(container_memory_(real|limit)|host_process|gpu_memory_unattributed|quota_violations)' >>"$LOG" 2>&1
+        gpu_holders >>"$LOG" 2>&1
     fi
     [[ -z ${sleeper:-} ]] || kill "$sleeper" 2>/dev/null
     # With libvgpu: refused at the call (issue 38, libvgpu's part) or evicted by the monitor. After
