@@ -112,9 +112,11 @@ GPU_MEMORY_MIB: Dict[int, Tuple[int, str]] = {
     0x2322: (81920, "H800 PCIe"),
     0x2330: (81920, "H100 SXM5 80GB"),
     0x2331: (81920, "H100 PCIe"),
+    0x2335: (144384, "H200 SXM 141GB"),  # as nvidia-smi reports it on an H200 (143771 MiB under driver 580)
     0x25B6: (16384, "A2 / A16 (16 GB per GPU)"),
     0x2684: (24576, "GeForce RTX 4090"),
     0x26B5: (49152, "L40"),
+    0x26B9: (49152, "L40S"),
     0x27B8: (24576, "L4"),
 }
 

@@ -108,6 +108,17 @@ def test_each_host_s_gpus_are_sized_by_nvidia_smi_then_the_inventory_then_the_pc
     assert unknown.endswith("state them in its host_vars (vgpu_gpu_memory_mib: [24GiB])")
 
 
+def test_an_h200_and_an_l40s_are_sized_by_their_pci_ids():
+    """The H200's ID as nvidia-smi reports it on the device machine (pci.device_id 0x233510DE,
+    143771 MiB under driver 580); the L40S's from pci.ids."""
+    sizes = gpu_sizes({"h": {"smi_rc": 127, "pci_ids": ["0x2335", "0x26b9"]}})
+    assert sizes["gpus"] == [
+        ["h's GPU 0 (H200 SXM 141GB by its PCI ID, 144384 MiB nominal)", 144384],
+        ["h's GPU 1 (L40S by its PCI ID, 49152 MiB nominal)", 49152],
+    ]
+    assert sizes["unknown"] == []
+
+
 def test_an_unreachable_host_s_problem_names_its_address_and_what_to_check():
     problem = unreachable_problem("Task failed: Failed to connect to the host via ssh: timed out", "192.0.2.21")
     assert problem.startswith("unreachable at 192.0.2.21: Failed to connect to the host via ssh: timed out; check")
