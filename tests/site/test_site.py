@@ -177,6 +177,42 @@ def test_twenty_gpu_pods_released_while_the_extenders_pod_is_replaced_never_over
         assert mib <= capacity[name], f"{name} GPU {uuid} holds {mib} MiB of {capacity[name]}"
 
 
+def test_a_high_priority_pod_preempts_the_pods_of_one_gpu_and_runs_there(namespace: str) -> None:
+    """Issue 42 on the real site: worker A's two 12 GiB GPUs hold two low-priority pods of 4800 MiB
+    each; a high-priority 7900 MiB pod pinned to A fits the node only once pods go (5200 MiB free
+    in all), and on one GPU only once both of that GPU's pods go. kube-scheduler asks the
+    extender's preempt verb which victims free one GPU: exactly that GPU's two pods are evicted
+    (not one pod of each GPU, which frees the node's sum and no GPU), and the pod runs there."""
+    classes = {"low": 100, "high": 100000}
+    names = {level: f"{namespace}-{level}" for level in classes}
+    node.apply(
+        namespace,
+        *(
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": names[level]},
+             "value": value}
+            for level, value in classes.items()
+        ),
+    )  # fmt: skip
+    try:
+        pinned = {"kubernetes.io/hostname": WORKER_A}
+        low = [node.gpu_pod(f"low-{i}", 48, HOLD_500) for i in range(4)]
+        for pod in low:
+            pod["spec"].update(nodeSelector=pinned, priorityClassName=names["low"])
+        placed = run_pods(namespace, low)
+        by_gpu: dict[str, set[str]] = {}
+        for name, pod in placed.items():
+            by_gpu.setdefault(where(pod)[1], set()).add(name)
+        assert sorted(len(v) for v in by_gpu.values()) == [2, 2], by_gpu  # packed: two on each GPU
+        high = node.gpu_pod("high", 79, HOLD_500)
+        high["spec"].update(nodeSelector=pinned, priorityClassName=names["high"])
+        ran = run_pods(namespace, [high])["high"]
+        gpu = where(ran)[1]
+        alive = {p["metadata"]["name"] for p in node.pods(namespace) if not p["metadata"].get("deletionTimestamp")}
+        assert alive == {"high"} | (set(placed) - by_gpu[gpu]), (gpu, by_gpu, alive)
+    finally:
+        node.kubectl("delete", "priorityclass", *names.values(), "--ignore-not-found", check=False)
+
+
 def metrics_from(source: dict[str, Any], address: str) -> str:
     """GET http://<address>:9395/metrics from inside the pod `source` (a cgpu-monitor: it has Python)."""
     url = f"http://{address}:9395/metrics"
