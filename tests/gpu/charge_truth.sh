@@ -213,9 +213,10 @@ say ""
 say "==== seeded random sequence (seed $SEED, 240 steps, 2 processes: shim and LD_PRELOAD)"
 MODE=shim
 container
-timeout 240 "$BUILD/truth-random" worker 0 "$SEED" 240 "$C/turns" 1024 >"$C/w0" 2>&1 &
+# TRUTH_VERBOSE: every step's call and result in the log, so that a violation names its call.
+TRUTH_VERBOSE=1 timeout 240 "$BUILD/truth-random" worker 0 "$SEED" 240 "$C/turns" 1024 >"$C/w0" 2>&1 &
 w0=$!
-LD_LIBRARY_PATH=$ORIG_LLP LD_PRELOAD=$PREFIX/libvgpu.so timeout 240 "$BUILD/truth-random" worker 1 "$SEED" 240 \
+TRUTH_VERBOSE=1 LD_LIBRARY_PATH=$ORIG_LLP LD_PRELOAD=$PREFIX/libvgpu.so timeout 240 "$BUILD/truth-random" worker 1 "$SEED" 240 \
     "$C/turns" 1024 >"$C/w1" 2>&1 &
 w1=$!
 env -u LD_PRELOAD LD_LIBRARY_PATH="$ORIG_LLP" timeout 240 "$BUILD/truth-random" checker 240 "$C/turns" "$LIMIT" >"$C/c" 2>&1
@@ -223,6 +224,11 @@ c=$?
 wait $w0; a=$?
 wait $w1; b=$?
 cat "$C/c" "$C/w0" "$C/w1" >>"$LOG"
+first=$(sed -n 's/^step \([0-9]*\): the GPU holds.*/\1/p' "$C/c" | head -n 1)
+if [ -n "$first" ]; then  # the calls up to the first step the GPU held too much after
+    say "the calls before the first violation (step $first):"
+    grep -h '^step ' "$C/w0" "$C/w1" | sort -t' ' -k2,2n | awk -v f="$first" '{ n = $2 + 0 } n > f - 8 && n <= f' | tee -a "$LOG"
+fi
 [ $a = 0 ] && [ $b = 0 ] && [ $c = 0 ] && grep -q 'violations=0' "$C/c"
 result $? "random sequence: $(grep '^random checked' "$C/c"); workers: $(grep -h '^random worker' "$C/w0" "$C/w1" | sed 's/.*ok=/ok=/' | tr '\n' ' ')"
 
