@@ -1,7 +1,8 @@
 /* Measured calls (design.md, "What each path charges"): a context, a module or library load, a
  * library's first lookups and cuCtxSetLimit take device memory no argument tells. Their cost is
  * read from the GPU's own count of this process (NVML) before and after the call, minus what
- * this process's ledger moved in between (other threads' allocations). Measured calls run one
+ * this process's ledger moved in between (other threads' allocations, and what the pools gave back
+ * if the call synchronized: their reserves are read on both sides). Measured calls run one
  * at a time in a process (a process-local mutex; never the region's lock, a PTX JIT can take
  * 100 ms), so two of them never see each other's cost. */
 #include <pthread.h>
@@ -14,6 +15,10 @@ static pthread_mutex_t serial = PTHREAD_MUTEX_INITIALIZER;
 void vgpu_measure_begin(int dev, struct vgpu_measure *m)
 {
     pthread_mutex_lock(&serial);
+    /* A call that synchronizes (cuCtxSetLimit of the stack blocks until the device's work is done)
+     * lets the pools give back what they keep: the pools' reserves are read before and after, so
+     * what they gave back is in the ledger's move and not taken off the call's cost. */
+    vgpu_pools_reread(dev);
     m->dev = dev;
     m->active = vgpu_truth_usable() && vgpu_truth_read(dev, &m->after) == 0;
     m->listed = m->active && vgpu_truth_self(&m->after, &m->before);
@@ -34,6 +39,7 @@ int vgpu_measure_end(struct vgpu_measure *m, int context, int64_t *cost)
              * cannot map), so it cannot tell what any call costs */
             vgpu_truth_unusable("NVML does not list this process after it made a context");
         } else {
+            vgpu_pools_reread(m->dev);
             uint64_t ledger_now = vgpu_region_own_bytes(m->dev);
             *cost = (int64_t)(now - m->before) - (int64_t)(ledger_now - m->ledger_before);
             rc = 0;

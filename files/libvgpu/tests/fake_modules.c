@@ -344,8 +344,12 @@ EXPORT CUresult cuCtxSetLimit(int limit, size_t value)
     CUcontext c = fake_current_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
-    if (limit == CU_LIMIT_STACK_SIZE)
+    if (limit == CU_LIMIT_STACK_SIZE) {
+        /* "the device will block until all preceding requested tasks are complete" (cuCtxSetLimit):
+         * a synchronize, where stream-ordered pools give back what they keep above their threshold */
+        fake_pools_synchronized();
         return set_stack(c, value) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (limit == CU_LIMIT_MALLOC_HEAP_SIZE) {
         if (c->heap_bytes) /* a kernel that calls malloc ran: the heap is fixed */
             return CUDA_ERROR_INVALID_VALUE;
