@@ -14,7 +14,7 @@
 #      back and shuts the server down; a new client is refused 3072 MiB (2048 MiB holds again);
 #   3. root quits the daemon: nvidia-mps starts it again with 25 % and 2048 MiB as its defaults;
 #   4. INFO: a client in a user namespace (unshare --user --map-root-user): does the daemon take its
-#      control commands, and does its CUDA go through MPS (what hostUsers: false would give a pod).
+#      control commands, and does its CUDA go through MPS (its root is the host's uid 0 here: not what hostUsers: false gives a pod, whose root is an unprivileged host uid).
 # Prints PASS/FAIL/INFO lines and "N passed, N failed" last; exits 1 on any FAIL. About a minute.
 # Written for issue 40; run on the H200 2026-12-05 (docs/testing.md).
 set -u
