@@ -15,6 +15,8 @@
 #   3. root quits the daemon: nvidia-mps starts it again with 25 % and 2048 MiB as its defaults;
 #   4. INFO: a client in a user namespace (unshare --user --map-root-user): does the daemon take its
 #      control commands, and does its CUDA go through MPS (its root is the host's uid 0 here: not what hostUsers: false gives a pod, whose root is an unprivileged host uid).
+#   5. INFO: the same control command as an unprivileged host uid (65534), as a hostUsers: false
+#      pod's root would send it: is it refused?
 # Prints PASS/FAIL/INFO lines and "N passed, N failed" last; exits 1 on any FAIL. About a minute.
 # Written for issue 40; run on the H200 2026-12-05 (docs/testing.md).
 set -u
@@ -139,6 +141,14 @@ if command -v unshare >/dev/null; then
     say "INFO the default after it: $(ask get_default_active_thread_percentage)"
     say "INFO a CUDA client in a user namespace: $(env CUDA_MPS_PIPE_DIRECTORY="$PIPE" unshare --user --map-root-user \
         timeout 60 "$PY" "$JOB" alloc 1024 2>>"$LOG" | tail -n 1); servers now: $(ask get_server_list | tr '\n' ' ')"
+fi
+
+# --- 5. INFO: the same as an unprivileged host uid (what the root of a hostUsers: false pod is) -------
+if command -v setpriv >/dev/null; then
+    say "INFO the pipe folder: $(find "$PIPE" -maxdepth 1 -printf '%M %U:%G %p; ' 2>&1)"
+    say "INFO as host uid 65534, set_default_active_thread_percentage 100: $(echo 'set_default_active_thread_percentage 100' \
+        | CUDA_MPS_PIPE_DIRECTORY=$PIPE setpriv --reuid=65534 --regid=65534 --clear-groups nvidia-cuda-mps-control 2>&1 | tr '\n' ' ')"
+    say "INFO the default after it: $(ask get_default_active_thread_percentage)"
 fi
 stop_manager
 cat "$TMP/nvidia-mps.log" >>"$LOG"
