@@ -48,20 +48,22 @@ fi
 # The largest GPU's memory in MiB, for a claim that fits none.
 gpu_mib=$(node_slice | awk '{v = $2; sub(/Mi$/, "", v); if (v + 0 > max) max = v + 0} END {print max + 0}')
 
-# claim_pod <name> <MiB> <command json>: a ResourceClaimTemplate of <MiB> and a pod using it.
+# claim_pod <name> <MiB> <command json> [<claim>]: a ResourceClaimTemplate of <MiB> and a pod using
+# it; with <claim>, a ResourceClaim of that name (applied again unchanged for a second pod) that the
+# pod names itself, as pods sharing one claim do.
 claim_pod() {
+    local kind=ResourceClaimTemplate object=$1 ref="resourceClaimTemplateName: $1"
+    local spec="devices: {requests: [{name: gpu, exactly: {deviceClassName: $DRIVER, capacity: {requests: {memory: $2Mi}}}}]}"
+    if [[ -n ${4:-} ]]; then
+        kind=ResourceClaim object=$4 ref="resourceClaimName: $4"
+    else
+        spec="spec: {$spec}"
+    fi
     k apply -f - >>"$LOG" 2>&1 <<POD
 apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: $1, namespace: $NS}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: gpu
-          exactly:
-            deviceClassName: $DRIVER
-            capacity: {requests: {memory: $2Mi}}
+kind: $kind
+metadata: {name: $object, namespace: $NS}
+spec: {$spec}
 ---
 apiVersion: v1
 kind: Pod
@@ -69,7 +71,7 @@ metadata: {name: $1, namespace: $NS}
 spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 1
-  resourceClaims: [{name: gpu, resourceClaimTemplateName: $1}]
+  resourceClaims: [{name: gpu, $ref}]
   containers:
     - name: app
       image: $IMAGE
@@ -126,37 +128,9 @@ else
 fi
 
 section "one claim named by two pods (issue 40): the second is not bound to it"
-# shared_pod <name>: a pod of the ResourceClaim "shared" itself (no template), vgpu-memory-usage 200
-# (the context takes about 518 MiB of the claim's 1000).
-shared_pod() {
-    k apply -f - >>"$LOG" 2>&1 <<POD
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $NS}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{name: gpu, resourceClaimName: shared}]
-  containers:
-    - name: app
-      image: $IMAGE
-      imagePullPolicy: Never
-      command: ["/opt/vgpu/vgpu-memory-usage", "200", "300"]
-      resources: {claims: [{name: gpu}]}
-POD
-}
-k apply -f - >>"$LOG" 2>&1 <<CLAIM
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: shared, namespace: $NS}
-spec:
-  devices:
-    requests:
-      - name: gpu
-        exactly:
-          deviceClassName: $DRIVER
-          capacity: {requests: {memory: 1000Mi}}
-CLAIM
+# Two pods naming the ResourceClaim "shared" itself, vgpu-memory-usage 200 each (the context takes
+# about 518 MiB of the claim's 1000).
+shared_pod() { claim_pod "$1" 1000 '["/opt/vgpu/vgpu-memory-usage", "200", "300"]' shared; }
 shared_pod shared-a
 if poll 150 sh -c "kubectl logs -n $NS shared-a 2>/dev/null | grep -q 'allocated 200 MiB'"; then
     pass "shared-a runs on ResourceClaim shared ($(k logs -n "$NS" shared-a | head -n 1))"
