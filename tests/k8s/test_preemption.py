@@ -9,7 +9,7 @@ victims that free one GPU instead, and drops the node where none do. Nodes are s
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -80,6 +80,19 @@ def preemption_judged(core: Any, namespace: str, pod: str) -> str | None:
     return next((m for m in cluster.scheduling_events(core, namespace, pod) if "preemption:" in m), None)
 
 
+def nothing_preempted(core: Any, namespace: str, pod: str, placed: Mapping[str, str]) -> str:
+    """Wait for kube-scheduler's preemption attempt for `pod`: it stays unbound and every placed pod
+    alive. The attempt's message."""
+    message = cluster.wait_for(
+        f"kube-scheduler's preemption attempt for {pod}",
+        lambda: preemption_judged(core, namespace, pod),
+        timeout=SCHEDULE_TIMEOUT,
+    )
+    assert cluster.bound_node(core, namespace, pod) is None, message
+    assert all(alive(core, namespace, name) for name in placed), f"a pod was evicted for nothing: {message}"
+    return message
+
+
 def test_a_high_priority_pod_evicts_exactly_the_pods_of_one_gpu_and_is_bound_there(
     core: Any, namespace: str, gpu_nodes: cluster.NodeFactory, priorities: dict[str, str]
 ) -> None:
@@ -145,13 +158,7 @@ def test_nobody_is_preempted_where_only_victims_on_both_gpus_free_the_nodes_memo
     )
     assert placed["low-0"] != placed["low-1"], placed
     core.create_namespaced_pod(namespace, prioritized("urgent", 8000, selector, priorities["high"]))
-    message = cluster.wait_for(
-        "kube-scheduler's preemption attempt for urgent",
-        lambda: preemption_judged(core, namespace, "urgent"),
-        timeout=SCHEDULE_TIMEOUT,
-    )
-    assert cluster.bound_node(core, namespace, "urgent") is None
-    assert all(alive(core, namespace, name) for name in placed), f"a pod was evicted for nothing: {message}"
+    message = nothing_preempted(core, namespace, "urgent", placed)
     pod = core.read_namespaced_pod("urgent", namespace)
     assert not pod.status.nominated_node_name, message
     # The extender's event says why: kube-scheduler's says only that no node was left.
@@ -180,11 +187,5 @@ def test_where_the_nodes_sum_fits_kube_scheduler_offers_the_node_to_no_preemptio
     placed = place(core, namespace, [prioritized(f"low-{i}", 6200, selector, priorities["low"]) for i in range(2)])
     assert placed["low-0"] != placed["low-1"], placed
     core.create_namespaced_pod(namespace, prioritized("high", 8000, selector, priorities["high"]))
-    message = cluster.wait_for(
-        "kube-scheduler's preemption attempt for high",
-        lambda: preemption_judged(core, namespace, "high"),
-        timeout=SCHEDULE_TIMEOUT,
-    )
+    message = nothing_preempted(core, namespace, "high", placed)
     assert "preemption: expected at least one victim pod on node" in message, message
-    assert cluster.bound_node(core, namespace, "high") is None
-    assert all(alive(core, namespace, name) for name in placed)
