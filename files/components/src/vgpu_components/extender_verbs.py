@@ -196,9 +196,8 @@ class Extender:
         assert self.api is not None
         changed = False
         for node in nodes:
-            read_at = time.monotonic()
             try:
-                pods = self.api.pods_on_node(node)
+                stale = self._read_node(node)[1]
             except Exception as exc:
                 RECHECKS.labels("error").inc()
                 log.warning("could not read the pods on %s again before refusing a pod: %s", node, exc)
@@ -206,12 +205,19 @@ class Extender:
                     f"could not read the pods on {node} from the API server to confirm that no GPU there has "
                     f"the memory asked ({exc}); kube-scheduler retries the pod after its backoff"
                 )
-            stale = self.model.replace_node_pods(node, pods, read_at=read_at)
             RECHECKS.labels("stale" if stale else "current").inc()
             if stale:
                 log.info("the watch was behind on %s: judged again from the pods the API lists", node)
             changed = changed or stale
         return self._judge(request, names, tightest) if changed else verdict
+
+    def _read_node(self, node: str) -> tuple[list[dict[str, Any]], bool]:
+        """The node's pods as the API lists them now, set in the model; and whether that changed
+        what the model had its GPUs hold (the watch was behind)."""
+        assert self.api is not None
+        read_at = time.monotonic()
+        pods = self.api.pods_on_node(node)
+        return pods, self.model.replace_node_pods(node, pods, read_at=read_at)
 
     @staticmethod
     def _answer(verdict: Verdict | str, items: list[Any] | None) -> dict[str, Any]:
@@ -370,9 +376,7 @@ class Extender:
         budgets = self.api.disruption_budgets()
         refusals = []
         for node in sorted(candidates):
-            read_at = time.monotonic()
-            pods = self.api.pods_on_node(node)
-            self.model.replace_node_pods(node, pods, read_at=read_at)
+            pods = self._read_node(node)[0]
             chosen = self._victims(node, pods, budgets, request, priority)
             if isinstance(chosen, str):
                 PREEMPTIONS.labels("none").inc()
@@ -428,7 +432,7 @@ class Extender:
             state = model.nodes.get(node)
             if state is None:
                 return model.node_errors.get(node) or f"node has no {model.annotation_key} annotation"
-            mismatch = model._share_mismatch(state, request.units, request.cores)
+            mismatch = model.share_mismatch(state, request.units, request.cores)
             if mismatch is not None:
                 return mismatch.reason
             gpus = [

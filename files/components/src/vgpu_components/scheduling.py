@@ -401,7 +401,7 @@ class ClusterModel:
                 f"node has no {self.annotation_key} annotation (is the device plugin running there?)"
             )
             return Fit(None, why, unresolvable=False)
-        mismatch = self._share_mismatch(state, units, cores)
+        mismatch = self.share_mismatch(state, units, cores)
         if mismatch is not None:
             return mismatch
         if state.max_free < units:
@@ -417,7 +417,7 @@ class ClusterModel:
             return self._no_share(state, gpu, units, cores)
         return Fit(gpu, score=state.score(units))
 
-    def _share_mismatch(self, state: NodeState, units: int, cores: int) -> Fit | None:
+    def share_mismatch(self, state: NodeState, units: int, cores: int) -> Fit | None:
         """A pod with a share on a node without shares, or a GPU pod without one on a node with."""
         if cores and not state.shares:
             return Fit(
