@@ -57,12 +57,17 @@ MOLECULE_JOBS ?= 2
 UNIT_JOBS ?= 2
 # 1: make e2e-node also runs upgrade.yml and stack.yml on its cluster (make e2e-node-day2).
 E2E_NODE_DAY2 ?= 0
+# A release (git revision) that provisions the e2e node before this tree upgrades it (make e2e-node-upgrade).
+E2E_NODE_UPGRADE_FROM ?=
 # What `make bundle` waits for when make runs targets side by side (make test: images).
 BUNDLE_AFTER ?=
 # 1: make e2e-site goes on with day two: a fresh worker joins, another leaves (make e2e-site-day2).
 E2E_SITE_DAY2 ?= 0
 # extender, or dra: the node provisioned with vgpu_scheduling dra and tested with claims (make e2e-node-dra).
 E2E_NODE_SCHEDULING ?= extender
+# The release make e2e-node-upgrade provisions with before upgrading: the last commit before the
+# settings contract (issue 39), whose inventories name settings vgpu_stack_*.
+E2E_UPGRADE_FROM ?= 2730ea1
 # Scenarios `make test` leaves out: nvidia_driver_535's second DKMS build takes about 8 minutes of
 # both cores (its packages' resolution is checked by the nvidia_driver scenario). Run it with
 # make molecule MOLECULE_SCENARIOS=nvidia_driver_535.
@@ -263,11 +268,16 @@ e2e: collection $(VENV)/.components.stamp ## end-to-end tests against a real loc
 e2e-node: collection images bundle ## a real kubeadm node provisioned by its own make site, air-gapped (KEEP=1 leaves it up)
 	$(MAKE) -C files/libvgpu fake-driver
 	@echo ">> make e2e-node: a kubeadm node that provisions itself with make site, tested end to end (about 12 minutes)"
-	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) VGPU_E2E_SCHEDULING=$(E2E_NODE_SCHEDULING) tests/node/run-e2e.sh
+	VGPU_E2E_DAY2=$(E2E_NODE_DAY2) VGPU_E2E_SCHEDULING=$(E2E_NODE_SCHEDULING) VGPU_E2E_UPGRADE_FROM=$(E2E_NODE_UPGRADE_FROM) \
+		tests/node/run-e2e.sh
 
 .PHONY: e2e-node-day2
 e2e-node-day2: ## make e2e-node plus upgrade.yml and stack.yml on its cluster (not in make test)
 	$(MAKE) e2e-node E2E_NODE_DAY2=1
+
+.PHONY: e2e-node-upgrade
+e2e-node-upgrade: ## a node provisioned by the release E2E_UPGRADE_FROM, upgraded by this tree's upgrade.yml (not in make test)
+	$(MAKE) e2e-node E2E_NODE_UPGRADE_FROM=$(E2E_UPGRADE_FROM)
 
 .PHONY: e2e-node-dra
 e2e-node-dra: ## make e2e-node on the DRA path: the bundle's containerd-cdi, claims (not in make test)

@@ -14,6 +14,11 @@
 #      changes nothing, and nothing may be left.
 # VGPU_E2E_SCHEDULING=dra (`make e2e-node-dra`): the node gets vgpu_scheduling dra (the bundle's
 # containerd-cdi, the DRA driver) and the suite is tests/node/test_node_dra.py (claims).
+# VGPU_E2E_UPGRADE_FROM=<git revision> (`make e2e-node-upgrade`): the node is provisioned by that
+# release instead (its checkout, its component image in a copy of the bundle, its inventory with the
+# settings below under that release's names), then this tree's upgrade.yml runs with that inventory
+# unchanged: old names read with a deprecation, the settings kept, changed=0 on the second run,
+# verify_cluster.yml passes; then the cluster is removed as in step 5.
 # KEEP=1 stops after step 3 and leaves the cluster up, also after a failure (kubeconfig:
 # build/node/admin.conf);
 # `make e2e-node-down` removes it. Logs of every step and of the node are in build/node/.
@@ -88,13 +93,45 @@ unchanged() {
     fi
 }
 
-"$here/node.sh" down >/dev/null
-"$here/node.sh" up
+# upgrade_from_release: this tree's upgrade.yml on the site the earlier release provisioned, with
+# that release's inventory as it is (make e2e-node-upgrade), then the cluster removed.
+upgrade_from_release() {
+    inventory=$state/previous/checkout/tests/node/inventory.yml
+    play upgrade "$root/playbooks/upgrade.yml"
+    local name
+    for name in vgpu_stack_enforcement_grace_seconds vgpu_stack_log_format vgpu_stack_reserved_mib; do
+        grep -q "$name.*deprecated\|deprecated.*$name" "$state/upgrade.log" \
+            || { echo "!! upgrade.yml gave no deprecation for $name" >&2; return 1; }
+    done
+    play upgrade-again "$root/playbooks/upgrade.yml"
+    unchanged upgrade-again
+    # The settings set under the old names reach the components.
+    local config
+    config=$(docker exec "$NODE" kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get configmap vgpu-config -o jsonpath='{.data.config\.yaml}')
+    for setting in 'grace_seconds: 45' 'log_format: text' 'reserved_mib: 256'; do
+        grep -qx " *$setting" <<<"$config" || { echo "!! the components' config lacks '$setting':" >&2; echo "$config" >&2; return 1; }
+    done
+    play verify-cluster "$root/playbooks/verify_cluster.yml"
+    play uninstall-cluster "$root/playbooks/uninstall.yml" -e vgpu_uninstall_cluster=true
+    "$here/check-uninstalled.sh" cluster
+    log "make e2e-node-upgrade: $upgrade_from upgraded, passed"
+}
+
+upgrade_from=${VGPU_E2E_UPGRADE_FROM:-}
+provisioner=$root
+if [[ -n $upgrade_from ]]; then
+    "$here/previous-release.sh" "$upgrade_from" "$state/previous"
+    provisioner=$state/previous/checkout
+fi
+# The node's disk holds the provisioning release's bundle.
+VGPU_E2E_BUNDLE=${upgrade_from:+$state/previous/bundle} "$here/node.sh" down >/dev/null
+VGPU_E2E_BUNDLE=${upgrade_from:+$state/previous/bundle} "$here/node.sh" up
 play fake-gpu "$here/fake_gpu.yml"
-# What a clean clone of this working tree holds (uncommitted changes too), a git repository as the
-# operator's clone is; the node's `make site` builds its own virtualenv and collection from it.
+# What a clean clone of this working tree (or the earlier release) holds, uncommitted changes too, a
+# git repository as the operator's clone is; the node's `make site` builds its own virtualenv and
+# collection from it.
 checkout=/root/vgpu-isolation
-(cd "$root" && tests/harness/copy-tree.sh "$state/checkout")
+(cd "$provisioner" && "$root/tests/harness/copy-tree.sh" "$state/checkout")
 git -C "$state/checkout" init --quiet
 docker cp "$state/checkout" "$NODE:$checkout"
 site_on_node site
@@ -103,6 +140,11 @@ address=$("$here/node.sh" address)
 docker exec "$NODE" cat /etc/kubernetes/admin.conf \
     | sed -E "s#server: https://[^ ]+#server: https://$address:6443#" >"$state/admin.conf"
 chmod 0600 "$state/admin.conf"
+
+if [[ -n $upgrade_from ]]; then
+    upgrade_from_release
+    exit 0
+fi
 
 log "the e2e node suite ($VGPU_E2E_SCHEDULING path)"
 (cd "$root" && PYTHONPATH="$root" VGPU_E2E_NODE="$NODE" timeout 1800 pytest -p no:cacheprovider -q tests/node)
