@@ -20,10 +20,12 @@ type: stdout
 short_description: each failure once, its message whole and unfolded, without the task's source
 version_added: 0.1.0
 description:
-  - The default callback with two changes, at verbosity 0 only.
+  - The default callback with these changes, at verbosity 0 only.
   - "A failed task is printed once: C(fatal: [host]: FAILED! =>) and its message, each line of the
     message on one line of output (never folded), then the rest of the result as YAML; the task's
     YAML source and the exception Ansible adds are left out (-v shows them)."
+  - "A host that does not answer is printed once: C(unreachable: [host] =>) and the connection's
+    message on one line, without the task's source."
   - A debug task's message is printed as it is, a string on one line and a list one item a line.
 author:
   - vgpu.isolation maintainers (@vgpu-isolation)
@@ -39,6 +41,7 @@ from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
 
 # Keys of a failed result that repeat what the message says.
+_TASK_FAILED = "Task failed: "
 _REPEATS = ("msg", "changed", "failed", "evaluated_to", "exception", "invocation", "warnings", "deprecations")
 
 
@@ -117,6 +120,21 @@ class CallbackModule(DefaultCallbackModule):
         text = format_failure("fatal: [%s]: FAILED!" % self.host_label(result), result.result)
         self._display.display(text, color=C.COLOR_ERROR, stderr=self.get_option("display_failed_stderr"))
         if ignore_errors:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
+
+    def v2_runner_on_unreachable(self, result):
+        if self._display.verbosity:
+            return super(CallbackModule, self).v2_runner_on_unreachable(result)
+        self._banner(result)
+        self._handle_warnings(result.result)
+        shown = dict(result.result)
+        message = shown.get("msg")
+        if isinstance(message, str) and message.startswith(_TASK_FAILED):  # ansible-core 2.19's prefix
+            shown["msg"] = message[len(_TASK_FAILED):]
+        shown.pop("unreachable", None)
+        text = format_failure("unreachable: [%s]" % self.host_label(result), shown)
+        self._display.display(text, color=C.COLOR_UNREACHABLE, stderr=self.get_option("display_failed_stderr"))
+        if result.task.ignore_unreachable:
             self._display.display("...ignoring", color=C.COLOR_SKIP)
 
     def v2_runner_item_on_failed(self, result):
