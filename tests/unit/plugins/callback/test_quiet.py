@@ -96,7 +96,9 @@ UNREACHABLE = """
 GONE = "gone ansible_host=127.0.0.1 ansible_port=9 ansible_connection=ssh ansible_ssh_common_args='-o ConnectTimeout=5'"
 
 
-def playbook(tmp_path: Path, callback: str, play: str = PLAY, inventory: str = "localhost,", returncode: int = 2) -> str:
+def playbook(
+    tmp_path: Path, callback: str, play: str = PLAY, inventory: str = "localhost,", returncode: int = 2
+) -> str:
     (tmp_path / "play.yml").write_text(play)
     (tmp_path / "vars.json").write_text(
         json.dumps({"sentence": SENTENCE, "ansible_python_interpreter": sys.executable})
