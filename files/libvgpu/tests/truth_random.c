@@ -11,7 +11,10 @@
  *   truth_random checker STEPS TURNFILE LIMIT_MIB        (NVML: $TRUTH_NVML, else libnvidia-ml.so.1)
  *
  * The turn file orders the three: worker k % 2 makes step k, then the checker checks it. Same
- * seed, same sequence of calls. Output: one line per refused or failed call, and a summary. */
+ * seed, same sequence of calls. Output: one line per refused or failed call, and a summary;
+ * with TRUTH_VERBOSE every call, and what the GPU held for each worker after each step; at the
+ * first violation the checker runs the command in TRUTH_STATS (libvgpu's own count, read from
+ * outside with manage --stats). */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -454,6 +457,8 @@ static int checker(long steps, const char *turnfile, unsigned long long limit_mi
     }
     long violations = 0;
     unsigned long long peak = 0;
+    int verbose = getenv("TRUTH_VERBOSE") != NULL;
+    const char *stats = getenv("TRUTH_STATS");
     for (long k = 0; k < steps; k++) {
         if (wait_turn(t, 2 * (uint64_t)k + 1) != 0)
             return 1;
@@ -463,17 +468,25 @@ static int checker(long steps, const char *turnfile, unsigned long long limit_mi
             unsigned gi, ci;
         } rows[256];
         unsigned n = 256;
-        unsigned long long sum = 0;
+        unsigned long long per[2] = {0, 0};
         if (((nvmlReturn_t(*)(nvmlDevice_t, unsigned *, void *))procs)(dev, &n, rows) == NVML_SUCCESS)
             for (unsigned i = 0; i < n; i++)
-                if (rows[i].pid == t->pid[0] || rows[i].pid == t->pid[1])
-                    sum += rows[i].used == ~0ULL ? 0 : rows[i].used;
-        sum >>= 20;
+                for (int w = 0; w < 2; w++)
+                    if (rows[i].pid == t->pid[w])
+                        per[w] += rows[i].used == ~0ULL ? 0 : rows[i].used;
+        unsigned long long sum = (per[0] + per[1]) >> 20;
+        if (verbose) /* each worker's share: which one grew, and by how much */
+            printf("step %ld: GPU w0=%llu w1=%llu MiB\n", k, per[0] >> 20, per[1] >> 20);
         if (sum > peak)
             peak = sum;
         if (sum > limit_mib) {
             violations++;
             printf("step %ld: the GPU holds %llu MiB for the container, more than %llu\n", k, sum, limit_mib);
+            if (violations == 1 && stats && *stats) { /* libvgpu's own count at that moment */
+                fflush(stdout);
+                if (system(stats) != 0)
+                    printf("checker: %s failed\n", stats);
+            }
         }
         __atomic_store_n(&t->turn, 2 * (uint64_t)k + 2, __ATOMIC_RELEASE);
     }
