@@ -740,6 +740,29 @@ def test_memory_no_container_can_be_tied_to_is_exported_and_reported_on_the_node
         exporter.stop()
 
 
+def test_memory_two_containers_may_hold_is_reported_with_the_pids_that_hold_the_gpu(tmp_path: Path) -> None:
+    """Two pods with fork orphans at once: the memory under the exited PIDs cannot be split
+    between them, so it stays unattributed; the node's Event names each container with the PIDs
+    that hold the GPU without an entry, the processes an operator looks at on the node (on the
+    H200 on 2026-12-05 it named an innocent pod beside forker, and nothing said which process)."""
+    node = Node(tmp_path)
+    first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
+    node.api.pods = [first, second]
+    node.give(first, 1000)
+    node.give(second, 1000)
+    forked_away(node, first, 4242, 5001, 600)
+    forked_away(node, first, 4243, 5003, 600)
+    node.backend.process_mib[GPUS[0].uuid][4244] = 600
+    cgroup_of(node.proc, 5002, second, "c" * 64, command="python3 keep.py")
+    started(node.proc, 5002, 9100, holds=GPU_FILES)
+    node.enforcer.check(now=0)
+    node.enforcer.check(now=10)
+    assert node.api.evictions == []
+    ((_node, reason, message),) = node.api.node_events
+    assert reason == "GPUMemoryUnattributed", message
+    assert "team/first/main (PID 5001, 5003)" in message and "team/second/main (PID 5002)" in message, message
+
+
 def test_a_gpu_whose_used_memory_cannot_be_read_is_still_judged_by_its_processes(tmp_path: Path) -> None:
     """The reconciliation reads each GPU's used memory; when NVML fails that call (a GPU fallen off
     the bus, a driver without it), the processes' memory is still judged and nothing is charged

@@ -52,12 +52,14 @@ class Orphan:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A container whose processes hold the GPU's device files with no live entry of their own;
-    `owner`: it with its quota (None: its quota cannot be known this check, so it is charged nothing)."""
+    """A process of a container that holds the GPU's device files with no live entry of its own;
+    `owner`: its container with its quota (None: its quota cannot be known this check, so it is
+    charged nothing)."""
 
     who: Container
     owner: Owner | None
     devices: frozenset[str]
+    pid: int = 0
 
 
 @dataclass
@@ -115,7 +117,11 @@ def holder(candidates: Iterable[Candidate]) -> tuple[Owner | None, list[str]]:
     candidates = list(candidates)
     cuda = [c for c in candidates if UVM in c.devices] or candidates
     owners = {c.who: c.owner for c in cuda}
-    named = sorted(str(who) for who in owners)
+    pids: dict[Container, list[int]] = {}
+    for c in cuda:
+        pids.setdefault(c.who, []).append(c.pid)
+    # Each container with the PIDs that made it one: what an operator looks at on the node.
+    named = sorted(f"{who} (PID {', '.join(str(p) for p in sorted(pids[who]))})" for who in owners)
     return (next(iter(owners.values())) if len(owners) == 1 else None), named
 
 

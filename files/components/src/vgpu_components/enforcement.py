@@ -179,7 +179,7 @@ class Enforcer:
                 continue
             owner = whose.owner(holder.pid)
             if owner is None or isinstance(owner, Owner):
-                found.append(Candidate(container, owner, holder.devices))
+                found.append(Candidate(container, owner, holder.devices, holder.pid))
         return found
 
     def _report(self, unattributed: Mapping[str, Unattributed], gpus: Mapping[str, nvml.Gpu]) -> None:
