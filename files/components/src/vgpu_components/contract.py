@@ -22,6 +22,7 @@ ANNOTATIONS = {
     "unit_mib": "unit-mib",
     "managed_by": "managed-by",
     "config_sha256": "config-sha256",
+    "image_sha256": "image-sha256",
 }
 LABELS = {
     "gpu_node": "gpu-node",

@@ -366,6 +366,26 @@ def test_pods_roll_when_the_configuration_changes(rendered):
     assert len(hashes) == 2
 
 
+def test_pods_roll_when_the_imported_image_changes_under_the_same_tag(tmp_path):
+    """The image is imported from a tarball under the collection's version as its tag; a rebuilt
+    image of the same version (a fix, a rebuilt base) was imported into containerd, but the
+    DaemonSets' pod templates did not change, so the components kept running the old image until
+    something restarted them, and one restarted by kubelet ran the new one beside old ones. The
+    tarball's digest in the pod template rolls them (image.yml sets it; none when pulled)."""
+    digests = {}
+    for name, digest in (("old", "a" * 64), ("new", "b" * 64), ("pulled", "")):
+        (tmp_path / name).mkdir()
+        docs = render(tmp_path / name, {"vgpu_kubernetes_flavour": "kubeadm", "vgpu_stack_image_digest": digest})
+        annotations = [
+            d["spec"]["template"]["metadata"]["annotations"]
+            for d in docs["components.yaml"]
+            if d["kind"] == "DaemonSet"
+        ]
+        assert len(annotations) == 4
+        digests[name] = {a.get("vgpu.io/image-sha256") for a in annotations}
+    assert digests == {"old": {"a" * 64}, "new": {"b" * 64}, "pulled": {None}}
+
+
 @pytest.mark.parametrize(
     ("case", "kubeconfig", "prefix", "port"),
     [
