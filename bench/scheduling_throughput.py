@@ -168,22 +168,48 @@ class BindWatch(threading.Thread):
             self.done.set()
 
 
-def extender_metrics() -> dict[str, float]:
-    """The extender's counters that explain its rate: refused binds, time and count per verb."""
+def extender_metrics() -> dict[str, Any]:
+    """The extender's counters that explain its rate: refused binds, time and count per verb, the
+    latency histogram's buckets per verb ({verb: {upper bound: count}}) and its resident memory."""
     text = cluster.extender_get("/metrics").decode()
     wanted = {
         'vgpu_extender_binds_total{outcome="error"}': "failed_binds",
         "vgpu_extender_connections_total": "connections",
+        "process_resident_memory_bytes": "rss_bytes",
     }
     for verb in VERBS:
         wanted[f'vgpu_extender_request_seconds_sum{{verb="{verb}"}}'] = f"{verb}_s"
         wanted[f'vgpu_extender_request_seconds_count{{verb="{verb}"}}'] = f"{verb}_n"
-    values = dict.fromkeys(wanted.values(), 0.0)
+    values: dict[str, Any] = dict.fromkeys(wanted.values(), 0.0)
+    values["buckets"] = buckets = {verb: {} for verb in VERBS}
     for line in text.splitlines():
         key, _sep, value = line.rpartition(" ")
         if key in wanted:
             values[wanted[key]] = float(value)
+        elif key.startswith("vgpu_extender_request_seconds_bucket{"):
+            labels = dict(part.split("=", 1) for part in key[key.index("{") + 1 : -1].split(","))
+            verb = labels.get("verb", "").strip('"')
+            if verb in buckets:
+                buckets[verb][float(labels["le"].strip('"'))] = float(value)
     return values
+
+
+def quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The q-quantile (seconds) of the requests counted between two reads of a histogram's
+    cumulative buckets, interpolated within its bucket as Prometheus' histogram_quantile does."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower  # beyond the last finite bucket: its bound is all that is known
+            return lower + (bound - lower) * (rank - below) / (count - below) if count > below else bound
+        lower, below = bound, count
+    return lower
 
 
 def run_once(
@@ -219,6 +245,10 @@ def run_once(
             spent = after[f"{verb}_s"] - before[f"{verb}_s"]
             result[f"{verb}_calls"] = int(calls)
             result[f"{verb}_mean_ms"] = round(1000 * spent / calls, 2) if calls else 0.0
+            for name, q in (("p50", 0.5), ("p99", 0.99)):
+                seconds = quantile(q, before["buckets"][verb], after["buckets"][verb]) if calls else None
+                result[f"{verb}_{name}_ms"] = round(1000 * seconds, 2) if seconds is not None else 0.0
+        result["extender_rss_mib"] = round(after["rss_bytes"] / 2**20, 1)
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     result["seconds"] = round(span, 3)
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
@@ -283,6 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster.ctl("start-scheduler")
 
     summary = summarize(results)
+    print_summary(summary)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"summary": summary, "runs": results}, indent=2) + "\n")
+    return 1 if any("error" in r for r in results) else 0
+
+
+def print_summary(summary: list[dict[str, Any]]) -> None:
+    """The table of rates and ratios, then the extender's latency and memory per node count and mode."""
     header = ("nodes", "mode", "median pods/s", "vs plain", "runs (pods/s)", "failed binds")
     print("\n{:>6} {:>17} {:>14} {:>9} {:>28} {:>13}".format(*header))
     for row in summary:
@@ -291,14 +330,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['nodes']:>6} {row['mode']:>17} {row['median_pods_per_s']:>14} {row['vs_plain']:>9.2f} "
             f"{runs:>28} {row['failed_binds']:>13}"
         )
+    for row in summary:
+        latency = [
+            f"{verb} p50 {row[f'{verb}_p50_ms']} ms p99 {row[f'{verb}_p99_ms']} ms"
+            for verb in VERBS
+            if f"{verb}_p50_ms" in row
+        ]
+        if latency:
+            rss = row.get("extender_rss_mib", 0.0)
+            print(f"{row['nodes']:>6} {row['mode']:>17}: {', '.join(latency)}; extender RSS {rss} MiB")
     late = [f"{row['nodes']} nodes {row['mode']}: {row['late']}" for row in summary if row["late"]]
     if late:
         # Their watch dropped and a list stamped them: those runs' rates lean on the list's time.
         print("pods seen bound only by a relist after a dropped watch: " + "; ".join(late))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"summary": summary, "runs": results}, indent=2) + "\n")
-    return 1 if any("error" in r for r in results) else 0
 
 
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -310,16 +354,25 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             runs = [r for r in results if r["nodes"] == nodes and r["mode"] == mode]
             medians[mode] = statistics.median(r["pods_per_s"] for r in runs)
             failed = sum(r.get("failed_binds", 0) for r in runs) if mode.startswith("extender") else "-"
-            rows.append(
-                {
-                    "nodes": nodes,
-                    "mode": mode,
-                    "median_pods_per_s": round(medians[mode], 1),
-                    "runs": [r["pods_per_s"] for r in runs],
-                    "failed_binds": failed,
-                    "late": sum(r["late"] for r in runs),
-                }
-            )
+            row = {
+                "nodes": nodes,
+                "mode": mode,
+                "median_pods_per_s": round(medians[mode], 1),
+                "runs": [r["pods_per_s"] for r in runs],
+                "failed_binds": failed,
+                "late": sum(r["late"] for r in runs),
+            }
+            # The extender's latency per verb it was called with (median over the runs) and its
+            # largest resident memory.
+            for verb in VERBS:
+                for name in ("p50", "p99"):
+                    key = f"{verb}_{name}_ms"
+                    values = [r[key] for r in runs if r.get(f"{verb}_calls")]
+                    if values:
+                        row[key] = round(statistics.median(values), 2)
+            if any("extender_rss_mib" in r for r in runs):
+                row["extender_rss_mib"] = max(r.get("extender_rss_mib", 0.0) for r in runs)
+            rows.append(row)
         for row in rows:
             if row["nodes"] == nodes:
                 plain = medians.get("plain", 0.0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.scheduling_throughput import summarize
+from bench.scheduling_throughput import quantile, summarize
 
 
 def run(nodes: int, mode: str, rate: float, late: int = 0, failed: int = 0) -> dict[str, object]:
@@ -29,3 +29,28 @@ def test_ratios_are_between_medians_per_node_count() -> None:
     assert extender["median_pods_per_s"] == 140.0 and extender["vs_plain"] == round(140 / 210, 3)
     assert (extender["failed_binds"], plain["failed_binds"], plain["late"]) == (3, "-", 4)
     assert rows[(100, "extender")]["vs_plain"] == 0.25  # each node count against its own plain
+
+
+def test_latency_quantiles_come_from_the_buckets_counted_during_the_run() -> None:
+    """p50 and p99 of the requests between two reads of the extender's cumulative histogram,
+    interpolated within a bucket as Prometheus does; requests before the run do not count."""
+    before = {0.001: 50.0, 0.002: 50.0, 0.005: 50.0, float("inf"): 50.0}
+    after = {0.001: 100.0, 0.002: 140.0, 0.005: 149.0, float("inf"): 150.0}  # 50 / 40 / 9 / 1 new
+    assert quantile(0.5, before, after) == 0.001  # the 50th of 100 is the last one under 1 ms
+    assert abs(quantile(0.25, before, after) - 0.0005) < 1e-12
+    assert abs(quantile(0.9, before, after) - 0.002) < 1e-12
+    assert quantile(0.995, before, after) == 0.005  # past the last finite bound: that bound
+    assert quantile(0.5, after, after) is None  # no request in the run
+
+
+def test_the_summary_carries_the_extenders_latency_and_memory() -> None:
+    results = []
+    for p50, rss in ((1.0, 80.0), (3.0, 95.5), (2.0, 90.0)):
+        result = run(1000, "extender", 100.0)
+        result.update({"bind_calls": 10, "bind_p50_ms": p50, "bind_p99_ms": 2 * p50, "extender_rss_mib": rss})
+        results.append(result)
+    results.append(run(1000, "plain", 200.0))
+    rows = {row["mode"]: row for row in summarize(results)}
+    assert (rows["extender"]["bind_p50_ms"], rows["extender"]["bind_p99_ms"]) == (2.0, 4.0)
+    assert rows["extender"]["extender_rss_mib"] == 95.5
+    assert "bind_p50_ms" not in rows["plain"] and "extender_rss_mib" not in rows["plain"]
