@@ -1,6 +1,6 @@
 """The extender process with every thread under cProfile: where a bind's time goes under a real load.
 
-    python bench/profile_extender.py OUT.pstats [--cpu | --threads] -- <the extender's arguments>
+    python bench/profile_extender.py OUT.pstats [--cpu | --threads] [--switch=S] -- <the extender's arguments>
 
 runs vgpu_components.extender's main() as `python -m vgpu_components.extender` would, with a
 profiler in the main thread and in every thread started after it (the HTTP loop, the bind workers,
@@ -9,7 +9,8 @@ into OUT.pstats and a summary is written next to it (OUT.txt): the top functions
 and who calls what under the bind verb. Wall-clock time by default (a thread's waits on the GIL, on
 the API server and on locks count in the function that waits); --cpu times each thread's own CPU.
 --threads runs no profiler: OUT.txt gets each thread's CPU seconds (user + system, from
-/proc/self/task) by its Python name, the shares without the profiler's overhead.
+/proc/self/task) by its Python name, the shares without the profiler's overhead. --switch=S sets
+the interpreter's GIL switch interval to S seconds (an experiment; VGPU_E2E_EXTENDER_SWITCH=S).
 
 tests/k8s starts the extender so when VGPU_E2E_EXTENDER_PROFILE names the output file
 (VGPU_E2E_EXTENDER_PROFILE_MODE=cpu or threads for --cpu or --threads), e.g. for a bench:

@@ -145,7 +145,7 @@ start_extender() {
     fi
     # VGPU_E2E_EXTENDER_PROFILE=FILE: every thread under cProfile, written to FILE at stop
     # (bench/profile_extender.py; VGPU_E2E_EXTENDER_PROFILE_MODE=cpu: CPU time instead of wall-clock,
-    # threads: no profiler, each thread's CPU seconds).
+    # threads: no profiler, each thread's CPU seconds; VGPU_E2E_EXTENDER_SWITCH=S: GIL switch interval).
     local run=(-m vgpu_components.extender)
     if [[ -n "${VGPU_E2E_EXTENDER_PROFILE:-}" ]]; then
         run=("$REPO_ROOT/bench/profile_extender.py" "$VGPU_E2E_EXTENDER_PROFILE")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.scheduling_throughput import quantile, summarize
 
 
@@ -37,8 +39,8 @@ def test_latency_quantiles_come_from_the_buckets_counted_during_the_run() -> Non
     before = {0.001: 50.0, 0.002: 50.0, 0.005: 50.0, float("inf"): 50.0}
     after = {0.001: 100.0, 0.002: 140.0, 0.005: 149.0, float("inf"): 150.0}  # 50 / 40 / 9 / 1 new
     assert quantile(0.5, before, after) == 0.001  # the 50th of 100 is the last one under 1 ms
-    assert abs(quantile(0.25, before, after) - 0.0005) < 1e-12
-    assert abs(quantile(0.9, before, after) - 0.002) < 1e-12
+    assert quantile(0.25, before, after) == pytest.approx(0.0005)
+    assert quantile(0.9, before, after) == pytest.approx(0.002)
     assert quantile(0.995, before, after) == 0.005  # past the last finite bound: that bound
     assert quantile(0.5, after, after) is None  # no request in the run
 

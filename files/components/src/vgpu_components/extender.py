@@ -15,11 +15,6 @@ from vgpu_components.scheduling import ClusterModel
 from vgpu_components.tls import TlsFiles
 
 log = logging.getLogger("vgpu.extender")
-# How long a thread may hold the interpreter lock while another waits for it (Python's default:
-# 5 ms). kube-scheduler waits on each filter in its one scheduling loop, and the loop thread that
-# answers it waited up to this long behind a bind worker or the pod watch each time it had blocked
-# on I/O; 0.5 ms raised the extender path's pods/s by a fifth on 2 cores (docs/benchmarks.md).
-SWITCH_INTERVAL_S = 0.0005
 
 
 COMPONENT = component.Component(
@@ -33,7 +28,6 @@ COMPONENT = component.Component(
 
 def run(started: component.Started) -> int:
     section = started.cfg["extender"]
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     model = ClusterModel(started.cfg["resource_prefix"], float(section["reservation_ttl_s"]))
     api: kube.ClusterApi | None = None
     try:
