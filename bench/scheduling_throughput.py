@@ -229,6 +229,24 @@ def quantile(q: float, before: dict[float, float], after: dict[float, float]) ->
     return lower
 
 
+def delete_run(core: Any, namespace: str) -> None:
+    """Delete a run's pods and namespace. A delete-collection of 10 000 pods can outlast
+    kube-apiserver's 60 s request timeout on a small machine (504); the namespace's deletion then
+    removes the rest, and the caller waits until they are gone."""
+    try:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    except ApiException as exc:
+        if exc.status != 504:
+            raise
+        print(f"deleting the pods of {namespace} timed out; the namespace's deletion removes the rest", file=sys.stderr)
+    core.delete_namespace(namespace)
+
+
+def cleanup_timeout(pods: int) -> float:
+    """Seconds to wait for a run's pods to go: 120, or 20 pods a second for large runs."""
+    return max(120.0, pods / 20)
+
+
 def run_once(
     core: Any, mode: str, nodes: int, *, pods: int, selector: dict[str, str], timeout: float
 ) -> dict[str, Any]:
@@ -274,8 +292,7 @@ def run_once(
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     result["seconds"] = round(span, 3)
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    core.delete_namespace(namespace)
+    delete_run(core, namespace)
     # The extender must see the deletions before the next run counts GPU memory again, and
     # kube-scheduler the claims' (they go with their pods).
     resource = client.ResourceV1Api(cluster.api_client())
@@ -285,7 +302,7 @@ def run_once(
             not core.list_namespaced_pod(namespace, limit=1).items
             and not resource.list_namespaced_resource_claim(namespace, limit=1).items
         ),
-        timeout=120,
+        timeout=cleanup_timeout(pods),
     )
     time.sleep(2)
     return result

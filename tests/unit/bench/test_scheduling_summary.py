@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from kubernetes.client.rest import ApiException
 
-from bench.scheduling_throughput import quantile, summarize
+from bench.scheduling_throughput import cleanup_timeout, delete_run, quantile, summarize
 
 
 def run(nodes: int, mode: str, rate: float, late: int = 0, failed: int = 0) -> dict[str, object]:
@@ -56,3 +57,28 @@ def test_the_summary_carries_the_extenders_latency_and_memory() -> None:
     assert (rows["extender"]["bind_p50_ms"], rows["extender"]["bind_p99_ms"]) == (2.0, 4.0)
     assert rows["extender"]["extender_rss_mib"] == 95.5
     assert "bind_p50_ms" not in rows["plain"] and "extender_rss_mib" not in rows["plain"]
+
+
+class SlowApi:
+    """Plays kube-apiserver's answers to a run's clean-up (a fake: the bench's clean-up of 10 000
+    pods needs a loaded control plane to time out; this records the calls instead)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def delete_collection_namespaced_pod(self, namespace: str, grace_period_seconds: int) -> None:
+        self.calls.append(f"delete pods of {namespace}")
+        raise ApiException(status=504, reason="Gateway Timeout")
+
+    def delete_namespace(self, namespace: str) -> None:
+        self.calls.append(f"delete namespace {namespace}")
+
+
+def test_a_clean_up_the_api_server_times_out_on_still_deletes_the_namespace() -> None:
+    """At 10 pods per node (10 000 pods a run) kube-apiserver answered the pods' delete-collection
+    with 504 after its 60 s, and the bench stopped before the extender's run; the namespace's
+    deletion removes the rest, which the bench then waits for."""
+    api = SlowApi()
+    delete_run(api, "bench-x")
+    assert api.calls == ["delete pods of bench-x", "delete namespace bench-x"]
+    assert cleanup_timeout(500) == 120 and cleanup_timeout(10000) == 500
