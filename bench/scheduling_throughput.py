@@ -168,22 +168,83 @@ class BindWatch(threading.Thread):
             self.done.set()
 
 
-def extender_metrics() -> dict[str, float]:
-    """The extender's counters that explain its rate: refused binds, time and count per verb."""
+def extender_metrics() -> dict[str, Any]:
+    """The extender's counters that explain its rate: refused binds, time and count per verb, the
+    latency histogram's buckets per verb ({verb: {upper bound: count}}) and its resident memory."""
     text = cluster.extender_get("/metrics").decode()
     wanted = {
         'vgpu_extender_binds_total{outcome="error"}': "failed_binds",
         "vgpu_extender_connections_total": "connections",
+        "process_resident_memory_bytes": "rss_bytes",
     }
     for verb in VERBS:
         wanted[f'vgpu_extender_request_seconds_sum{{verb="{verb}"}}'] = f"{verb}_s"
         wanted[f'vgpu_extender_request_seconds_count{{verb="{verb}"}}'] = f"{verb}_n"
-    values = dict.fromkeys(wanted.values(), 0.0)
+    values: dict[str, Any] = dict.fromkeys(wanted.values(), 0.0)
+    buckets: dict[str, dict[float, float]] = {verb: {} for verb in VERBS}
+    values["buckets"] = buckets
     for line in text.splitlines():
         key, _sep, value = line.rpartition(" ")
         if key in wanted:
             values[wanted[key]] = float(value)
+        elif key.startswith("vgpu_extender_request_seconds_bucket{"):
+            labels = dict(part.split("=", 1) for part in key[key.index("{") + 1 : -1].split(","))
+            verb = labels.get("verb", "").strip('"')
+            if verb in buckets:
+                buckets[verb][float(labels["le"].strip('"'))] = float(value)
     return values
+
+
+def apiserver_binds() -> tuple[float, float]:
+    """(seconds, count) kube-apiserver has spent on Bindings so far: its own time per bind, the
+    same in every mode, which the extender's bind time contains."""
+    api = cluster.api_client()
+    response = api.call_api(*api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"]), _request_timeout=30)
+    seconds = count = 0.0
+    for line in response.read().decode().splitlines():
+        if 'verb="POST"' in line and 'resource="pods"' in line and 'subresource="binding"' in line:
+            key, _sep, value = line.rpartition(" ")
+            if key.startswith("apiserver_request_duration_seconds_sum{"):
+                seconds += float(value)
+            elif key.startswith("apiserver_request_duration_seconds_count{"):
+                count += float(value)
+    return seconds, count
+
+
+def quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The q-quantile (seconds) of the requests counted between two reads of a histogram's
+    cumulative buckets, interpolated within its bucket as Prometheus' histogram_quantile does."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower  # beyond the last finite bucket: its bound is all that is known
+            return lower + (bound - lower) * (rank - below) / (count - below) if count > below else bound
+        lower, below = bound, count
+    return lower
+
+
+def delete_run(core: Any, namespace: str) -> None:
+    """Delete a run's pods and namespace. A delete-collection of 10 000 pods can outlast
+    kube-apiserver's 60 s request timeout on a small machine (504); the namespace's deletion then
+    removes the rest, and the caller waits until they are gone."""
+    try:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    except ApiException as exc:
+        if exc.status != 504:
+            raise
+        print(f"deleting the pods of {namespace} timed out; the namespace's deletion removes the rest", file=sys.stderr)
+    core.delete_namespace(namespace)
+
+
+def cleanup_timeout(pods: int) -> float:
+    """Seconds to wait for a run's pods to go: 120, or 20 pods a second for large runs."""
+    return max(120.0, pods / 20)
 
 
 def run_once(
@@ -203,12 +264,17 @@ def run_once(
     watcher = BindWatch(namespace, pods, rv, timeout)
     watcher.start()
     before = extender_metrics()
+    binds_before = apiserver_binds()
     cluster.ctl("start-scheduler", str(cluster.STATE_DIR / MODES[mode]))
     finished = watcher.done.wait(timeout + 30)
     times = sorted(watcher.bound.values())
     result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times), "late": watcher.late}
     if not finished or len(times) < pods:
         result["error"] = f"only {len(times)} of {pods} pods bound within {timeout:.0f} s"
+    binds_after = apiserver_binds()
+    bound_calls = binds_after[1] - binds_before[1]
+    if bound_calls:
+        result["apiserver_bind_mean_ms"] = round(1000 * (binds_after[0] - binds_before[0]) / bound_calls, 2)
     if mode.startswith("extender"):
         after = extender_metrics()
         # Binds the extender refused because the GPU filled up after filter said it fit.
@@ -219,11 +285,14 @@ def run_once(
             spent = after[f"{verb}_s"] - before[f"{verb}_s"]
             result[f"{verb}_calls"] = int(calls)
             result[f"{verb}_mean_ms"] = round(1000 * spent / calls, 2) if calls else 0.0
+            for name, q in (("p50", 0.5), ("p99", 0.99)):
+                seconds = quantile(q, before["buckets"][verb], after["buckets"][verb]) if calls else None
+                result[f"{verb}_{name}_ms"] = round(1000 * seconds, 2) if seconds is not None else 0.0
+        result["extender_rss_mib"] = round(after["rss_bytes"] / 2**20, 1)
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     result["seconds"] = round(span, 3)
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    core.delete_namespace(namespace)
+    delete_run(core, namespace)
     # The extender must see the deletions before the next run counts GPU memory again, and
     # kube-scheduler the claims' (they go with their pods).
     resource = client.ResourceV1Api(cluster.api_client())
@@ -233,7 +302,7 @@ def run_once(
             not core.list_namespaced_pod(namespace, limit=1).items
             and not resource.list_namespaced_resource_claim(namespace, limit=1).items
         ),
-        timeout=120,
+        timeout=cleanup_timeout(pods),
     )
     time.sleep(2)
     return result
@@ -283,6 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster.ctl("start-scheduler")
 
     summary = summarize(results)
+    print_summary(summary)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"summary": summary, "runs": results}, indent=2) + "\n")
+    return 1 if any("error" in r for r in results) else 0
+
+
+def print_summary(summary: list[dict[str, Any]]) -> None:
+    """The table of rates and ratios, then the extender's latency and memory per node count and mode."""
     header = ("nodes", "mode", "median pods/s", "vs plain", "runs (pods/s)", "failed binds")
     print("\n{:>6} {:>17} {:>14} {:>9} {:>28} {:>13}".format(*header))
     for row in summary:
@@ -291,14 +369,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['nodes']:>6} {row['mode']:>17} {row['median_pods_per_s']:>14} {row['vs_plain']:>9.2f} "
             f"{runs:>28} {row['failed_binds']:>13}"
         )
+    for row in summary:
+        latency = [
+            f"{verb} p50 {row[f'{verb}_p50_ms']} ms p99 {row[f'{verb}_p99_ms']} ms"
+            for verb in VERBS
+            if f"{verb}_p50_ms" in row
+        ]
+        if latency:
+            rss = row.get("extender_rss_mib", 0.0)
+            print(f"{row['nodes']:>6} {row['mode']:>17}: {', '.join(latency)}; extender RSS {rss} MiB")
     late = [f"{row['nodes']} nodes {row['mode']}: {row['late']}" for row in summary if row["late"]]
     if late:
         # Their watch dropped and a list stamped them: those runs' rates lean on the list's time.
         print("pods seen bound only by a relist after a dropped watch: " + "; ".join(late))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"summary": summary, "runs": results}, indent=2) + "\n")
-    return 1 if any("error" in r for r in results) else 0
 
 
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -310,16 +393,25 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             runs = [r for r in results if r["nodes"] == nodes and r["mode"] == mode]
             medians[mode] = statistics.median(r["pods_per_s"] for r in runs)
             failed = sum(r.get("failed_binds", 0) for r in runs) if mode.startswith("extender") else "-"
-            rows.append(
-                {
-                    "nodes": nodes,
-                    "mode": mode,
-                    "median_pods_per_s": round(medians[mode], 1),
-                    "runs": [r["pods_per_s"] for r in runs],
-                    "failed_binds": failed,
-                    "late": sum(r["late"] for r in runs),
-                }
-            )
+            row = {
+                "nodes": nodes,
+                "mode": mode,
+                "median_pods_per_s": round(medians[mode], 1),
+                "runs": [r["pods_per_s"] for r in runs],
+                "failed_binds": failed,
+                "late": sum(r["late"] for r in runs),
+            }
+            # The extender's latency per verb it was called with (median over the runs) and its
+            # largest resident memory.
+            for verb in VERBS:
+                for name in ("p50", "p99"):
+                    key = f"{verb}_{name}_ms"
+                    values = [r[key] for r in runs if r.get(f"{verb}_calls")]
+                    if values:
+                        row[key] = round(statistics.median(values), 2)
+            if any("extender_rss_mib" in r for r in runs):
+                row["extender_rss_mib"] = max(r.get("extender_rss_mib", 0.0) for r in runs)
+            rows.append(row)
         for row in rows:
             if row["nodes"] == nodes:
                 plain = medians.get("plain", 0.0)

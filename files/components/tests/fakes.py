@@ -747,6 +747,7 @@ class RecordingApiServer(ThreadingHTTPServer):
         self.watch_lines: list[dict[str, Any]] = []
         self.watch_delay_s = 0.0  # how long a watch stays open before it ends
         self.nodes: list[dict[str, Any]] = [NODE]
+        self.binding_status = 201  # what a Binding is answered with (409: the pod is bound already)
         super().__init__(("127.0.0.1", 0), _ApiHandler)
 
 
@@ -801,7 +802,11 @@ class _ApiHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self._record()
         if self.path.endswith("/binding"):
-            self._reply(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+            code = self.server.binding_status
+            self._reply(
+                code,
+                {"kind": "Status", "apiVersion": "v1", "status": "Success" if code < 300 else "Failure", "code": code},
+            )
         else:
             self._reply(201, body)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fakes import NODE, RecordingApiServer
+from kubernetes.client.rest import ApiException
 from vgpu_components import kube
 from vgpu_components.kube import Gone, KubeClusterApi
 
@@ -49,6 +50,21 @@ def test_binds_reuse_one_connection(apiserver: tuple[RecordingApiServer, Any]) -
     for i in range(5):
         api.bind("default", f"p{i}", f"uid-{i}", "gpu-a", {})
     assert len(server.requests) == 5 and len(server.clients) == 1
+
+
+def test_a_refused_bind_raises_with_the_api_servers_answer(apiserver: tuple[RecordingApiServer, Any]) -> None:
+    """The extender releases the GPU it reserved only when the bind raises: a Binding the API
+    server refuses (409: the pod is bound already) must raise with its status, and leave the
+    connection usable for the next bind."""
+    server, api_client = apiserver
+    api = KubeClusterApi(api_client)
+    server.binding_status = 409
+    with pytest.raises(ApiException) as refused:
+        api.bind("default", "p", "uid-1", "gpu-a", {})
+    assert refused.value.status == 409 and "Failure" in str(refused.value.body)
+    server.binding_status = 201
+    api.bind("default", "p", "uid-1", "gpu-a", {})
+    assert len(server.clients) == 1
 
 
 def test_an_expired_watch_means_list_again(apiserver: tuple[RecordingApiServer, Any]) -> None:

@@ -143,8 +143,18 @@ start_extender() {
         config="$STATE_DIR/vgpu-config-plain.yaml"
         touch "$STATE_DIR/extender-plain"
     fi
+    # VGPU_E2E_EXTENDER_PROFILE=FILE: every thread under cProfile, written to FILE at stop
+    # (bench/profile_extender.py; VGPU_E2E_EXTENDER_PROFILE_MODE=cpu: CPU time instead of wall-clock,
+    # threads: no profiler, each thread's CPU seconds; VGPU_E2E_EXTENDER_SWITCH=S: GIL switch interval).
+    local run=(-m vgpu_components.extender)
+    if [[ -n "${VGPU_E2E_EXTENDER_PROFILE:-}" ]]; then
+        run=("$REPO_ROOT/bench/profile_extender.py" "$VGPU_E2E_EXTENDER_PROFILE")
+        [[ -z "${VGPU_E2E_EXTENDER_PROFILE_MODE:-}" ]] || run+=("--$VGPU_E2E_EXTENDER_PROFILE_MODE")
+        [[ -z "${VGPU_E2E_EXTENDER_SWITCH:-}" ]] || run+=("--switch=$VGPU_E2E_EXTENDER_SWITCH")
+        run+=(--)
+    fi
     start_proc extender env PYTHONPATH="$COMPONENTS_SRC" NODE_NAME=control-plane \
-        "$VENV/bin/python" -m vgpu_components.extender \
+        "$VENV/bin/python" "${run[@]}" \
         --config "$config" --kubeconfig "${VGPU_E2E_EXTENDER_KUBECONFIG:-$STATE_DIR/extender.kubeconfig}"
     # /readyz: nodes and pods are listed, so the model is complete before the scheduler asks.
     if [[ -n "${VGPU_E2E_EXTENDER_TLS_DIR:-}" ]]; then

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from bench.scheduling_throughput import summarize
+import pytest
+from kubernetes.client.rest import ApiException
+
+from bench.scheduling_throughput import cleanup_timeout, delete_run, quantile, summarize
 
 
 def run(nodes: int, mode: str, rate: float, late: int = 0, failed: int = 0) -> dict[str, object]:
@@ -29,3 +32,53 @@ def test_ratios_are_between_medians_per_node_count() -> None:
     assert extender["median_pods_per_s"] == 140.0 and extender["vs_plain"] == round(140 / 210, 3)
     assert (extender["failed_binds"], plain["failed_binds"], plain["late"]) == (3, "-", 4)
     assert rows[(100, "extender")]["vs_plain"] == 0.25  # each node count against its own plain
+
+
+def test_latency_quantiles_come_from_the_buckets_counted_during_the_run() -> None:
+    """p50 and p99 of the requests between two reads of the extender's cumulative histogram,
+    interpolated within a bucket as Prometheus does; requests before the run do not count."""
+    before = {0.001: 50.0, 0.002: 50.0, 0.005: 50.0, float("inf"): 50.0}
+    after = {0.001: 100.0, 0.002: 140.0, 0.005: 149.0, float("inf"): 150.0}  # 50 / 40 / 9 / 1 new
+    assert quantile(0.5, before, after) == 0.001  # the 50th of 100 is the last one under 1 ms
+    assert quantile(0.25, before, after) == pytest.approx(0.0005)
+    assert quantile(0.9, before, after) == pytest.approx(0.002)
+    assert quantile(0.995, before, after) == 0.005  # past the last finite bound: that bound
+    assert quantile(0.5, after, after) is None  # no request in the run
+
+
+def test_the_summary_carries_the_extenders_latency_and_memory() -> None:
+    results = []
+    for p50, rss in ((1.0, 80.0), (3.0, 95.5), (2.0, 90.0)):
+        result = run(1000, "extender", 100.0)
+        result.update({"bind_calls": 10, "bind_p50_ms": p50, "bind_p99_ms": 2 * p50, "extender_rss_mib": rss})
+        results.append(result)
+    results.append(run(1000, "plain", 200.0))
+    rows = {row["mode"]: row for row in summarize(results)}
+    assert (rows["extender"]["bind_p50_ms"], rows["extender"]["bind_p99_ms"]) == (2.0, 4.0)
+    assert rows["extender"]["extender_rss_mib"] == 95.5
+    assert "bind_p50_ms" not in rows["plain"] and "extender_rss_mib" not in rows["plain"]
+
+
+class SlowApi:
+    """Plays kube-apiserver's answers to a run's clean-up (a fake: the bench's clean-up of 10 000
+    pods needs a loaded control plane to time out; this records the calls instead)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def delete_collection_namespaced_pod(self, namespace: str, grace_period_seconds: int) -> None:
+        self.calls.append(f"delete pods of {namespace}")
+        raise ApiException(status=504, reason="Gateway Timeout")
+
+    def delete_namespace(self, namespace: str) -> None:
+        self.calls.append(f"delete namespace {namespace}")
+
+
+def test_a_clean_up_the_api_server_times_out_on_still_deletes_the_namespace() -> None:
+    """At 10 pods per node (10 000 pods a run) kube-apiserver answered the pods' delete-collection
+    with 504 after its 60 s, and the bench stopped before the extender's run; the namespace's
+    deletion removes the rest, which the bench then waits for."""
+    api = SlowApi()
+    delete_run(api, "bench-x")
+    assert api.calls == ["delete pods of bench-x", "delete namespace bench-x"]
+    assert cleanup_timeout(500) == 120 and cleanup_timeout(10000) == 500
