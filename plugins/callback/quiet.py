@@ -130,7 +130,7 @@ class CallbackModule(DefaultCallbackModule):
         shown = dict(result.result)
         message = shown.get("msg")
         if isinstance(message, str) and message.startswith(_TASK_FAILED):  # ansible-core 2.19's prefix
-            shown["msg"] = message[len(_TASK_FAILED):]
+            shown["msg"] = message.split(_TASK_FAILED, 1)[1]
         shown.pop("unreachable", None)
         text = format_failure("unreachable: [%s]" % self.host_label(result), shown)
         self._display.display(text, color=C.COLOR_UNREACHABLE, stderr=self.get_option("display_failed_stderr"))
