@@ -123,9 +123,11 @@ if [[ -n $upgrade_from ]]; then
     "$here/previous-release.sh" "$upgrade_from" "$state/previous"
     provisioner=$state/previous/checkout
 fi
-# The node's disk holds the provisioning release's bundle.
-VGPU_E2E_BUNDLE=${upgrade_from:+$state/previous/bundle} "$here/node.sh" down >/dev/null
-VGPU_E2E_BUNDLE=${upgrade_from:+$state/previous/bundle} "$here/node.sh" up
+# The node's disk holds the provisioning release's bundle (this tree's, unless upgrading).
+node_bundle=$VGPU_E2E_BUNDLE
+[[ -z $upgrade_from ]] || node_bundle=$state/previous/bundle
+VGPU_E2E_BUNDLE=$node_bundle "$here/node.sh" down >/dev/null
+VGPU_E2E_BUNDLE=$node_bundle "$here/node.sh" up
 play fake-gpu "$here/fake_gpu.yml"
 # What a clean clone of this working tree (or the earlier release) holds, uncommitted changes too, a
 # git repository as the operator's clone is; the node's `make site` builds its own virtualenv and
