@@ -842,3 +842,29 @@ def test_the_command_line_catches_a_given_process_over_its_quota(
     assert "holds 2000 MiB" in lines[-1]["violation"]
     backend.process_mib[GPUS[0].uuid][os.getpid()] = 1400  # within quota + one context
     assert ground_truth.main([*args, "--until-violation", "--duration", "1"]) == 1
+
+
+def test_a_pod_starting_beside_fork_orphans_is_a_candidate_only_until_its_entry_shows(tmp_path: Path) -> None:
+    """The H200 run of 2026-12-05: the innocent pod's process had opened the GPU 2 s before the
+    monitor's check and NVML did not list it yet, so the first check named it beside forker and
+    charged nobody. Once its entry shows, forker is the one holder and is charged."""
+    node = Node(tmp_path)
+    forker = gpu_pod("forker", 10, container_id=CID)
+    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
+    node.api.pods = [forker, innocent]
+    node.give(forker, 1000)
+    node.give(innocent, 1000)
+    for dead, keeper in ((4242, 5001), (4243, 5002), (4244, 5003)):
+        forked_away(node, forker, dead, keeper, 1118)
+    cgroup_of(node.proc, 4242, innocent, "c" * 64, command="sleep 600")
+    started(node.proc, 4242, 99999)  # the reused PID: no GPU file
+    cgroup_of(node.proc, 6000, innocent, "c" * 64, command="vgpu-memory-usage 300 600")
+    started(node.proc, 6000, 8000, holds=GPU_FILES)  # its context not yet listed by NVML
+    node.enforcer.check(now=0)
+    assert node.api.evictions == []
+    ((_node, _reason, message),) = node.api.node_events
+    assert "team/forker/main (PID 5001, 5002, 5003)" in message and "team/innocent/main (PID 6000)" in message
+    node.backend.process_mib[GPUS[0].uuid][6000] = 818  # NVML lists it now
+    node.enforcer.check(now=5)
+    node.enforcer.check(now=20)
+    assert node.api.evictions == [("team", "forker")]
