@@ -9,6 +9,7 @@ kube-apiserver, and tests/gpu/ground_truth.sh runs the detection against the rea
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -868,3 +869,29 @@ def test_a_pod_starting_beside_fork_orphans_is_a_candidate_only_until_its_entry_
     node.enforcer.check(now=5)
     node.enforcer.check(now=20)
     assert node.api.evictions == [("team", "forker")]
+
+
+def test_memory_left_unattributed_is_logged_again_when_what_the_monitor_finds_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One Event per gap, but the log follows it: when the candidates change while the memory
+    stays unattributed, a line says what the check found now (on the H200 the one Event was
+    written 2 s after a pod started, and nothing showed what the next 150 s of checks saw)."""
+    node = Node(tmp_path)
+    first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
+    node.api.pods = [first, second]
+    node.give(first, 1000)
+    node.give(second, 1000)
+    forked_away(node, first, 4242, 5001, 600)
+    node.backend.process_mib[GPUS[0].uuid][4243] = 600
+    cgroup_of(node.proc, 5002, second, "c" * 64, command="python3 keep.py")
+    started(node.proc, 5002, 9100, holds=GPU_FILES)
+    with caplog.at_level(logging.WARNING, logger="vgpu.monitor"):
+        node.enforcer.check(now=0)
+        node.enforcer.check(now=5)  # the same: no new line
+        cgroup_of(node.proc, 5003, second, "c" * 64, command="python3 keep.py")
+        started(node.proc, 5003, 9200, holds=GPU_FILES)
+        node.enforcer.check(now=10)
+    lines = [r.getMessage() for r in caplog.records if "held by no container" in r.getMessage()]
+    assert len(lines) == 2 and len(node.api.node_events) == 1, lines
+    assert "still unattributed" in lines[1] and "team/second/main (PID 5002, 5003)" in lines[1], lines

@@ -96,7 +96,7 @@ class Enforcer:
         self.check_errors = 0
         self.unreadable_processes = 0  # processes whose descriptors a scan could not read, in all
         self._pods_by_uid: dict[str, dict[str, Any]] = {}
-        self._reported_gaps: set[str] = set()
+        self._reported_gaps: dict[str, str] = {}  # GPU: what its last report said
 
     # --- one check ------------------------------------------------------------------------------
     def check(self, now: float | None = None) -> list[Violation]:
@@ -184,23 +184,30 @@ class Enforcer:
 
     def _report(self, unattributed: Mapping[str, Unattributed], gpus: Mapping[str, nvml.Gpu]) -> None:
         """A log line and an Event on the node for each GPU whose unattributed memory passes the
-        tolerance, once while it does."""
-        over = {gpu for gpu, gap in unattributed.items() if gap.bytes > self.tolerance_bytes}
-        for uuid in sorted(over - self._reported_gaps):
+        tolerance, once while it does; a log line again whenever what the monitor found about it
+        changes (the candidates, the PIDs), so the log shows what each check saw."""
+        reported: dict[str, str] = {}
+        for uuid in sorted(gpu for gpu, gap in unattributed.items() if gap.bytes > self.tolerance_bytes):
             gap = unattributed[uuid]
             index = gpus[uuid].index if uuid in gpus else "?"
-            message = (
-                f"GPU {index} ({uuid}): {gap.bytes // MIB} MiB of GPU memory is held by no container the monitor "
-                f"can tie it to ({'; '.join(gap.reasons)}). Find who holds the GPU on the node: "
-                "fuser -v /dev/nvidia*"
+            found = (
+                f"{gap.bytes // MIB} MiB of GPU memory is held by no container the monitor can tie it to "
+                f"({'; '.join(gap.reasons)})"
             )
+            reported[uuid] = found
+            if self._reported_gaps.get(uuid) == found:
+                continue
+            if uuid in self._reported_gaps:
+                log.warning("GPU %s (%s): still unattributed, now %s", index, uuid, found)
+                continue
+            message = f"GPU {index} ({uuid}): {found}. Find who holds the GPU on the node: fuser -v /dev/nvidia*"
             log.warning("%s", message)
             if self.pods is not None:
                 try:
                     self.pods.node_event(self.node, "GPUMemoryUnattributed", message)
                 except Exception as exc:
                     log.warning("could not post event GPUMemoryUnattributed on node %s: %s", self.node, exc)
-        self._reported_gaps = over
+        self._reported_gaps = reported
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):
