@@ -296,7 +296,9 @@ def main() -> None:
         quota_mib=quota_mib,
         use_mib=use_mib,
         app_rc=outcome["app_rc"],
-        app_error=outcome["app_stderr"] or outcome["app_stdout"],
+        # Both streams: the app names its CUDA error on standard output, and another library may
+        # write to standard error first.
+        app_error="\n".join(text.strip() for text in (outcome["app_stdout"], outcome["app_stderr"]) if text.strip()),
         samples=outcome["samples"],
     )
     result.update(verdict)

@@ -93,3 +93,23 @@ def test_1200_mib_are_refused_under_a_1000_mib_quota(node, capsys):
     assert result["enforced"] is True, result
     assert result["expected"] == "refuse"
     assert "CUDA_ERROR_OUT_OF_MEMORY" in result["error"]
+
+
+def test_the_refusal_is_named_when_something_else_writes_to_standard_error(node, capsys, tmp_path):
+    """The app prints its CUDA error on standard output; a line another library writes to
+    standard error (here a wrapper's; in make test, gRPC's fork handler of the pytest worker:
+    "epoll_wait error: Bad file descriptor") was taken for the whole error text, and the refusal
+    was not named."""
+    prefix = tmp_path / "prefix"
+    prefix.mkdir()
+    for item in node.iterdir():
+        (prefix / item.name).symlink_to(item)
+    (prefix / "vgpu-memory-usage").unlink()
+    wrapper = prefix / "vgpu-memory-usage"
+    wrapper.write_text(
+        f'#!/bin/sh\necho "E1205 some library: unrelated noise" >&2\nexec {node}/vgpu-memory-usage "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    result = run(capsys, {"prefix": str(prefix), "quota": "1000MiB", "use": "1200MiB", "hold_seconds": 1})
+    assert result["enforced"] is True, result
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in result["error"], result
