@@ -615,6 +615,7 @@ class FakeClusterApi:
         self.fail_bind = False
         self.node_reads: list[str] = []  # nodes whose pods the extender read again before refusing
         self.fail_reads = False
+        self.unlisted: set[str] = set()  # pod uids a read of a node's pods misses (a read behind)
         self.budgets: list[dict[str, Any]] = []  # PodDisruptionBudgets
         self.pod_events: list[tuple[str, str, str]] = []  # (namespace/name, reason, message)
 
@@ -629,7 +630,11 @@ class FakeClusterApi:
         self.node_reads.append(node)
         if self.fail_reads:
             raise ApiException(status=503, reason="the API server is unavailable")
-        return [p for p in self.pods.values() if (p.get("spec") or {}).get("nodeName") == node]
+        return [
+            p
+            for p in self.pods.values()
+            if (p.get("spec") or {}).get("nodeName") == node and p["metadata"]["uid"] not in self.unlisted
+        ]
 
     def list(self, kind: str) -> tuple[list[dict[str, Any]], str]:
         self.lists[kind] += 1
@@ -643,6 +648,8 @@ class FakeClusterApi:
             yield item
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        if (namespace, name) not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
         return self.pods[(namespace, name)]
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:

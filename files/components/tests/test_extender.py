@@ -122,6 +122,25 @@ def test_a_pod_bound_and_deleted_before_the_watch_showed_it_bound_frees_its_gpu_
     assert "uid-big-2" not in cluster.extender.model.placements
 
 
+def test_a_read_again_that_misses_a_bound_pod_never_frees_its_gpu(cluster: Scheduler) -> None:
+    """tests/k8s (CI, 2026-12-05): right after our bind of w02 returned, a read of the node's pods
+    for a refusal's recheck did not list it; its reservation was dropped and w04 was bound onto the
+    same GPU. A pod the read misses frees its GPU only when the API says it is gone."""
+    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
+    big2 = pod_obj("big-2", 8000)
+    cluster.api.pods[("default", "big-2")] = big2
+    cluster.extender.model.set_pod(big2)
+    bind = {"PodName": "big-2", "PodNamespace": "default", "PodUID": "uid-big-2", "Node": "gpu-a"}
+    assert cluster.post("/gpushare-scheduler/bind", bind) == (200, {"Error": ""})
+    big2["spec"]["nodeName"] = "gpu-a"  # bound in the API; its watch event has not come yet
+    cluster.api.unlisted.add("uid-big-2")  # and the read of gpu-a's pods misses it
+    args = {"Pod": pod_obj("big-3", 8000), "Nodes": None, "NodeNames": ["gpu-a"]}
+    status, result = cluster.post("/filter", args)
+    assert status == 200, result
+    assert result["NodeNames"] == [], result
+    assert "uid-big-2" in cluster.extender.model.placements
+
+
 def test_a_reservation_whose_bind_is_in_flight_survives_a_read_again(cluster: Scheduler) -> None:
     """A read that started before our bind finished may not list the pod: its reservation stays
     (dropping it would let two pods onto the same memory)."""

@@ -337,19 +337,34 @@ class ClusterModel:
                 self._bulk = False
             self._recount_all()
 
-    def replace_node_pods(self, node: str, pods: Iterable[Mapping[str, Any]], *, read_at: float) -> bool:
+    def unlisted(self, node: str, pods: Iterable[Mapping[str, Any]], read_at: float) -> list[Placement]:
+        """The placements on the node that a read of its pods started at `read_at` should have
+        listed and did not: gone, or the read was behind (the caller asks the API about each)."""
+        listed = {str((pod.get("metadata") or {}).get("uid", "")) for pod in pods}
+        with self.lock:
+            return [
+                p
+                for uid, p in self.placements.items()
+                if p.node == node and uid not in listed and self.listed_if_present(p, read_at)
+            ]
+
+    def replace_node_pods(
+        self, node: str, pods: Iterable[Mapping[str, Any]], *, read_at: float, keep: Iterable[str] = ()
+    ) -> bool:
         """Set the pods placed on one node from a fresh read of them, started at `read_at` (monotonic;
         the extender checks a refusal this way). True when what the node's GPUs hold changed.
 
         A reservation survives unless its bind had finished before the read started (the API then
-        lists the pod unless it was deleted). The watch may still deliver events older than the
+        lists the pod unless it was deleted); the placements in `keep` (pods the API still has,
+        that the read missed) survive too. The watch may still deliver events older than the
         read: those only add back a pod that has gone, until its deletion follows, so the model
         errs towards full, never towards free."""
+        kept = set(keep)
         with self.lock:
             before = {uid: p for uid, p in self.placements.items() if p.node == node}
             listed = {str((pod.get("metadata") or {}).get("uid", "")): pod for pod in pods}
             for uid, placement in before.items():
-                if uid not in listed and self.listed_if_present(placement, read_at):
+                if uid not in listed and uid not in kept and self.listed_if_present(placement, read_at):
                     del self.placements[uid]
             self._bulk = True
             try:
