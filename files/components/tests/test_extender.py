@@ -100,6 +100,18 @@ def test_a_refusal_the_api_cannot_confirm_is_an_error_kube_scheduler_retries_aft
     assert cluster.api.node_reads == ["gpu-a"]
 
 
+def bound_before_the_watch_shows_it(cluster: Scheduler) -> dict[str, Any]:
+    """gpu-a holds big-1, and big-2 (8000 MiB each) that our bind just placed: the watch has shown
+    neither big-2's bind nor anything after it. Returns big-2 as the API has it."""
+    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
+    big2 = pod_obj("big-2", 8000)
+    cluster.api.pods[("default", "big-2")] = big2
+    cluster.extender.model.set_pod(big2)
+    bind = {"PodName": "big-2", "PodNamespace": "default", "PodUID": "uid-big-2", "Node": "gpu-a"}
+    assert cluster.post("/gpushare-scheduler/bind", bind) == (200, {"Error": ""})
+    return big2
+
+
 def test_a_pod_bound_and_deleted_before_the_watch_showed_it_bound_frees_its_gpu_at_the_next_try(
     cluster: Scheduler,
 ) -> None:
@@ -107,12 +119,7 @@ def test_a_pod_bound_and_deleted_before_the_watch_showed_it_bound_frees_its_gpu_
     that (a loaded API server delays the watch), kube-scheduler retries the turned-away pod once, on
     the deletion: the refusal is read again from the API, which no longer lists the pod, so the
     reservation of a finished bind is dropped and the pod placed."""
-    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
-    big2 = pod_obj("big-2", 8000)
-    cluster.api.pods[("default", "big-2")] = big2
-    cluster.extender.model.set_pod(big2)
-    bind = {"PodName": "big-2", "PodNamespace": "default", "PodUID": "uid-big-2", "Node": "gpu-a"}
-    assert cluster.post("/gpushare-scheduler/bind", bind) == (200, {"Error": ""})
+    bound_before_the_watch_shows_it(cluster)
     assert cluster.extender.model.placements["uid-big-2"].reserved_at is not None  # the watch is behind
     del cluster.api.pods[("default", "big-2")]  # bound, then deleted; the watch has shown neither
     args = {"Pod": pod_obj("big-3", 8000), "Nodes": None, "NodeNames": ["gpu-a"]}
@@ -126,12 +133,7 @@ def test_a_read_again_that_misses_a_bound_pod_never_frees_its_gpu(cluster: Sched
     """tests/k8s (CI, 2026-12-05): right after our bind of w02 returned, a read of the node's pods
     for a refusal's recheck did not list it; its reservation was dropped and w04 was bound onto the
     same GPU. A pod the read misses frees its GPU only when the API says it is gone."""
-    cluster.schedule(pod_obj("big-1", 8000), ["gpu-a"])
-    big2 = pod_obj("big-2", 8000)
-    cluster.api.pods[("default", "big-2")] = big2
-    cluster.extender.model.set_pod(big2)
-    bind = {"PodName": "big-2", "PodNamespace": "default", "PodUID": "uid-big-2", "Node": "gpu-a"}
-    assert cluster.post("/gpushare-scheduler/bind", bind) == (200, {"Error": ""})
+    big2 = bound_before_the_watch_shows_it(cluster)
     big2["spec"]["nodeName"] = "gpu-a"  # bound in the API; its watch event has not come yet
     cluster.api.unlisted.add("uid-big-2")  # and the read of gpu-a's pods misses it
     args = {"Pod": pod_obj("big-3", 8000), "Nodes": None, "NodeNames": ["gpu-a"]}

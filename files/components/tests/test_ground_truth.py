@@ -628,6 +628,21 @@ def bystanders(node: Node) -> dict[str, Any]:
     return honest
 
 
+def two_pods(node: Node) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pods `first` (container CID) and `second` (container "c" * 64), 1000 MiB each."""
+    first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
+    node.api.pods = [first, second]
+    node.give(first, 1000)
+    node.give(second, 1000)
+    return first, second
+
+
+def holds_unlisted(node: Node, pod: dict[str, Any], pid: int, start: int) -> None:
+    """A process of `second`'s container (two_pods) holds the GPU's files with no NVML entry."""
+    cgroup_of(node.proc, pid, pod, "c" * 64, command="python3 keep.py")
+    started(node.proc, pid, start, holds=GPU_FILES)
+
+
 def test_memory_under_exited_pids_is_charged_to_the_container_whose_processes_hold_the_gpu(tmp_path: Path) -> None:
     """Issue 38 item 2: after fork the child keeps the driver's file descriptors and the parent
     exits; NVML lists the memory under the dead PID until the child exits. The monitor filed it as
@@ -713,10 +728,7 @@ def test_memory_no_container_can_be_tied_to_is_exported_and_reported_on_the_node
     try:
         node = Node(short_tmp, unattributed_tolerance_mib=256)
         exporter.collector.enforcer = node.enforcer
-        first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
-        node.api.pods = [first, second]
-        node.give(first, 1000)
-        node.give(second, 1000)
+        first, second = two_pods(node)
         node.backend.process_mib[GPUS[0].uuid][4242] = 3000  # exited
         host_process(node.proc, 800, "/system.slice/keeper.service", "/usr/local/bin/keeper")
         started(node.proc, 800, 10, holds=GPU_FILES)
@@ -747,15 +759,11 @@ def test_memory_two_containers_may_hold_is_reported_with_the_pids_that_hold_the_
     that hold the GPU without an entry, the processes an operator looks at on the node (on the
     H200 on 2026-12-05 it named an innocent pod beside forker, and nothing said which process)."""
     node = Node(tmp_path)
-    first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
-    node.api.pods = [first, second]
-    node.give(first, 1000)
-    node.give(second, 1000)
+    first, second = two_pods(node)
     forked_away(node, first, 4242, 5001, 600)
     forked_away(node, first, 4243, 5003, 600)
     node.backend.process_mib[GPUS[0].uuid][4244] = 600
-    cgroup_of(node.proc, 5002, second, "c" * 64, command="python3 keep.py")
-    started(node.proc, 5002, 9100, holds=GPU_FILES)
+    holds_unlisted(node, second, 5002, 9100)
     node.enforcer.check(now=0)
     node.enforcer.check(now=10)
     assert node.api.evictions == []
@@ -878,19 +886,14 @@ def test_memory_left_unattributed_is_logged_again_when_what_the_monitor_finds_ch
     stays unattributed, a line says what the check found now (on the H200 the one Event was
     written 2 s after a pod started, and nothing showed what the next 150 s of checks saw)."""
     node = Node(tmp_path)
-    first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
-    node.api.pods = [first, second]
-    node.give(first, 1000)
-    node.give(second, 1000)
+    first, second = two_pods(node)
     forked_away(node, first, 4242, 5001, 600)
     node.backend.process_mib[GPUS[0].uuid][4243] = 600
-    cgroup_of(node.proc, 5002, second, "c" * 64, command="python3 keep.py")
-    started(node.proc, 5002, 9100, holds=GPU_FILES)
+    holds_unlisted(node, second, 5002, 9100)
     with caplog.at_level(logging.WARNING, logger="vgpu.monitor"):
         node.enforcer.check(now=0)
         node.enforcer.check(now=5)  # the same: no new line
-        cgroup_of(node.proc, 5003, second, "c" * 64, command="python3 keep.py")
-        started(node.proc, 5003, 9200, holds=GPU_FILES)
+        holds_unlisted(node, second, 5003, 9200)
         node.enforcer.check(now=10)
     lines = [r.getMessage() for r in caplog.records if "held by no container" in r.getMessage()]
     assert len(lines) == 2 and len(node.api.node_events) == 1, lines
