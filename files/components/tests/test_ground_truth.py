@@ -628,9 +628,11 @@ def bystanders(node: Node) -> dict[str, Any]:
     return honest
 
 
-def two_pods(node: Node) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Pods `first` (container CID) and `second` (container "c" * 64), 1000 MiB each."""
-    first, second = gpu_pod("first", 10, container_id=CID), gpu_pod("second", 10, container_id="c" * 64)
+def two_pods(
+    node: Node, first_name: str = "first", second_name: str = "second"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two pods of 1000 MiB each: the first's container is CID, the second's "c" * 64."""
+    first, second = gpu_pod(first_name, 10, container_id=CID), gpu_pod(second_name, 10, container_id="c" * 64)
     node.api.pods = [first, second]
     node.give(first, 1000)
     node.give(second, 1000)
@@ -667,11 +669,7 @@ def test_a_pid_reused_by_an_innocent_process_is_never_blamed(tmp_path: Path) -> 
     """Issue 38 item 2: NVML lists 5730 MiB under PID 4242, whose process exited; 4242 now names
     a process of another pod that holds no GPU file. It used to be blamed and its pod evicted."""
     node = Node(tmp_path)
-    forker = gpu_pod("forker", 10, container_id=CID)
-    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
-    node.api.pods = [forker, innocent]
-    node.give(forker, 1000)
-    node.give(innocent, 1000)
+    forker, innocent = two_pods(node, "forker", "innocent")
     forked_away(node, forker, 4242, 5001, 5730)
     cgroup_of(node.proc, 4242, innocent, "c" * 64, command="sleep 600")
     started(node.proc, 4242, 99999)  # the PID's new process: no GPU file
@@ -686,11 +684,7 @@ def test_a_pid_seen_alive_then_reused_is_told_apart_by_its_start_time(tmp_path: 
     exited, and 4242 was reused by a process of another pod that opens the GPU too (nvidia-smi,
     start time 2000). The entry stays the forker's: a PID and its start time name one process."""
     node = Node(tmp_path)
-    forker = gpu_pod("forker", 10, container_id=CID)
-    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
-    node.api.pods = [forker, innocent]
-    node.give(forker, 1000)
-    node.give(innocent, 1000)
+    forker, innocent = two_pods(node, "forker", "innocent")
     node.run(4242, forker, 800)
     started(node.proc, 4242, 1000, holds=GPU_FILES)
     assert node.enforcer.check(now=0) == []  # 800 MiB on 1000: fine
@@ -858,11 +852,7 @@ def test_a_pod_starting_beside_fork_orphans_is_a_candidate_only_until_its_entry_
     monitor's check and NVML did not list it yet, so the first check named it beside forker and
     charged nobody. Once its entry shows, forker is the one holder and is charged."""
     node = Node(tmp_path)
-    forker = gpu_pod("forker", 10, container_id=CID)
-    innocent = gpu_pod("innocent", 10, container_id="c" * 64)
-    node.api.pods = [forker, innocent]
-    node.give(forker, 1000)
-    node.give(innocent, 1000)
+    forker, innocent = two_pods(node, "forker", "innocent")
     for dead, keeper in ((4242, 5001), (4243, 5002), (4244, 5003)):
         forked_away(node, forker, dead, keeper, 1118)
     cgroup_of(node.proc, 4242, innocent, "c" * 64, command="sleep 600")
