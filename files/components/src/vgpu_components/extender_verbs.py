@@ -231,13 +231,9 @@ class Extender:
         for placement in self.model.unlisted(node, pods, read_at):
             try:
                 pod = self.api.get_pod(placement.namespace, placement.name)
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue  # gone
-                kept.add(placement.uid)  # unknown: keep it (the model errs towards full)
-                continue
-            except Exception:
-                kept.add(placement.uid)
+            except Exception as exc:
+                if not (isinstance(exc, ApiException) and exc.status == 404):  # 404: gone
+                    kept.add(placement.uid)  # unknown: keep it (the model errs towards full)
                 continue
             meta = pod.get("metadata") or {}
             if meta.get("uid") == placement.uid:  # terminating too: it holds its memory until gone
