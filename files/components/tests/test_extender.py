@@ -10,6 +10,7 @@ list/watch the extender rebuilds its model from.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from typing import Any
@@ -428,6 +429,64 @@ def test_a_bound_pods_status_updates_keep_its_count() -> None:
     pod["status"]["phase"] = "Succeeded"
     model.set_pod(pod)
     assert [g.free for g in model.nodes["gpu-a"].gpus] == [122, 122]
+
+
+def test_each_gpu_counts_exactly_the_pods_placed_on_it_through_any_sequence_of_events() -> None:
+    """The model recounts a node from its own placements (kept by node, so an event's cost does not
+    grow with the cluster): through a seeded mix of watch events, binds, failed binds, reads of a
+    node and relists, every GPU still counts exactly the placements on it."""
+    rng = random.Random(42)  # noqa: S311 - a reproducible sequence, not a secret
+    model = ClusterModel("vgpu.io")
+    model.replace_all([node_obj(f"n{i}", [(f"GPU-{i}-0", 12288, 0), (f"GPU-{i}-1", 12288, 0)]) for i in range(6)], [])
+    pods: dict[str, dict[str, Any]] = {}  # what the API has bound
+
+    def bind_seen(uid: str) -> None:
+        pod = pod_obj(uid, 100 * rng.randint(1, 20), uid=uid)
+        node = rng.randrange(6)
+        pod["spec"]["nodeName"] = f"n{node}"
+        pod["metadata"]["annotations"] = {"vgpu.io/gpu-uuid": f"GPU-{node}-{rng.randrange(2)}"}
+        pod["status"]["phase"] = rng.choice(["Pending", "Running"])
+        pods[uid] = pod
+        model.set_pod(pod)
+
+    def our_bind(uid: str) -> None:
+        node = model.nodes[f"n{rng.randrange(6)}"]
+        placement = model.reserve(uid, "default", uid, node=node.name, gpu=rng.choice(node.gpus), units=5)
+        (model.release if rng.random() < 0.5 else model.bound)(placement)
+
+    def ended(uid: str) -> None:
+        if uid in pods:
+            pods[uid]["status"]["phase"] = "Succeeded"
+            model.set_pod(pods.pop(uid))
+
+    def node_read(_uid: str) -> None:
+        name = f"n{rng.randrange(6)}"
+        listed = [p for p in pods.values() if p["spec"]["nodeName"] == name and rng.random() < 0.8]
+        model.replace_node_pods(name, listed, read_at=time.monotonic())
+
+    def deleted(uid: str) -> None:
+        pods.pop(uid, None)
+        model.remove_pod(uid)
+
+    def now_and_then(_uid: str) -> None:  # a relist, or every reservation expired
+        if rng.random() < 0.05:
+            model.replace_all(None, list(pods.values()))
+        elif rng.random() < 0.05:
+            model.expire_reservations(now=time.monotonic() + 10**6)
+
+    def created(uid: str) -> None:  # pending: no node yet
+        model.set_pod(pod_obj(uid, 500, uid=uid))
+
+    steps = [created, bind_seen, deleted, our_bind, ended, node_read, now_and_then]
+    for step in range(3000):
+        rng.choice(steps)(f"u{rng.randrange(40)}")
+        for state in model.nodes.values():
+            for gpu in state.gpus:
+                on_it = [p for p in model.placements.values() if p.node == state.name and p.gpu_uuid == gpu.uuid]
+                assert gpu.placed == sum(p.units for p in on_it), f"step {step}: {gpu.uuid}"
+            assert dict(model.placements.on_node(state.name)) == {
+                uid: p for uid, p in model.placements.items() if p.node == state.name
+            }, f"step {step}: {state.name}"
 
 
 def share_node(name: str = "gpu-s", used: tuple[int, int] = (0, 0), cores: int = 100) -> dict[str, Any]:

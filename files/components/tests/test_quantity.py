@@ -50,13 +50,16 @@ def test_a_huge_exponent_is_refused_before_any_arithmetic() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "units"), [("30", 30), (30, 30), ("1k", 1000), ("1Ki", 1024), ("0", 0), ("3e2", 300)]
+    ("value", "units"),
+    [("30", 30), ("007", 7), (30, 30), ("1k", 1000), ("1Ki", 1024), ("0", 0), ("3e2", 300), ("+5", 5)],
 )
 def test_whole_numbers_of_units(value: Any, units: int) -> None:
     assert quantity.whole_number(value, "container 'c' vgpu.io/gpu-memory", 10**12) == units
 
 
-@pytest.mark.parametrize("value", ["lots", "1.5", "100m", "-1", -1, True, None, "2Ti", 10**12 + 1, "1e13"])
+@pytest.mark.parametrize(
+    "value", ["lots", "1.5", "100m", "-1", -1, True, None, "2Ti", 10**12 + 1, "1e13", "1000000000001", "9" * 65, "٣"]
+)
 def test_anything_but_a_whole_number_of_units_in_range_is_refused(value: Any) -> None:
     with pytest.raises(ValueError, match=r"container 'c' vgpu.io/gpu-memory: expected a whole number of units"):
         quantity.whole_number(value, "container 'c' vgpu.io/gpu-memory", 10**12)

@@ -181,9 +181,11 @@ class Extender:
         model = self.model
         with model.lock:
             now = time.monotonic()
-            holders = {
-                p.node for p in model.placements.values() if p.node in failed and model.listed_if_present(p, now)
-            }
+            holders = [
+                node
+                for node in failed
+                if any(model.listed_if_present(p, now) for p in model.placements.on_node(node).values())
+            ]
             ranked = sorted(holders, key=lambda name: -model.nodes[name].max_free if name in model.nodes else 0)
         return ranked[:RECHECK_NODES]
 

@@ -53,13 +53,15 @@ def parse_quantity(text: Any) -> Fraction:
 def whole_number(value: Any, what: str, maximum: int) -> int:
     """A quantity that must be a whole number from 0 to `maximum` (an extended resource's units,
     which the API server keeps whole), as an int; ValueError naming `what` otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number: Fraction | None = Fraction(value)
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= MAX_TEXT:
+        number: Fraction | int | None = int(value)  # how the API server writes units: no parsing needed
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
     else:
         try:
             number = parse_quantity(value)
         except ValueError:
             number = None
-    if number is None or number.denominator != 1 or not 0 <= number <= maximum:
+    if number is None or (isinstance(number, Fraction) and number.denominator != 1) or not 0 <= number <= maximum:
         raise ValueError(f"{what}: expected a whole number of units (0 to {maximum}), got {value!r:.40}")
     return int(number)
