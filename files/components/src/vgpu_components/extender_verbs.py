@@ -125,7 +125,7 @@ class Extender:
                 names.append(meta["name"])
         if names is None:
             names = []
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise BadRequest(f"ExtenderArgs.NodeNames must be a list of node names, got {names!r:.200}")
         return pod, names, items
 
@@ -153,23 +153,20 @@ class Extender:
         units, cores = request.units, request.cores
         verdict = Verdict()
         with self.model.lock:
-            for name in names:
-                if units == 0 or self.model.admits(name, units, cores):
-                    verdict.passed.append(name)
-                    continue
-                fit = self.model.fit(name, units, cores)
-                if fit.gpu is not None:
-                    verdict.passed.append(name)
-                elif fit.unresolvable:
-                    verdict.unresolvable[name] = fit.reason
-                else:
-                    verdict.failed[name] = fit.reason
+            verdict.passed = self.model.admitted(names, units, cores)
+            if len(verdict.passed) < len(names):  # the rest one by one, in the order kube-scheduler gave
+                quick, verdict.passed = set(verdict.passed), []
+                for name in names:
+                    fit = None if name in quick else self.model.fit(name, units, cores)
+                    if fit is None or fit.gpu is not None:
+                        verdict.passed.append(name)
+                    elif fit.unresolvable:
+                        verdict.unresolvable[name] = fit.reason
+                    else:
+                        verdict.failed[name] = fit.reason
             verdict.fitting = len(verdict.passed)
             if tightest and units and verdict.fitting > 1:
-                # Ties stay: kube-scheduler's own scores choose among equally tight nodes.
-                scores = [self.model.nodes[name].score(units) for name in verdict.passed]
-                best = max(scores)
-                verdict.passed = [name for name, score in zip(verdict.passed, scores) if score == best]
+                verdict.passed = self.model.tightest(verdict.passed, units)
         return verdict
 
     def _maybe_stale(self, failed: Mapping[str, str]) -> list[str]:

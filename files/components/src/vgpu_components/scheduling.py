@@ -505,11 +505,28 @@ class ClusterModel:
             f"{gpu.cores_free} %)",
         )
 
-    def admits(self, node_name: str, units: int, cores: int = 0) -> bool:
-        """filter's fast path: does any GPU of the node have `units` free (nodes without compute
-        shares, pods without a share; the rest go through fit)?"""
-        state = self.nodes.get(node_name)
-        return state is not None and not cores and not state.shares and state.max_free >= units
+    def admitted(self, names: list[str], units: int, cores: int = 0) -> list[str]:
+        """filter's fast path, in the order given: the nodes where a GPU has `units` free (nodes
+        without compute shares, pods without a share); fit() judges the rest one by one. One pass
+        with no call per node: kube-scheduler sends up to thousands of names per pod."""
+        if not units:
+            return list(names)
+        if cores:
+            return []
+        nodes = self.nodes
+        return [
+            name
+            for name in names
+            if (state := nodes.get(name)) is not None and not state.shares and state.max_free >= units
+        ]
+
+    def tightest(self, names: list[str], units: int) -> list[str]:
+        """Of nodes where `units` fit, those where they pack tightest (the highest score), in the
+        order given; ties all stay (kube-scheduler's own scores choose among them)."""
+        nodes = self.nodes
+        scores = [nodes[name].score(units) for name in names]
+        best = max(scores, default=0)
+        return [name for name, score in zip(names, scores) if score == best]
 
     def reserve(
         self, uid: str, namespace: str, name: str, *, node: str, gpu: GpuState, units: int, cores: int = 0
