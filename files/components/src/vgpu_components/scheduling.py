@@ -309,14 +309,15 @@ class ClusterModel:
         """Follow a pod from the watch: placed pods count on their GPU until they end."""
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
+        # A terminating pod still holds its memory until it is gone (DELETED event) or has ended.
+        ended = (pod.get("status") or {}).get("phase", "") in TERMINAL_PHASES
+        if not ended and self._unchanged(uid, pod, meta):
+            return  # most watch events: a status update changes nothing the model counts
         try:
             request = pod_request(pod, self.prefix)
         except ValueError:
             request = Request(0)
         units = request.units
-        phase = (pod.get("status") or {}).get("phase", "")
-        # A terminating pod still holds its memory until it is gone (DELETED event) or has ended.
-        ended = phase in TERMINAL_PHASES
         with self.lock:
             if units == 0 or ended:
                 self.remove_pod(uid)
@@ -346,6 +347,22 @@ class ClusterModel:
             if old is not None and old.node != node:
                 self._recount(old.node)
             self._recount(node)
+
+    def _unchanged(self, uid: str, pod: Mapping[str, Any], meta: Mapping[str, Any]) -> bool:
+        """A running pod's event that changes nothing counted: still pending, or still on the GPU it
+        was seen bound to. Its units need no reading: the API server refuses changes to a pod's
+        extended resources (an in-place resize is of CPU and memory only)."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        with self.lock:
+            if not node:
+                return uid in self.pending
+            old = self.placements.get(uid)
+            return (
+                old is not None
+                and old.reserved_at is None
+                and old.node == node
+                and old.gpu_uuid == (meta.get("annotations") or {}).get(self.uuid_key)
+            )
 
     def remove_pod(self, uid: str) -> None:
         with self.lock:
