@@ -18,9 +18,11 @@ import copy
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
-import _components_path  # noqa: F401  (sys.path for extender_latency)
+import _components_path
+import vgpu_components
 from extender_latency import build_model, pod
 from vgpu_components.extender_verbs import Extender
 
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="replays per size; the median is reported")
     parser.add_argument("--sizes", default="1000:500,1000:10000,5000:50000", help="NODES:PLACED_PODS,...")
     args = parser.parse_args(argv)
+    print(f"checkout {_components_path.ROOT}, components from {Path(vgpu_components.__file__).parent}")
     print(f"{'nodes':>6} {'placed':>7} {'decode us/event':>16} {'decode+model us/event':>22} {'ratio':>6}")
     for size in args.sizes.split(","):
         nodes, already = (int(part) for part in size.split(":"))

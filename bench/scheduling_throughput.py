@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -242,6 +243,44 @@ def delete_run(core: Any, namespace: str) -> None:
     core.delete_namespace(namespace)
 
 
+def process_cpu() -> dict[str, tuple[int, float]]:
+    """CPU seconds (user + system) so far of each process the harness started, by name, with its PID
+    (tests/k8s's state folder keeps "<pid> <start time>" per process)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid_file in sorted((cluster.STATE_DIR / "pids").glob("*.pid")):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError, IndexError):
+            continue  # stopped: kube-scheduler between runs
+        found[pid_file.stem] = (pid, (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+    return found
+
+
+def cpu_per_pod(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], pods: int
+) -> dict[str, float]:
+    """Milliseconds of CPU each process spent per pod between two readings (a process started in
+    between, kube-scheduler, counts from its start)."""
+    spent = {}
+    for name, (pid, seconds) in after.items():
+        earlier = before.get(name)
+        used = seconds - earlier[1] if earlier is not None and earlier[0] == pid else seconds
+        spent[name] = round(1000 * used / pods, 2)
+    spent["total"] = round(sum(spent.values()), 2)
+    return spent
+
+
+def idle_cpu(seconds: float) -> dict[str, float]:
+    """Milliseconds of CPU per second each process spends with nothing to schedule (kwok's node
+    status updates, their watchers): the background that every run pays for as long as it lasts."""
+    before = process_cpu()
+    time.sleep(seconds)
+    after = process_cpu()
+    return {name: round(ms / seconds, 1) for name, ms in cpu_per_pod(before, after, 1).items()}
+
+
 def cleanup_timeout(pods: int) -> float:
     """Seconds to wait for a run's pods to go: 120, or 20 pods a second for large runs."""
     return max(120.0, pods / 20)
@@ -265,8 +304,10 @@ def run_once(
     watcher.start()
     before = extender_metrics()
     binds_before = apiserver_binds()
+    cpu_before = process_cpu()
     cluster.ctl("start-scheduler", str(cluster.STATE_DIR / MODES[mode]))
     finished = watcher.done.wait(timeout + 30)
+    cpu_after = process_cpu()
     times = sorted(watcher.bound.values())
     result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times), "late": watcher.late}
     if not finished or len(times) < pods:
@@ -292,6 +333,8 @@ def run_once(
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     result["seconds"] = round(span, 3)
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
+    # Where a pod's CPU goes, by process: on a machine with no idle core the rate is what it costs.
+    result["cpu_ms_per_pod"] = cpu_per_pod(cpu_before, cpu_after, max(1, len(times)))
     delete_run(core, namespace)
     # The extender must see the deletions before the next run counts GPU memory again, and
     # kube-scheduler the claims' (they go with their pods).
@@ -342,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         if "claims" in args.modes:
             ensure_dra(nodes)
         time.sleep(args.settle)
+        idle = idle_cpu(10.0)
+        print(json.dumps({"nodes": nodes, "idle_cpu_ms_per_s": idle}), flush=True)
         for round_ in range(args.repeat):
             for mode in args.modes:
                 result = run_once(core, mode, nodes, pods=args.pods, selector=selector, timeout=args.timeout)
@@ -378,6 +423,10 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
         if latency:
             rss = row.get("extender_rss_mib", 0.0)
             print(f"{row['nodes']:>6} {row['mode']:>17}: {', '.join(latency)}; extender RSS {rss} MiB")
+    for row in summary:
+        if "cpu_ms_per_pod" in row:
+            spent = ", ".join(f"{name} {ms}" for name, ms in row["cpu_ms_per_pod"].items())
+            print(f"{row['nodes']:>6} {row['mode']:>17}: CPU ms per pod (median): {spent}")
     late = [f"{row['nodes']} nodes {row['mode']}: {row['late']}" for row in summary if row["late"]]
     if late:
         # Their watch dropped and a list stamped them: those runs' rates lean on the list's time.
@@ -409,6 +458,12 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     values = [r[key] for r in runs if r.get(f"{verb}_calls")]
                     if values:
                         row[key] = round(statistics.median(values), 2)
+            per_pod = [r["cpu_ms_per_pod"] for r in runs if "cpu_ms_per_pod" in r]
+            if per_pod:
+                names = sorted({name for spent in per_pod for name in spent}, key=lambda n: (n == "total", n))
+                row["cpu_ms_per_pod"] = {
+                    name: round(statistics.median(spent.get(name, 0.0) for spent in per_pod), 2) for name in names
+                }
             if any("extender_rss_mib" in r for r in runs):
                 row["extender_rss_mib"] = max(r.get("extender_rss_mib", 0.0) for r in runs)
             rows.append(row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.rest import ApiException
 
-from bench.scheduling_throughput import cleanup_timeout, delete_run, quantile, summarize
+from bench.scheduling_throughput import cleanup_timeout, cpu_per_pod, delete_run, quantile, summarize
 
 
 def run(nodes: int, mode: str, rate: float, late: int = 0, failed: int = 0) -> dict[str, object]:
@@ -57,6 +57,31 @@ def test_the_summary_carries_the_extenders_latency_and_memory() -> None:
     assert (rows["extender"]["bind_p50_ms"], rows["extender"]["bind_p99_ms"]) == (2.0, 4.0)
     assert rows["extender"]["extender_rss_mib"] == 95.5
     assert "bind_p50_ms" not in rows["plain"] and "extender_rss_mib" not in rows["plain"]
+
+
+def test_cpu_per_pod_counts_each_process_over_the_run_and_a_restarted_one_from_its_start() -> None:
+    """Readings are (PID, CPU seconds so far); kube-scheduler is started between the two readings,
+    so its whole CPU counts; a process that stopped meanwhile is not in the second reading."""
+    before = {"kube-apiserver": (10, 100.0), "extender": (20, 5.0), "kube-scheduler": (30, 7.0), "kwok": (40, 1.0)}
+    after = {"kube-apiserver": (10, 104.0), "extender": (20, 6.5), "kube-scheduler": (31, 2.0)}
+    assert cpu_per_pod(before, after, 500) == {
+        "kube-apiserver": 8.0,
+        "extender": 3.0,
+        "kube-scheduler": 4.0,
+        "total": 15.0,
+    }
+
+
+def test_the_summary_gives_the_median_cpu_per_pod_of_each_process() -> None:
+    results = []
+    for apiserver, extender in ((8.0, 3.0), (10.0, 5.0), (9.0, 4.0)):
+        result = run(1000, "extender", 100.0)
+        result["cpu_ms_per_pod"] = {"kube-apiserver": apiserver, "extender": extender, "total": apiserver + extender}
+        results.append(result)
+    rows = {row["mode"]: row for row in summarize([*results, run(1000, "plain", 200.0)])}
+    assert rows["extender"]["cpu_ms_per_pod"] == {"extender": 4.0, "kube-apiserver": 9.0, "total": 13.0}
+    assert list(rows["extender"]["cpu_ms_per_pod"])[-1] == "total"
+    assert "cpu_ms_per_pod" not in rows["plain"]
 
 
 class SlowApi:
