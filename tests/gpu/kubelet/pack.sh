@@ -23,7 +23,8 @@
 #   nvidia-h200-x2); dra (the DRA path, run.sh's dra.sh: adds containerd.tar.xz, containerd
 #   $CONTAINERD_VERSION built by build-binaries.sh, whose CRI applies CDI devices); bench (the
 #   scheduling bench, bench.sh: k8s.tar.xz and bench.tar.xz only: kwok and its stages, etcd, and the
-#   Python libraries of bench/scheduling_throughput.py and the extender).
+#   Python libraries of bench/scheduling_throughput.py and the extender); mps (the reference's
+#   pieces, run.sh's mps.sh: the stack with MPS on the node).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -37,7 +38,7 @@ CARRY=${VGPU_KUBELET_CARRY:-$ROOT/.gpu-kubelet}
 LIMIT_MIB=${VGPU_KUBELET_CALL_MIB:-58}
 PY=$ROOT/.venv/bin/python
 SCENARIO=${VGPU_KUBELET_SCENARIO:-reference}
-[[ $SCENARIO =~ ^(reference|multi|dra|bench)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference, multi, dra or bench" >&2; exit 2; }
+[[ $SCENARIO =~ ^(reference|multi|dra|bench|mps)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference, multi, dra, bench or mps" >&2; exit 2; }
 # Debian 12's packages (bookworm and its security updates), as the offline bundle has them.
 DEBS="containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1 containernetworking-plugins=1.1.1+ds1-3+b5"
 # What ansible-core, kubernetes.core's modules and community.crypto need that the
@@ -231,6 +232,7 @@ kind="" scenario="" script=tests/gpu/kubelet/run.sh
 case $SCENARIO in
     multi) kind='kind="nvidia-h200-x2", ' scenario="VGPU_KUBELET_SCENARIO=multi " ;;
     dra) scenario="VGPU_KUBELET_SCENARIO=dra " ;;
+    mps) scenario="VGPU_KUBELET_SCENARIO=mps " ;;
     bench) script=tests/gpu/kubelet/bench.sh ;;
 esac
 echo

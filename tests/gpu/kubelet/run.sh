@@ -27,6 +27,8 @@
 # checks above, after the same set-up. VGPU_KUBELET_SCENARIO=dra runs the reference on the DRA path
 # (dra.sh): containerd $CONTAINERD_VERSION from the payload (CRI with CDI) instead of Debian's 1.6,
 # the stack with vgpu_scheduling: dra, and kube-scheduler as it comes (no extender).
+# VGPU_KUBELET_SCENARIO=mps runs the stack with MPS on the node and mps.sh's checks (issue 40: a
+# root container that changes its MPS server is set back by nvidia-mps).
 # VGPU_KUBELET_ONLY=backstop runs, after the same set-up, only backstop.sh's checks (a rerun of them
 # costs less of the device's time).
 # VGPU_KUBELET_FAKE=1 runs it without a GPU (emulate.sh): libvgpu's fake driver and a static CDI
@@ -42,7 +44,12 @@ WORK=${VGPU_KUBELET_WORK:-/tmp/vgpu-kubelet}
 PAYLOAD=$WORK/payload
 FAKE=${VGPU_KUBELET_FAKE:-0}
 SCENARIO=${VGPU_KUBELET_SCENARIO:-reference}
-[[ $SCENARIO =~ ^(reference|multi|dra)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference, multi or dra" >&2; exit 2; }
+[[ $SCENARIO =~ ^(reference|multi|dra|mps)$ ]] || { echo "VGPU_KUBELET_SCENARIO=$SCENARIO: expected reference, multi, dra or mps" >&2; exit 2; }
+# mps: MPS on the node (inventory.yml reads VGPU_KUBELET_MPS), then mps.sh's checks.
+[[ $SCENARIO != mps || $FAKE != 1 ]] || { echo "VGPU_KUBELET_SCENARIO=mps needs a GPU host: the fake driver has no MPS" >&2; exit 2; }
+VGPU_KUBELET_MPS=0
+[[ $SCENARIO != mps ]] || VGPU_KUBELET_MPS=1
+export VGPU_KUBELET_MPS
 SCHEDULING=extender
 [[ $SCENARIO != dra ]] || SCHEDULING=dra
 FAKE_GPUS=${VGPU_KUBELET_FAKE_GPUS:-2}
@@ -557,6 +564,11 @@ if [[ $SCENARIO == multi ]]; then
 elif [[ $SCENARIO == dra ]]; then
     # shellcheck source=tests/gpu/kubelet/dra.sh
     source "$HERE/dra.sh"
+    exit 0
+elif [[ $SCENARIO == mps ]]; then
+    logrun k create namespace "$NS"
+    # shellcheck source=tests/gpu/kubelet/mps.sh
+    source "$HERE/mps.sh"
     exit 0
 fi
 
