@@ -869,6 +869,31 @@ def test_a_pod_starting_beside_fork_orphans_is_a_candidate_only_until_its_entry_
     assert node.api.evictions == [("team", "forker")]
 
 
+def test_the_monitors_own_process_is_never_a_pods_where_pid_1s_namespace_cannot_be_read(tmp_path: Path) -> None:
+    """The H200 run of 2026-12-05 (second try): the backstop test moves a host process (in the
+    host's PID namespace) into the innocent pod's cgroup, and PID 1's namespace link could not be
+    read. The host's namespace then tied every process whose cgroup names no pod to the innocent
+    pod, cgpu-monitor's own (hostPID, its cgroup "/" in its own cgroup namespace, holding the GPU
+    to read NVML) among them: named beside forker as a holder, so forker's fork orphans stayed
+    unattributed. The monitor's own namespace is the host's too."""
+    node = Node(tmp_path)
+    forker, innocent = two_pods(node, "forker", "innocent")
+    for dead, keeper in ((4242, 5001), (4243, 5002), (4244, 5003)):
+        forked_away(node, forker, dead, keeper, 1118)
+    host_ns = "pid:[4026531836]"
+    host_process(node.proc, 1, "/", "/sbin/init")  # no ns link: it cannot be read
+    cgroup_of(node.proc, 7000, innocent, "c" * 64, command="sleep 600")  # a host process moved in
+    (node.proc / "7000" / "ns").mkdir()
+    (node.proc / "7000" / "ns" / "pid").symlink_to(host_ns)
+    host_process(node.proc, 6000, "/", "python3 /usr/local/bin/cgpu-monitor", pid_ns=host_ns)  # itself
+    started(node.proc, 6000, 8000, holds=GPU_FILES)
+    (node.proc / "self").symlink_to("6000")
+    node.enforcer.check(now=0)
+    node.enforcer.check(now=20)
+    assert node.api.evictions == [("team", "forker")]
+    assert not any("innocent" in message for _node, _reason, message in node.api.node_events)
+
+
 def test_memory_left_unattributed_is_logged_again_when_what_the_monitor_finds_changes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -27,15 +27,15 @@ mkdir -p "$bin" "$WORK/bin"
 for name in kube-apiserver kube-controller-manager kube-scheduler kubectl; do ln -sf "$PAYLOAD/k8s/k8s-multicall" "$bin/$name"; done
 
 # A Python for the harness ($VENV/bin/python): a virtualenv without pip whose .pth file adds the
-# carried libraries first, then the host python3's own (on the H200 itself a virtualenv, whose
+# carried libraries first, the components of this tree (the bench imports them), then the host python3's own (on the H200 itself a virtualenv, whose
 # libraries a plain virtualenv of it would lose).
 export VENV=$WORK/bench-python
 rm -rf "$VENV"
 python3 -m venv --without-pip --system-site-packages "$VENV"
 host_sites=$(python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))')
 "$VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])' \
-    | { read -r site_dir; printf '%s\n' "$PAYLOAD/bench-site" "$host_sites" >"$site_dir/vgpu-bench-payload.pth"; }
-"$VENV/bin/python" -c 'import kubernetes, yaml, prometheus_client, grpc_tools' || die "the carried libraries do not import in $VENV"
+    | { read -r site_dir; printf '%s\n' "$PAYLOAD/bench-site" "$ROOT/files/components/src" "$host_sites" >"$site_dir/vgpu-bench-payload.pth"; }
+"$VENV/bin/python" -c 'import kubernetes, yaml, prometheus_client, grpc_tools, vgpu_components' || die "the carried libraries do not import in $VENV"
 # Hosts without curl or openssl: the Python stand-ins of run.sh.
 if ! command -v curl >/dev/null; then
     printf '#!/bin/sh\nexec %s %s "$@"\n' "$VENV/bin/python" "$HERE/httpget.py" >"$WORK/bin/curl"

@@ -71,8 +71,9 @@ def container_of(pid: int, proc: Path = Path("/proc")) -> ContainerRef | None:
         return None
 
 
-def pid_namespace(pid: int, proc: Path = Path("/proc")) -> str | None:
-    """The PID namespace of a process ("pid:[4026531836]"), or None when it cannot be read."""
+def pid_namespace(pid: int | str, proc: Path = Path("/proc")) -> str | None:
+    """The PID namespace of a process ("pid:[4026531836]"; "self": the reader's), or None when it
+    cannot be read."""
     try:
         return os.readlink(proc / str(pid) / "ns" / "pid")
     except OSError:
@@ -81,16 +82,21 @@ def pid_namespace(pid: int, proc: Path = Path("/proc")) -> str | None:
 
 def containers_by_pid_namespace(proc: Path = Path("/proc")) -> dict[str, ContainerRef]:
     """PID namespace -> the one container whose processes are in it, from every process on the
-    host that a cgroup ties to a container; the host's namespace (PID 1's) and namespaces several
-    containers share are left out."""
-    host = pid_namespace(1, proc)
+    host that a cgroup ties to a container; the host's namespace and namespaces several containers
+    share are left out. The host's is PID 1's and the reader's own (cgpu-monitor runs with hostPID):
+    where PID 1's cannot be read (its ns link needs ptrace access to init), a host process moved into
+    a pod's cgroup would otherwise tie every host process whose cgroup names no pod to that pod,
+    cgpu-monitor's own among them (seen on the H200). Neither known: nothing is tied."""
+    hosts = {pid_namespace(1, proc), pid_namespace("self", proc)} - {None}
+    if not hosts:
+        return {}
     seen: dict[str, ContainerRef | None] = {}
     for entry in proc.iterdir() if proc.is_dir() else ():
         if not entry.name.isdigit():
             continue
         ref = container_of(int(entry.name), proc)
         namespace = pid_namespace(int(entry.name), proc) if ref is not None else None
-        if ref is None or namespace is None or namespace == host:
+        if ref is None or namespace is None or namespace in hosts:
             continue
         seen[namespace] = ref if seen.get(namespace, ref) == ref else None
     return {namespace: ref for namespace, ref in seen.items() if ref is not None}
