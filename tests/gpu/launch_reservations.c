@@ -13,6 +13,8 @@
  *   preset KIB                         cuCtxSetLimit(STACK_SIZE, KIB KiB) first, then the local kernel
  *   sweep                              the stack limit raised 1 -> 128 KiB step by step, then lowered
  *   grow                               local kernels of 16, 64, 16 KiB, then the stack limit lowered
+ *   small                              kernels of 1..16 KiB launched on 32 threads (truth_random's), then the
+ *                                      stack limit set to sizes that are not a KiB multiple
  *   heap MIB                           the malloc heap set to MIB (0: left at its default), then a plain
  *                                      launch, then a kernel that calls malloc
  *   printf MIB                         the printf FIFO set to MIB, then a plain launch, then a printf kernel
@@ -274,6 +276,33 @@ int main(int argc, char **argv)
         step("local-16KiB-again", r2 ? r2 : launch_local(132, 256, "plain"));
         step("stack-1KiB", CU(cuCtxSetLimit, (int, size_t))(0, 1024));
         step("local-16KiB-after", launch_local(132, 256, "plain"));
+    } else if (!strcmp(s, "small")) {
+        /* what truth_random's kernels do (1..16 KiB, one block of 32 threads): each one's local size
+         * as the driver tells it, and what its launch grows; then set to a size and launched at it */
+        for (int kib = 1; kib <= 16; kib++) {
+            char name[40];
+            int lsz = 0;
+            CUresult r2 = load(ptx_with_local((size_t)kib << 10, 0), "lk", &local_kernel);
+            CU(cuFuncGetAttribute, (int *, int, CUfunction))(&lsz, 3, local_kernel);
+            snprintf(name, sizeof name, "local-%dKiB(size=%d)", kib, lsz);
+            step(name, r2 ? r2 : launch_local(1, 32, "plain"));
+        }
+        /* lowered, then raised below the high-water: taken at the call, or only at a launch? */
+        CUfunction k2 = NULL, k3 = NULL;
+        load(ptx_with_local(2 << 10, 0), "lk", &k2);
+        load(ptx_with_local(3 << 10, 0), "lk", &k3);
+        step("stack-1KiB", CU(cuCtxSetLimit, (int, size_t))(0, 1024));
+        step("stack-3KiB", CU(cuCtxSetLimit, (int, size_t))(0, 3072));
+        step("sync", CU(cuCtxSynchronize, (void))());
+        local_kernel = plain_kernel;
+        step("plain-at-3KiB", launch_local(1, 32, "plain"));
+        local_kernel = k2;
+        step("local-2KiB-at-3KiB", launch_local(1, 32, "plain"));
+        local_kernel = k3;
+        step("local-3KiB-at-3KiB", launch_local(1, 32, "plain"));
+        step("stack-1KiB-again", CU(cuCtxSetLimit, (int, size_t))(0, 1024));
+        step("stack-2KiB+8", CU(cuCtxSetLimit, (int, size_t))(0, 2056));
+        step("local-3KiB-at-2KiB+8", launch_local(1, 32, "plain"));
     } else if (!strcmp(s, "heap") || !strcmp(s, "printf")) {
         int heap = !strcmp(s, "heap");
         if (a1)

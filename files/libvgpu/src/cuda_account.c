@@ -63,8 +63,11 @@ static int admit_rise(const struct rise *r, const struct vgpu_truth *given)
     if (!given && vgpu_truth_read(r->dev, &t) == 0)
         lim.truth = &t;
     lim.final = 1;
-    if (apply(r, &lim) == 0)
+    if (apply(r, &lim) == 0) {
+        vgpu_log(VGPU_DEBUG, "admitted %llu bytes on device %d near the limit (%s)", (unsigned long long)r->bytes,
+                 r->dev, lim.truth ? "with the GPU's own count" : "NVML cannot tell: the ledger alone");
         return 0;
+    }
     vgpu_log(VGPU_INFO, "refused %llu bytes on device %d: quota %llu bytes", (unsigned long long)r->bytes, r->dev,
              (unsigned long long)s->cfg.limit[r->dev]);
     return -1;

@@ -65,10 +65,11 @@ static CUresult set_limit_locked(CUcontext ctx, int dev, int limit, size_t value
     }
     struct vgpu_measure m;
     int64_t actual = 0;
+    int measured = 0;
     if (rc == CUDA_SUCCESS) {
         vgpu_measure_begin(dev, &m);
         rc = REAL(cuCtxSetLimit)(limit, value);
-        int measured = vgpu_measure_end(&m, 0, &actual) == 0;
+        measured = vgpu_measure_end(&m, 0, &actual) == 0;
         if (limit == CU_LIMIT_MALLOC_HEAP_SIZE || (!measured && limit == CU_LIMIT_STACK_SIZE))
             actual = guess; /* the heap is taken later; without NVML the prediction stands */
         if (rc == CUDA_SUCCESS && actual > admitted
@@ -93,6 +94,9 @@ static CUresult set_limit_locked(CUcontext ctx, int dev, int limit, size_t value
     }
     if (e.bytes)
         vgpu_track_put_entry(&e, &old_e);
+    vgpu_log(VGPU_DEBUG, "limit %d: %zu -> %zu bytes: predicted %lld, admitted %lld, took %lld (%s), charged %llu, rc %d",
+             limit, old, value, (long long)guess, (long long)admitted, (long long)actual,
+             measured ? "measured" : "not measured", (unsigned long long)e.bytes, rc);
     return rc;
 }
 

@@ -88,6 +88,19 @@ else
     fail "mps-b's daemon lists a server (get_server_list: $(mps_control mps-b get_server_list | tr '\n' ' '))"
 fi
 
+# 3b. root changes only its server's pinned memory limit (the limit is set where the driver branch
+#     has one, 495 and later): nvidia-mps reads each server's limit, sets it back, shuts it down
+if [[ ${second:-} ]] && [[ $(mps_control mps-b "get_device_pinned_mem_limit $second 0") =~ ^[0-9] ]]; then
+    info "set_device_pinned_mem_limit $second 0 97G: $(mps_control mps-b "set_device_pinned_mem_limit $second 0 97G" | tr '\n' ' ')"
+    if poll 45 sh -c "kubectl logs -n kube-system -l app.kubernetes.io/name=nvidia-mps --tail=-1 | grep -q 'MPS server $second of allocation .*pinned memory limit.* set back and the server shut down'"; then
+        pass "nvidia-mps found server $second's pinned limit changed, set it back and shut it down ($(mps_log | grep -m1 "MPS server $second of allocation" | cut -c1-300))"
+    else
+        fail "nvidia-mps sets server $second's pinned limit back (its log: $(mps_log | tail -n 5 | tr '\n' ' ' | cut -c1-600))"
+    fi
+else
+    skip "a server's pinned limit changed alone: no pinned limit on this daemon (driver branch ${VGPU_KUBELET_DRIVER_BRANCH:-?})"
+fi
+
 # 4. root quits its daemon: nvidia-mps starts it again with its defaults
 info "quit from mps-b: $(mps_control mps-b quit | tr '\n' ' ')"
 restarted() { [[ $(mps_control mps-b get_default_active_thread_percentage) == 50* ]]; }

@@ -84,6 +84,13 @@ export VGPU_KUBELET_IMAGE_TARBALL=$PAYLOAD/images/vgpu-components-0.1.0.tar
 VGPU_KUBELET_RUNTIME_MODE=auto
 [[ $FAKE == 1 ]] && VGPU_KUBELET_RUNTIME_MODE=cdi
 export VGPU_KUBELET_RUNTIME_MODE
+# The host's driver branch (580 on the H200 host), as an operator states it: the roles turn
+# features on by it (the MPS pinned memory limit from 495). The fake driver has none: 470.
+VGPU_KUBELET_DRIVER_BRANCH=470
+if [[ $FAKE != 1 ]] && [[ -r /proc/driver/nvidia/version ]]; then
+    VGPU_KUBELET_DRIVER_BRANCH=$(sed -n 's/.*Kernel Module[^0-9]*\([0-9]\{3\}\)\..*/\1/p' /proc/driver/nvidia/version | head -n 1)
+fi
+export VGPU_KUBELET_DRIVER_BRANCH
 
 passed=0 failed=0
 say() { echo "$*" | tee -a "$LOG"; }
