@@ -59,6 +59,7 @@ static int admit_rise(const struct rise *r, const struct vgpu_truth *given)
     if (rc == 0)
         return 0;
     vgpu_pools_reread(r->dev);
+    vgpu_heaps_probe(r->dev);
     struct vgpu_truth t;
     if (!given && vgpu_truth_read(r->dev, &t) == 0)
         lim.truth = &t;

@@ -54,8 +54,11 @@ static CUresult set_limit_locked(CUcontext ctx, int dev, int limit, size_t value
     int known = REAL(cuCtxGetLimit) && REAL(cuCtxGetLimit)(&old, limit) == CUDA_SUCCESS;
     uint64_t key = (uint64_t)(uintptr_t)ctx | (uint64_t)limit;
     struct vgpu_track_entry e = {.key = key, .aux = (uint64_t)(uintptr_t)ctx, .dev = dev, .kind = VGPU_K_LIMIT}, old_e;
-    if (vgpu_track_take_entry(VGPU_K_LIMIT, key, &old_e) == 0)
+    if (vgpu_track_take_entry(VGPU_K_LIMIT, key, &old_e) == 0) {
         e.bytes = old_e.bytes;
+        e.flags = old_e.flags;
+    }
+    uint64_t charged_before = e.bytes;
     int64_t guess = known ? predicted(dev, limit, old, value, e.bytes) : 0;
     int64_t admitted = guess > 0 ? guess : 0;
     CUresult rc = CUDA_SUCCESS;
@@ -92,12 +95,82 @@ static CUresult set_limit_locked(CUcontext ctx, int dev, int limit, size_t value
             e.bytes += (uint64_t)actual;
         }
     }
+    if (limit == CU_LIMIT_MALLOC_HEAP_SIZE && rc == CUDA_SUCCESS) {
+        /* set, so not taken yet (the driver refuses a heap size once a kernel used the heap) */
+        vgpu_region_pending(vgpu_cuda.region, &vgpu_cuda.slot, dev,
+                            (int64_t)e.bytes - (int64_t)((e.flags & VGPU_F_PENDING) ? charged_before : 0));
+        e.flags |= VGPU_F_PENDING;
+    }
     if (e.bytes)
         vgpu_track_put_entry(&e, &old_e);
     vgpu_log(VGPU_DEBUG, "limit %d: %zu -> %zu bytes: predicted %lld, admitted %lld, took %lld (%s), charged %llu, rc %d",
              limit, old, value, (long long)guess, (long long)admitted, (long long)actual,
              measured ? "measured" : "not measured", (unsigned long long)e.bytes, rc);
     return rc;
+}
+
+/* Probing the heaps this process set and no kernel took yet (VGPU_F_PENDING): which ones, on dev. */
+struct probe {
+    int dev;
+    unsigned n;
+    uint64_t seen[16];
+};
+
+static int pending_heap(const struct vgpu_track_entry *e, void *arg)
+{
+    const struct probe *p = arg;
+    if (!(e->flags & VGPU_F_PENDING) || e->dev != p->dev || (e->key & 7) != CU_LIMIT_MALLOC_HEAP_SIZE)
+        return 0;
+    for (unsigned i = 0; i < p->n; i++)
+        if (p->seen[i] == e->key)
+            return 0;
+    return 1;
+}
+
+static int taken(struct vgpu_track_entry *e, void *arg)
+{
+    (void)arg;
+    e->flags &= ~VGPU_F_PENDING;
+    return 0;
+}
+
+/* Whether ctx's device heap was taken: the driver then refuses to set its size again, even to
+ * the size it has (CUDA_ERROR_INVALID_VALUE on the H200, driver 580); before, setting the same
+ * size changes nothing. */
+static int heap_taken(CUcontext ctx)
+{
+    int pushed = 0;
+    if (ctx != vgpu_current_context()) {
+        if (!REAL(cuCtxPushCurrent_v2) || !REAL(cuCtxPopCurrent_v2) || REAL(cuCtxPushCurrent_v2)(ctx) != CUDA_SUCCESS)
+            return 0;
+        pushed = 1;
+    }
+    size_t size = 0;
+    int gone = REAL(cuCtxGetLimit)(&size, CU_LIMIT_MALLOC_HEAP_SIZE) == CUDA_SUCCESS
+               && REAL(cuCtxSetLimit)(CU_LIMIT_MALLOC_HEAP_SIZE, size) == CUDA_ERROR_INVALID_VALUE;
+    CUcontext popped;
+    if (pushed)
+        REAL(cuCtxPopCurrent_v2)(&popped);
+    return gone;
+}
+
+void vgpu_heaps_probe(int dev)
+{
+    /* a limit change of this process under way (its admission may be what called here): the
+     * pending heaps stay counted, which errs on the side of the quota */
+    if (vgpu_cuda.exiting || !REAL(cuCtxGetLimit) || pthread_mutex_trylock(&serial) != 0)
+        return;
+    struct probe p = {.dev = dev};
+    struct vgpu_track_entry e;
+    while (p.n < 16 && vgpu_track_find(VGPU_K_LIMIT, pending_heap, &p, &e) == 0) {
+        p.seen[p.n++] = e.key;
+        if (heap_taken((CUcontext)(uintptr_t)e.aux) && vgpu_track_with(VGPU_K_LIMIT, e.key, taken, NULL, NULL) == 0) {
+            vgpu_log(VGPU_DEBUG, "the device heap of context %p was taken: %llu bytes no longer pending",
+                     (void *)(uintptr_t)e.aux, (unsigned long long)e.bytes);
+            vgpu_region_pending(vgpu_cuda.region, &vgpu_cuda.slot, dev, -(int64_t)e.bytes);
+        }
+    }
+    pthread_mutex_unlock(&serial);
 }
 
 CUresult vgpu_stack_at_least(size_t bytes)

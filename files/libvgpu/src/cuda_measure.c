@@ -66,6 +66,8 @@ static void release_entry(const struct vgpu_track_entry *e, void *arg)
 {
     (void)arg;
     vgpu_release_overhead(e->dev, e->bytes);
+    if (e->flags & VGPU_F_PENDING) /* a heap no kernel took: gone with its context */
+        vgpu_region_pending(vgpu_cuda.region, &vgpu_cuda.slot, e->dev, -(int64_t)e->bytes);
 }
 
 void vgpu_overheads_forget_context(CUcontext ctx)

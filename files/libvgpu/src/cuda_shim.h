@@ -220,5 +220,7 @@ static inline void vgpu_launches_forget(void)
 /* The current context's per-thread stack raised to bytes if it is lower, charged before the
  * driver takes it: CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY past the quota. */
 VGPU_HIDDEN CUresult vgpu_stack_at_least(size_t bytes);
+/* Heaps this process set that a kernel has taken since are no longer pending (near the limit). */
+VGPU_HIDDEN void vgpu_heaps_probe(int dev);
 
 #endif

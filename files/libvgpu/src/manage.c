@@ -144,6 +144,10 @@ static void print_text(const struct vgpu_region *r, const char *path)
         for (unsigned d = 0; s->nvml_ns && d < VGPU_MAX_DEVICES; d++)
             if (s->nvml_bytes[d])
                 printf(" NVML said device %u: %.1f MiB;", d, MIB(s->nvml_bytes[d]));
+        for (unsigned d = 0; d < VGPU_MAX_DEVICES; d++)
+            if (s->pending_bytes[d])
+                printf(" device %u: %.1f MiB charged that the driver has not taken yet (a device heap);", d,
+                       MIB(s->pending_bytes[d]));
         printf("\n");
     }
     if (!live)

@@ -21,6 +21,7 @@ static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
 /* What this process holds by its own count, per device (used_bytes, ctx_bytes, buffers). The
  * region is writable by every process of the container: what it says is checked against this. */
 static struct vgpu_slot_device mine[VGPU_MAX_DEVICES];
+static uint64_t my_pending[VGPU_MAX_DEVICES]; /* charged, not yet taken by the driver */
 static int told_restored;
 
 /* Whose driver file descriptors this process holds without having taken memory with them: its
@@ -48,6 +49,7 @@ static void forget_pid(void)
 {
     cached_pid = 0;
     memset(mine, 0, sizeof mine); /* a fork child holds none of its parent's memory */
+    memset(my_pending, 0, sizeof my_pending);
 }
 static void register_forget(void)
 {
@@ -395,7 +397,7 @@ static void restore_own_locked(struct vgpu_region *r, struct vgpu_region_slot *s
         write_end(r);
     }
     if (s->used_bytes == mine[dev].used_bytes && s->ctx_bytes == mine[dev].ctx_bytes
-        && s->buffers == mine[dev].buffers)
+        && s->buffers == mine[dev].buffers && sl->pending_bytes[dev] == my_pending[dev])
         return;
     if (!told_restored++)
         vgpu_log(VGPU_WARN,
@@ -407,6 +409,7 @@ static void restore_own_locked(struct vgpu_region *r, struct vgpu_region_slot *s
         sl->devices[d].used_bytes = mine[d].used_bytes;
         sl->devices[d].ctx_bytes = mine[d].ctx_bytes;
         sl->devices[d].buffers = mine[d].buffers;
+        sl->pending_bytes[d] = my_pending[d];
     }
     r->hdr.restored_count++;
     write_end(r);
@@ -642,6 +645,16 @@ static uint64_t truth_sum_locked(struct vgpu_region *r, int dev, const struct vg
     return sum;
 }
 
+/* What the container's live processes charged on dev that the driver has not taken yet. */
+static uint64_t pending_locked(const struct vgpu_region *r, int dev)
+{
+    uint64_t sum = 0;
+    for (unsigned i = 0, n = slot_high(r); i < n; i++)
+        if (r->slots[i].state == 1)
+            sum = sat_add(sum, r->slots[i].pending_bytes[dev]);
+    return sum;
+}
+
 /* Whether bytes more fit dev's limit (struct vgpu_limit says how; dead processes are swept once
  * before a refusal): 0 yes, -1 refused (counted), 1 the GPU's own count is needed first. */
 static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, const struct vgpu_limit *lim)
@@ -654,8 +667,11 @@ static int admit_locked(struct vgpu_region *r, int dev, uint64_t bytes, const st
         uint64_t inuse = in_use_locked(r, dev), need;
         if (lim->truth) {
             write_begin(r);
-            uint64_t gpu = truth_sum_locked(r, dev, lim->truth), ledger = lim->held ? sat_add(inuse, bytes) : inuse;
-            t->nvml_bytes = gpu;
+            uint64_t nvml = truth_sum_locked(r, dev, lim->truth), ledger = lim->held ? sat_add(inuse, bytes) : inuse;
+            /* what is charged but not taken yet is on the GPU's count too: the ledger holds it, and
+             * without it here it would hide as much memory held where no hook sees */
+            uint64_t gpu = sat_add(nvml, pending_locked(r, dev));
+            t->nvml_bytes = nvml;
             t->excess_bytes = gpu > ledger ? gpu - ledger : 0;
             t->admitted_bytes = 0;
             t->checked_ns = lim->truth->ns;
@@ -699,6 +715,7 @@ static void publish_locked(struct vgpu_region *r, struct vgpu_region_slot *sl, i
         s->used_bytes = mine[dev].used_bytes;
         s->ctx_bytes = mine[dev].ctx_bytes;
         s->buffers = mine[dev].buffers;
+        sl->pending_bytes[dev] = my_pending[dev];
         if (s->used_bytes + s->ctx_bytes > s->peak_bytes)
             s->peak_bytes = s->used_bytes + s->ctx_bytes;
     }
@@ -803,6 +820,19 @@ int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes,
     write_end(r);
     vgpu_region_unlock(r);
     return 0;
+}
+
+void vgpu_region_pending(struct vgpu_region *r, int *slot, int dev, int64_t delta)
+{
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES || !delta)
+        return;
+    struct vgpu_region_slot *sl = enter(r, slot, dev);
+    write_begin(r);
+    uint64_t down = delta < 0 ? (uint64_t)-delta : 0;
+    my_pending[dev] = delta > 0 ? sat_add(my_pending[dev], (uint64_t)delta) : sat_sub(my_pending[dev], down);
+    publish_locked(r, sl, dev);
+    write_end(r);
+    vgpu_region_unlock(r);
 }
 
 uint64_t vgpu_region_own_bytes(int dev)

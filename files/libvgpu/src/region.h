@@ -112,7 +112,11 @@ struct vgpu_region_slot {
     uint32_t heir_of_pid;
     uint32_t reserved3;
     uint64_t heir_of_start;
-    uint8_t reserved2[296];
+    /* Charged to this process but not yet taken by the driver (a device heap set, before the
+     * first launch of a kernel that calls malloc): the GPU's count does not show it yet, so
+     * admission adds it to that count (design.md, "The invariant"). */
+    uint64_t pending_bytes[VGPU_MAX_DEVICES];
+    uint8_t reserved2[168];
 };
 
 struct vgpu_region {
@@ -189,6 +193,8 @@ VGPU_HIDDEN void vgpu_region_uncharge(struct vgpu_region *r, int *slot, int dev,
  * (lim NULL: not checked): 0 ok, -1 refused, 1 truth needed. A fall never goes below what it holds. */
 VGPU_HIDDEN int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, int64_t bytes, int64_t buffers,
                                    const struct vgpu_limit *lim);
+/* Move this process's pending bytes on dev (charged, not yet taken by the driver) by delta. */
+VGPU_HIDDEN void vgpu_region_pending(struct vgpu_region *r, int *slot, int dev, int64_t delta);
 /* This process's own count on dev (used + contexts), for measuring a call against NVML. */
 VGPU_HIDDEN uint64_t vgpu_region_own_bytes(int dev);
 /* Live slots' pids (the container's processes), lock-free; returns how many (at most max). */

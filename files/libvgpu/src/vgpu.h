@@ -143,6 +143,7 @@ enum vgpu_kind {
 #define VGPU_F_KERNEL_SEEN 2u   /* a library's first kernel lookup was measured */
 #define VGPU_F_RESIDENT 4u      /* a library's module lookup was measured: it is loaded */
 #define VGPU_F_UNDONE 8u        /* a library libvgpu unloaded because it did not fit */
+#define VGPU_F_PENDING 16u      /* a limit charged that the driver has not taken yet (the device heap) */
 struct vgpu_track_entry {
     uint64_t key;
     uint64_t bytes;

@@ -719,6 +719,17 @@ expect_truth "the device heap is charged when it is set (its size + 2 MiB, taken
     1000 "heap 1200 rc=2 now=8" "heap 600 rc=0 now=600" "alloc 600 v2 rc=2" "launch-k 0 plain rc=0" \
     "heap 700 rc=1 now=600" "alloc 400 v2 rc=2" "alloc 300 v2 rc=0"
 
+# A heap is charged when it is set but the driver takes it only at a malloc kernel's launch: until
+# then the GPU's own count lacks it, and a check that compared that count with the ledger took the
+# heap for room and let memory held where no hook sees (here 1 MiB allocations the GPU takes as 100 MiB)
+# pass the quota plus the allowance at the launch (1202 MiB). Counted as pending until a probe
+# finds it taken (the driver then refuses to resize it).
+fresh 1000MiB
+export VGPU_CONTEXT_RESERVE=200MiB FAKE_ALLOC_ROUND_MIB=100
+run init heap:400 alloc:1 alloc:1 alloc:1 truth alloc:500 truth kernel:0:malloc launch-k:0 truth alloc:200 truth
+expect_truth "a heap set but not taken yet is added to the GPU's own count: the hidden memory it would mask is refused" \
+    1200 "heap 400 rc=0 now=400" "alloc 500 v2 rc=2" "launch-k 0 plain rc=0" "alloc 200 v2 rc=0"
+
 fresh 1000MiB
 run init heap:100 heap:50 alloc:900 kernel:0:malloc launch-k:0 truth
 expect_truth "a heap set smaller before its first use gives the difference back" 1000 "heap 50 rc=0 now=50" \

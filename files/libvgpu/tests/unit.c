@@ -81,6 +81,9 @@ static void layout(void)
     OFF(struct vgpu_region_slot, devices, 64);
     OFF(struct vgpu_region_slot, nvml_bytes, 576);
     OFF(struct vgpu_region_slot, nvml_ns, 704);
+    OFF(struct vgpu_region_slot, heir_of_pid, 712);
+    OFF(struct vgpu_region_slot, heir_of_start, 720);
+    OFF(struct vgpu_region_slot, pending_bytes, 728);
     OFF(struct vgpu_slot_device, used_bytes, 0);
     OFF(struct vgpu_slot_device, ctx_bytes, 8);
     OFF(struct vgpu_slot_device, peak_bytes, 16);
