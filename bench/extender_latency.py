@@ -8,7 +8,10 @@ the feasible nodes, score them, encode the HostPriorityList. The baseline in the
 the JSON decode/encode of the same bodies with a handler that passes every node: the floor any
 Python extender pays for the protocol. Target: p99 <= 5 ms. With --http, the same over a
 kept-alive connection on 127.0.0.1: filter + prioritize and filter-tightest over plain HTTP, and
-filter-tightest over HTTPS with client certificates (the shipped wire).
+filter-tightest over HTTPS with client certificates (the shipped wire); and the server's own CPU
+for one pod as kube-scheduler makes the calls over mTLS: filter-tightest on a kept-alive connection,
+then the bind on a new connection (its handshake: kube-scheduler opens one for most binds), the
+Binding itself recorded by FakeClusterApi (no API server; tests/k8s times the real one).
 
     .venv/bin/python bench/extender_latency.py [--nodes 1000] [--gpus 8] [--iterations 500] [--http]
 """
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import _components_path
-from fakes import make_pki
+from fakes import FakeClusterApi, make_pki
 from vgpu_components.extender_http import ExtenderServer
 from vgpu_components.extender_verbs import Extender
 from vgpu_components.scheduling import ClusterModel
@@ -163,7 +166,57 @@ def http_cases(extender: Extender, body: bytes, prio_body: bytes, iterations: in
         results.append(summary("filter-tightest over HTTPS, mTLS (keep-alive)", measure(tightest_tls, iterations)))
         server.shutdown()
         server.server_close()
+        for new_connection in (False, True):
+            per_pod = server_cpu_per_pod(extender.model, body, tls, context, iterations, new_connection=new_connection)
+            results.append(per_pod)
     return results
+
+
+def server_cpu_per_pod(
+    model: ClusterModel, body: bytes, tls: TlsFiles, context: ssl.SSLContext, iterations: int, *, new_connection: bool
+) -> dict[str, Any]:
+    """The extender's CPU (every thread but this client's) per pod: filter-tightest on a kept-alive
+    mTLS connection, then a bind on the same one or (`new_connection`) on a new one. Each pod is
+    pending in the model, as the watch shows it; its bind places it on the next node in turn."""
+    extender = Extender(model, FakeClusterApi())
+    server = ExtenderServer("127.0.0.1", 0, extender, tls=tls)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    kept = http.client.HTTPSConnection("127.0.0.1", port, context=context)
+    args = json.loads(body)
+    nodes = args["NodeNames"]
+    samples = []
+    offset = 1_000_000 * new_connection  # pods of their own: the model keeps the other case's
+    for number in range(offset, offset + iterations + 20):
+        uid = f"8c6e1c2e-0000-4000-8000-{number:012d}"
+        pending = json.loads(json.dumps(args["Pod"]))
+        pending["metadata"].update(name=f"bench-{number}", uid=uid)
+        model.set_pod(pending)
+        filter_body = json.dumps({**args, "Pod": pending}).encode()
+        bind = json.dumps(
+            {"PodName": f"bench-{number}", "PodNamespace": "default", "PodUID": uid, "Node": nodes[number % len(nodes)]}
+        ).encode()
+        started_process, started_thread = time.process_time(), time.thread_time()
+        kept.request("POST", "/gpushare-scheduler/filter-tightest", body=filter_body)
+        kept.getresponse().read()
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context) if new_connection else kept
+        conn.request("POST", "/gpushare-scheduler/bind", body=bind)
+        answer = json.loads(conn.getresponse().read())
+        if new_connection:
+            conn.close()
+        assert answer == {"Error": ""}, answer
+        if number >= offset + 20:  # the first ones warm up
+            samples.append(((time.process_time() - started_process) - (time.thread_time() - started_thread)) * 1000)
+    server.shutdown()
+    server.server_close()
+    return {
+        "case": "server CPU per pod over mTLS: filter-tightest + bind "
+        + ("on a new connection" if new_connection else "(kept alive)"),
+        "n": len(samples),
+        "cpu_p50_ms": round(statistics.median(samples), 3),
+        "cpu_mean_ms": round(statistics.mean(samples), 3),
+        "cpu_p99_ms": _pct(samples, 0.99),
+    }
 
 
 def main() -> int:

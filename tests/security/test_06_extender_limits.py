@@ -222,3 +222,21 @@ def test_twenty_thousand_forged_filters_leave_no_state_behind(cluster: Scheduler
     after = sizes()
     grown = {k: (before.get(k, 0), v) for k, v in after.items() if v > before.get(k, 0) + 10}
     assert not grown, f"state that grows with forged requests: {grown}"
+
+
+def test_a_stalled_body_is_answered_408_and_its_share_of_the_body_cap_freed(limited: Scheduler) -> None:
+    """Bodies held at once total one cap: a request whose body stalls at the cap holds it all until
+    the request timeout (1 s here), is then answered 408 and closed, and the cap is free again: the
+    next request is answered at once (one still waiting for its share would get 503)."""
+    cap = extender_http.MAX_BODY
+    with socket.create_connection(("127.0.0.1", limited.port), timeout=10) as stalled:
+        stalled.sendall(request(b"", f"Content-Length: {cap}", "Expect: 100-continue"))
+        answer = b""
+        while b"408" not in answer:  # 100 Continue once it holds the cap, 408 at the timeout
+            chunk = stalled.recv(65536)
+            assert chunk, f"closed without an answer after {answer!r}"
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 408"), answer
+    assert b"the request body did not arrive in time" in answer, answer
+    status, result = limited.post("/filter", FILTER_ARGS)
+    assert status == 200 and result["NodeNames"] == ["gpu-a"]

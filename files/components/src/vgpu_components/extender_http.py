@@ -77,6 +77,19 @@ CONNECTIONS = prometheus_client.Counter(
     "vgpu_extender_connections", "Connections accepted (with TLS, each one cost a handshake)"
 )
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,10}", re.ASCII)
+# The answer to a request that ran out of time, by what it was waiting for.
+_LATE = {
+    "head": (408, "the request did not arrive in time"),
+    "budget": (503, "too many large requests at once; retry"),
+    "body": (408, "the request body did not arrive in time"),
+}
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+
+@functools.cache
+def _request_seconds(label: str) -> Any:
+    """REQUESTS' child for a verb, looked up once (labels() takes a lock and builds a key)."""
+    return REQUESTS.labels(label)
 
 
 class BadRequest(ValueError):
@@ -300,6 +313,9 @@ class ExtenderServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         reader: _Reader = raw_reader
         writer: _Writer = raw_writer
+        # Verbs need the client certificate kube-scheduler presents in the handshake (with TLS);
+        # the connection's certificate does not change after it, so it is read once here.
+        certified = self._context is None
         try:
             if self._context is not None:
                 assert self._handshakes is not None
@@ -308,7 +324,8 @@ class ExtenderServer:
                 async with asyncio.timeout(REQUEST_TIMEOUT_S):
                     await stream.handshake(self._handshakes)
                 reader = stream
-            while await self._one_request(reader, writer):
+                certified = bool(stream.get_extra_info("peercert"))
+            while await self._one_request(reader, writer, certified):
                 pass
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the peer went away or stalled while we wrote: nothing to answer
@@ -318,8 +335,9 @@ class ExtenderServer:
             self._connections -= 1
             writer.close()
 
-    async def _one_request(self, reader: _Reader, writer: _Writer) -> bool:
-        """Serve one request; False when the connection is to be closed."""
+    async def _one_request(self, reader: _Reader, writer: _Writer, certified: bool) -> bool:
+        """Serve one request; False when the connection is to be closed. `certified`: the client
+        showed a certificate the client CA signed (always True without TLS)."""
         try:
             async with asyncio.timeout(IDLE_TIMEOUT_S):
                 first = await reader.readexactly(1)
@@ -333,51 +351,52 @@ class ExtenderServer:
             return False
         assert self._budget is not None
         try:
-            status, payload, content_type, label = await self._dispatch(request, body, writer)
+            status, payload, content_type, label = await self._dispatch(request, body, certified)
         finally:
             self._budget.give(request.length)
         await self._send(writer, status, payload, content_type, keep_alive=request.keep_alive)
-        REQUESTS.labels(label).observe(time.perf_counter() - started)
+        _request_seconds(label).observe(time.perf_counter() - started)
         return request.keep_alive
 
     async def _receive(self, first: bytes, reader: _Reader, writer: _Writer) -> tuple[_Request, bytes]:
         """The rest of a request whose first byte came: its head and body, within the request
         timeout and the body budget (taken here; the caller gives it back)."""
         assert self._budget is not None
-        deadline = asyncio.get_running_loop().time() + REQUEST_TIMEOUT_S
+        # One timer for the whole request (a timer per phase was a measurable part of the loop's
+        # work per request); `phase` says which answer a timeout gets.
+        phase, request, taken = "head", None, False
         try:
-            async with asyncio.timeout_at(deadline):
-                request = _parse_head(first + await reader.readuntil(b"\r\n\r\n"))
-        except TimeoutError:
-            raise _Refusal(408, "the request did not arrive in time") from None
-        except asyncio.LimitOverrunError:
-            raise _Refusal(431, f"request head over {MAX_HEAD} bytes") from None
-        try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                try:
+                    request = _parse_head(first + await reader.readuntil(b"\r\n\r\n"))
+                except asyncio.LimitOverrunError:
+                    raise _Refusal(431, f"request head over {MAX_HEAD} bytes") from None
+                phase = "budget"
                 await self._budget.take(request.length)
-        except TimeoutError:
-            raise _Refusal(503, "too many large requests at once; retry") from None
-        try:
-            if request.headers.get("expect", "").lower() == "100-continue":
-                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            async with asyncio.timeout_at(deadline):
+                taken, phase = True, "body"
+                if request.headers.get("expect", "").lower() == "100-continue":
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 body = await reader.readexactly(request.length) if request.length else b""
         except TimeoutError:
-            self._budget.give(request.length)
-            raise _Refusal(408, "the request body did not arrive in time") from None
+            if taken:
+                assert request is not None
+                self._budget.give(request.length)
+            raise _Refusal(*_LATE[phase]) from None
         except BaseException:
-            self._budget.give(request.length)
+            if taken:
+                assert request is not None
+                self._budget.give(request.length)
             raise
         return request, body
 
-    async def _dispatch(self, request: _Request, body: bytes, writer: _Writer) -> tuple[int, Any, str, str]:
+    async def _dispatch(self, request: _Request, body: bytes, certified: bool) -> tuple[int, Any, str, str]:
         """(status, payload, content type, metric label) for one request."""
         path = request.path.rstrip("/")
         if request.method == "GET":
             return self._get(path)
         if request.method != "POST":
             return 405, {"Error": f"method {request.method[:20]!r} is not served; POST a verb"}, "", "unknown"
-        if self._context is not None and not writer.get_extra_info("peercert"):
+        if not certified:
             return 403, {"Error": "a verb needs a client certificate from extender.client_ca_file"}, "", "unknown"
         verb = path.rsplit("/", 1)[-1]
         handler = self.app.verbs.get(verb)
@@ -417,7 +436,7 @@ class ExtenderServer:
     async def _send(writer: _Writer, status: int, payload: Any, content_type: str = "", *, keep_alive: bool) -> None:
         data = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
         head = [
-            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            f"HTTP/1.1 {status} {_REASONS[status]}",
             f"Content-Type: {content_type or 'application/json'}",
             f"Content-Length: {len(data)}",
         ]

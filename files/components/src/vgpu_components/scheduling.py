@@ -541,7 +541,12 @@ class ClusterModel:
         """Of nodes where `units` fit, those where they pack tightest (the highest score), in the
         order given; ties all stay (kube-scheduler's own scores choose among them)."""
         nodes = self.nodes
-        scores = [nodes[name].score(units) for name in names]
+        # The node's cached score read inline: a method call per node was most of this loop's time
+        # over kube-scheduler's up to thousands of names (NodeState.score fills the cache).
+        scores = [
+            score if (score := (state := nodes[name]).scores.get(units)) is not None else state.score(units)
+            for name in names
+        ]
         best = max(scores, default=0)
         return [name for name, score in zip(names, scores) if score == best]
 

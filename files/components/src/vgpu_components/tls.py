@@ -83,20 +83,26 @@ class TlsStream:
         """Complete the handshake; ssl.SSLError when the peer is refused (no TLS, a certificate
         the CA did not sign), ConnectionError when it goes away."""
         loop = asyncio.get_running_loop()
+        # The client speaks first: wait for its hello here, not in a worker's first handshake step
+        # (that step could only ask for it; one thread hand-off fewer per connection).
+        await self._receive_handshake()
         while True:
             try:
                 await loop.run_in_executor(executor, self._tls.do_handshake)
                 break
             except ssl.SSLWantReadError:
                 self._flush()
-                data = await self._raw_reader.read(65536)
-                if not data:
-                    raise ConnectionResetError("the peer closed during the TLS handshake") from None
-                self._incoming.write(data)
+                await self._receive_handshake()
             except ssl.SSLError:
                 self._flush()  # the alert that tells the peer why
                 raise
         self._flush()
+
+    async def _receive_handshake(self) -> None:
+        data = await self._raw_reader.read(65536)
+        if not data:
+            raise ConnectionResetError("the peer closed during the TLS handshake")
+        self._incoming.write(data)
 
     def _flush(self) -> None:
         if self._outgoing.pending > 0:
