@@ -134,9 +134,10 @@ static int taken(struct vgpu_track_entry *e, void *arg)
     return 0;
 }
 
-/* Whether ctx's device heap was taken: the driver then refuses to set its size again, even to
- * the size it has (CUDA_ERROR_INVALID_VALUE on the H200, driver 580); before, setting the same
- * size changes nothing. */
+/* Whether ctx's device heap was taken: the driver then refuses to set its size again
+ * (CUDA_ERROR_INVALID_VALUE on the H200, driver 580). Before, a size set takes nothing, so the
+ * probe asks for a little more and sets the size back: what an equal size answers once the heap
+ * is taken is not documented. */
 static int heap_taken(CUcontext ctx)
 {
     int pushed = 0;
@@ -146,8 +147,13 @@ static int heap_taken(CUcontext ctx)
         pushed = 1;
     }
     size_t size = 0;
-    int gone = REAL(cuCtxGetLimit)(&size, CU_LIMIT_MALLOC_HEAP_SIZE) == CUDA_SUCCESS
-               && REAL(cuCtxSetLimit)(CU_LIMIT_MALLOC_HEAP_SIZE, size) == CUDA_ERROR_INVALID_VALUE;
+    int gone = 0;
+    if (REAL(cuCtxGetLimit)(&size, CU_LIMIT_MALLOC_HEAP_SIZE) == CUDA_SUCCESS) {
+        CUresult rc = REAL(cuCtxSetLimit)(CU_LIMIT_MALLOC_HEAP_SIZE, size + HEAP_EXTRA);
+        gone = rc == CUDA_ERROR_INVALID_VALUE;
+        if (rc == CUDA_SUCCESS)
+            REAL(cuCtxSetLimit)(CU_LIMIT_MALLOC_HEAP_SIZE, size);
+    }
     CUcontext popped;
     if (pushed)
         REAL(cuCtxPopCurrent_v2)(&popped);
