@@ -164,7 +164,8 @@ void vgpu_heaps_probe(int dev)
 {
     /* a limit change of this process under way (its admission may be what called here): the
      * pending heaps stay counted, which errs on the side of the quota */
-    if (vgpu_cuda.exiting || !REAL(cuCtxGetLimit) || pthread_mutex_trylock(&serial) != 0)
+    if (vgpu_cuda.exiting || !vgpu_region_own_pending(dev) || !REAL(cuCtxGetLimit)
+        || pthread_mutex_trylock(&serial) != 0)
         return;
     struct probe p = {.dev = dev};
     struct vgpu_track_entry e;

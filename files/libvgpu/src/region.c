@@ -829,10 +829,16 @@ void vgpu_region_pending(struct vgpu_region *r, int *slot, int dev, int64_t delt
     struct vgpu_region_slot *sl = enter(r, slot, dev);
     write_begin(r);
     uint64_t down = delta < 0 ? (uint64_t)-delta : 0;
-    my_pending[dev] = delta > 0 ? sat_add(my_pending[dev], (uint64_t)delta) : sat_sub(my_pending[dev], down);
+    __atomic_store_n(&my_pending[dev], delta > 0 ? sat_add(my_pending[dev], (uint64_t)delta) : sat_sub(my_pending[dev], down),
+                     __ATOMIC_RELAXED);
     publish_locked(r, sl, dev);
     write_end(r);
     vgpu_region_unlock(r);
+}
+
+uint64_t vgpu_region_own_pending(int dev)
+{
+    return dev < 0 || dev >= VGPU_MAX_DEVICES ? 0 : __atomic_load_n(&my_pending[dev], __ATOMIC_RELAXED);
 }
 
 uint64_t vgpu_region_own_bytes(int dev)

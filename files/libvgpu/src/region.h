@@ -195,6 +195,8 @@ VGPU_HIDDEN int vgpu_region_adjust(struct vgpu_region *r, int *slot, int dev, in
                                    const struct vgpu_limit *lim);
 /* Move this process's pending bytes on dev (charged, not yet taken by the driver) by delta. */
 VGPU_HIDDEN void vgpu_region_pending(struct vgpu_region *r, int *slot, int dev, int64_t delta);
+/* What this process has pending on dev (lock-free). */
+VGPU_HIDDEN uint64_t vgpu_region_own_pending(int dev);
 /* This process's own count on dev (used + contexts), for measuring a call against NVML. */
 VGPU_HIDDEN uint64_t vgpu_region_own_bytes(int dev);
 /* Live slots' pids (the container's processes), lock-free; returns how many (at most max). */
