@@ -70,13 +70,15 @@ VGPU_EXPORT CUresult cuModuleUnload(CUmodule mod)
 {
     HOOK_ENTER(cuModuleUnload, mod);
     struct vgpu_track_entry e;
-    if (vgpu_track_take_entry(VGPU_K_MODULE, key_of(mod), &e) != 0)
-        return REAL(cuModuleUnload)(mod);
+    int tracked = vgpu_track_take_entry(VGPU_K_MODULE, key_of(mod), &e) == 0;
     CUresult rc = REAL(cuModuleUnload)(mod);
     if (rc == CUDA_SUCCESS) {
-        vgpu_release_overhead(e.dev, e.bytes);
-        vgpu_launches_forget(); /* its functions' addresses may name another module's */
-    } else {
+        if (tracked)
+            vgpu_release_overhead(e.dev, e.bytes);
+        /* its functions' addresses may name another module's: the driver gives them out again
+         * (an H100, driver 580), and a module that cost nothing measurable has no entry */
+        vgpu_launches_forget();
+    } else if (tracked) {
         vgpu_track_put_entry(&e, &e);
     }
     return rc;
@@ -168,15 +170,15 @@ VGPU_EXPORT CUresult cuLibraryUnload(CUlibrary lib)
 {
     HOOK_ENTER(cuLibraryUnload, lib);
     struct vgpu_track_entry e;
-    if (vgpu_track_take_entry(VGPU_K_LIBRARY, key_of(lib), &e) != 0)
-        return REAL(cuLibraryUnload)(lib);
-    if (e.flags & VGPU_F_UNDONE)
+    int tracked = vgpu_track_take_entry(VGPU_K_LIBRARY, key_of(lib), &e) == 0;
+    if (tracked && (e.flags & VGPU_F_UNDONE))
         return CUDA_SUCCESS; /* libvgpu unloaded it already */
     CUresult rc = REAL(cuLibraryUnload)(lib);
     if (rc == CUDA_SUCCESS) {
-        vgpu_release_overhead(e.dev, e.bytes);
-        vgpu_launches_forget(); /* its kernels' addresses may name another library's */
-    } else {
+        if (tracked)
+            vgpu_release_overhead(e.dev, e.bytes);
+        vgpu_launches_forget(); /* its kernels' addresses may name another library's, tracked or not */
+    } else if (tracked) {
         vgpu_track_put_entry(&e, &e);
     }
     return rc;

@@ -13,6 +13,8 @@
  *                       (kernel 0's graph, its node then given kernel N), graph-set2, graph-node,
  *                       graph-update (kernel 0's graph updated to kernel N's), graph-again (the
  *                       last graph launched again)
+ *   kernel-unload:N     unload kernel N's module or library (the driver may then give a new kernel
+ *                       the same handle: "kernel" says "same handle as N" when it does)
  *   ctx-new             a new context on device 0, left current (a library's kernel then runs in it) */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -23,16 +25,19 @@
 #include "ptx.h"
 
 static CUfunction kernels[64];
+static void *homes[64]; /* each kernel's module or library (home_is_library) */
+static int home_is_library[64];
 static int nkernels;
 static CUgraphExec last_exec;
 
-static CUresult load_kernel(size_t kib, const char *mode, CUfunction *f)
+static CUresult load_kernel(size_t kib, const char *mode, CUfunction *f, void **home)
 {
     const char *ptx = ptx_with_local(kib << 10, strstr(mode, "malloc") != NULL);
     if (!strncmp(mode, "lib", 3)) {
         CUlibrary l = NULL;
         CUresult rc = CU(cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **,
                                              unsigned))(&l, ptx, NULL, NULL, 0, NULL, NULL, 0);
+        *home = l;
         if (rc || strcmp(mode, "lib-hidden") != 0)
             return rc ? rc : CU(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))((CUkernel *)f, l, "lk");
         void *real = dlopen(getenv("FAKE_DRIVER"), RTLD_NOW | RTLD_NOLOAD);
@@ -41,6 +46,7 @@ static CUresult load_kernel(size_t kib, const char *mode, CUfunction *f)
     }
     CUmodule m = NULL;
     CUresult rc = CU(cuModuleLoadData, (CUmodule *, const void *))(&m, ptx);
+    *home = m;
     return rc ? rc : CU(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))(f, m, "lk");
 }
 
@@ -129,15 +135,34 @@ int client_launch_step(const char *step, const char *arg1, const char *arg2)
 {
     if (!strcmp(step, "kernel")) {
         CUfunction f = NULL;
+        void *home = NULL;
         const char *mode = arg2 ? arg2 : "module";
-        CUresult rc = load_kernel((size_t)atol(arg1), mode, &f);
-        int local = -1;
+        CUresult rc = load_kernel((size_t)atol(arg1), mode, &f, &home);
+        int local = -1, same = -1;
         if (rc == CUDA_SUCCESS) {
+            for (int i = 0; i < nkernels && i < 64 && same < 0; i++)
+                if (kernels[i] == f)
+                    same = i;
+            homes[nkernels % 64] = home;
+            home_is_library[nkernels % 64] = !strncmp(mode, "lib", 3);
             kernels[nkernels++ % 64] = f;
             if (strncmp(mode, "lib", 3) != 0)
                 CU(cuFuncGetAttribute, (int *, int, CUfunction))(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
         }
-        printf("kernel %s %s rc=%d local=%d\n", arg1, mode, rc, local);
+        if (same >= 0)
+            printf("kernel %s %s rc=%d local=%d same handle as %d\n", arg1, mode, rc, local, same);
+        else
+            printf("kernel %s %s rc=%d local=%d\n", arg1, mode, rc, local);
+        return 1;
+    }
+    if (!strcmp(step, "kernel-unload")) {
+        int n = atoi(arg1) % 64;
+        CUresult rc = CUDA_ERROR_INVALID_VALUE;
+        if (homes[n] && home_is_library[n])
+            rc = CU(cuLibraryUnload, (CUlibrary))((CUlibrary)homes[n]);
+        else if (homes[n])
+            rc = CU(cuModuleUnload, (CUmodule))((CUmodule)homes[n]);
+        printf("kernel-unload %s rc=%d\n", arg1, rc);
         return 1;
     }
     if (!strcmp(step, "ctx-new")) {

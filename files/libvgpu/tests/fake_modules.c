@@ -63,6 +63,10 @@ struct CUkern_st {
 };
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static CUmodule mods[1024];
+/* Unloaded modules, given out again newest first: the driver gives a new module's function the
+ * handle of one unloaded before (seen on an H100, driver 580: a launch then looked covered). */
+static CUmodule spare[8];
+static unsigned nspare;
 static CUlibrary libs[1024];
 
 /* The bytes of a declaration's array, "[N]" (or "[N][M]") times its element size. */
@@ -131,7 +135,9 @@ static CUresult module_load(CUmodule *m, struct ptx_info info)
         return CUDA_ERROR_INVALID_VALUE;
     if (!c)
         return fake_ready() ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
-    CUmodule mod = calloc(1, sizeof *mod);
+    pthread_mutex_lock(&lock);
+    CUmodule mod = nspare ? spare[--nspare] : calloc(1, sizeof *mod);
+    pthread_mutex_unlock(&lock);
     if (!mod)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *mod = (struct CUmod_st){MOD_MAGIC, 1, c->dev, c, bytes, NULL, {FUNC_MAGIC, info.locals, info.heap}};
@@ -189,10 +195,16 @@ EXPORT CUresult cuModuleUnload(CUmodule m)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     mods[i] = NULL;
+    uint64_t bytes = m->bytes;
+    int dev = m->dev, kept = nspare < sizeof spare / sizeof spare[0];
+    m->magic = 0;
+    if (kept)
+        spare[nspare++] = m;
     pthread_mutex_unlock(&lock);
-    if (m->bytes)
-        fake_device_release(m->dev, m->bytes);
-    free(m);
+    if (bytes)
+        fake_device_release(dev, bytes);
+    if (!kept)
+        free(m);
     return CUDA_SUCCESS;
 }
 

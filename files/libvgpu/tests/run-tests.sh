@@ -698,6 +698,16 @@ run init kernel:32 launch-k:0:graph stack:1 alloc:700 launch-k:0:graph-again tru
 expect_truth "after the stack limit is lowered, a relaunch that would grow it again is charged again: refused past the quota" \
     1000 "launch-k 0 graph rc=0" "stack 1 rc=0 now=1" "alloc 700 v2 rc=0" "launch-k 0 graph-again rc=2" "launch-k 0 plain rc=2"
 
+# The driver gives a new module's function the handle of one unloaded before, and a module whose
+# load cost nothing measurable has no entry of libvgpu's: its unload forgot no covered launch, and
+# the new kernel's launch counted as covered grew the stack unasked (an H100, driver 580: the
+# random sequence's seed 303, +3960 MiB at one launch, 6964 MiB on a 4608 MiB limit). The fake
+# gives unloaded modules out again, newest first.
+fresh 1000MiB
+run init kernel:1 launch-k:0 kernel-unload:0 kernel:64 launch-k:1 truth alloc:100 truth
+expect_truth "a kernel given an unloaded module's handle is covered again: past the quota refused at the call" 1000 \
+    "kernel-unload 0 rc=0" "kernel 64 module rc=0 local=65536 same handle as 0" "launch-k 1 plain rc=2" "alloc 100 v2 rc=0"
+
 fresh 1000MiB
 run init kernel:64:lib launch-k:0 truth kernel:32:lib launch-k:1 truth alloc:600 truth
 expect_truth "a library's kernel (a CUkernel, as cudart 12+ launches): its stack charged before the launch" 1000 \
