@@ -78,7 +78,7 @@ MOLECULE_ALL := $(filter-out $(MOLECULE_OPT_IN),$(sort $(notdir $(patsubst %/mol
 # so the short ones (1 to 2 minutes each) fill in at the end and the lanes finish together.
 MOLECULE_LONG := nvidia_driver k3s_config vgpu_interposer
 MOLECULE_SCENARIOS ?= $(foreach s,$(MOLECULE_LONG),$(filter $(s),$(MOLECULE_ALL))) $(filter-out $(MOLECULE_LONG),$(MOLECULE_ALL))
-PY_SOURCES := plugins files/components files/site tests bench molecule contract
+PY_SOURCES := plugins roles files/components files/site tests bench molecule contract
 # Debian packages the tests run: sanity's shellcheck, the image builds, the C toolchain.
 HOST_PACKAGES := shellcheck debootstrap gcc make libc6-dev binutils git rsync dpkg-dev containerd
 

@@ -14,9 +14,12 @@ from ansible.errors import AnsibleFilterError
 
 
 def _shown(value):
-    """A TOML value as `nvidia-ctk config --set` takes it: booleans in lower case."""
+    """A TOML value as `nvidia-ctk config --set` takes it: booleans in lower case, a list's items
+    joined by colons (--set splits a list setting's value there; at a comma it splits the flag)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ":".join(_shown(item) for item in value)
     return str(value)
 
 

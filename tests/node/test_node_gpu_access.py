@@ -11,6 +11,9 @@ DRA driver's CDI device) or from a privileged container's environment, so here:
 - a sidecar without units in a GPU pod sees none while its GPU sibling sees its one GPU;
 - the GPU container runs with LD_PRELOAD=/opt/vgpu/libvgpu.so (issue 24's dlopen-by-path case), and
   programs that are no CUDA programs (a shell, ls) run in it as before;
+- a GPU container gets none of the driver's graphics files (its OpenGL, EGL and Vulkan libraries,
+  the loaders' configuration, the GPU's DRM nodes), even asking for every capability, while the
+  node's vgpu_graphics_enabled is off (issue 38; the runtime role's runc-without-graphics);
 - the components, which read NVML, still run;
 - the remaining way in, a hostPath of /dev/null at the device-list path, is refused by the role's
   admission policy vgpu-tenant-pods in tenant namespaces (issue 40 item 4).
@@ -103,6 +106,19 @@ def test_a_sidecar_without_units_sees_no_gpu_beside_its_gpu_sibling(namespace: s
     assert gpu["nvml"] == 1, gpu
     assert gpu["ld_preload"] == "/opt/vgpu/libvgpu.so", gpu
     assert_no_gpu(probe(namespace, "pair", "sidecar"), "a sidecar without units")
+
+
+def test_a_gpu_container_gets_no_graphics_files_even_asking_for_every_capability(namespace: str) -> None:
+    """Issue 38: the NVIDIA runtime's cdi modes hand every GPU container the driver's graphics files
+    whatever its NVIDIA_DRIVER_CAPABILITIES (here the node's CDI specification lists stand-ins for
+    them, tests/node/fake_gpu.yml); with graphics withheld it gets its GPU and none of them."""
+    *claims, pod = node.quota_pod("graphics", 1000, SLEEP)
+    pod["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}]
+    node.apply(namespace, *claims, pod)
+    running(namespace, "graphics")
+    seen = probe(namespace, "graphics")
+    assert seen["nvml"] == 1 and seen["driver_libraries"], seen
+    assert seen["graphics"] == [], seen
 
 
 def test_programs_that_are_not_cuda_programs_run_with_libvgpu_preloaded(namespace: str) -> None:

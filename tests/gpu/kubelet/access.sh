@@ -6,7 +6,8 @@
 #     driver library, NVML does not load, and on a GPU `nvidia-smi -L` fails in it;
 #   - one pod, two containers: the GPU container sees its one GPU (one /dev/nvidiaN, NVML one device,
 #     on a GPU `nvidia-smi -L` one line) and runs with LD_PRELOAD=/opt/vgpu/libvgpu.so, under which a
-#     shell behaves as without it; the sidecar without units, NVIDIA_VISIBLE_DEVICES=all, sees none;
+#     shell behaves as without it, and none of the driver's graphics files (issue 38); the sidecar
+#     without units, NVIDIA_VISIBLE_DEVICES=all, sees none;
 #   - a program that dlopens the real driver by the absolute path `ldconfig -p` lists and allocates
 #     3000 MiB under a 1000 MiB quota gets CUDA_ERROR_OUT_OF_MEMORY (libvgpu preloaded hooks dlsym),
 #     in the component image (Debian 12) and, on an Ubuntu 24.04 GPU host, in the host's userland.
@@ -140,6 +141,14 @@ if poll 150 running_pod pair; then
         pass "its sidecar without units, NVIDIA_VISIBLE_DEVICES=all, sees no GPU ($side)"
     else
         fail "its sidecar without units sees no GPU (got: $side)"
+    fi
+    # Issue 38: none of the driver's graphics files (the runtime's jit-cdi mode hands them all; the
+    # role's runc-without-graphics takes them out). What the host has says whether there were any.
+    host_graphics=$(python3 "$ROOT/tests/node/gpu_probe.py" 2>>"$LOG" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["graphics"]))' 2>>"$LOG")
+    if python3 -c 'import json, sys; sys.exit(bool(json.loads(sys.argv[1])["graphics"]))' "$gpu" 2>>"$LOG"; then
+        pass "the GPU container gets none of the driver's graphics files (the host has ${host_graphics:-?})"
+    else
+        fail "the GPU container gets none of the driver's graphics files (got: $gpu)"
     fi
     # The container's shell expands \$LD_PRELOAD and \$?; a child's exit status must come through.
     shell_out=$(k exec -n "$NS" pair -c app -- sh -c "echo \"\$LD_PRELOAD\"; ls -d /opt/vgpu; sh -c 'exit 3'; echo \"status \$?\"" \

@@ -46,3 +46,16 @@ def test_the_env_turned_back_on_is_named():
 def test_a_broken_configuration_is_an_error_that_says_so():
     with pytest.raises(AnsibleFilterError, match="not TOML"):
         toolkit_settings_to_set("mode = ", WANTED)
+
+
+def test_a_list_setting_is_compared_and_set_as_its_items_joined_by_colons():
+    """The low-level runtimes (nvidia-container-runtime.runtimes): --set splits a list at its colons
+    (a comma splits the flag itself: "crun" alone is then an undefined setting)."""
+    own = {"nvidia-container-runtime.runtimes": ["/usr/local/libexec/vgpu-isolation/runc-without-graphics"]}
+    assert toolkit_settings_to_set(PACKAGED, own) == [
+        "nvidia-container-runtime.runtimes=/usr/local/libexec/vgpu-isolation/runc-without-graphics"
+    ]
+    assert toolkit_settings_to_set(PACKAGED, {"nvidia-container-runtime.runtimes": ["runc", "crun"]}) == []
+    assert toolkit_settings_to_set(PACKAGED, {"nvidia-container-runtime.runtimes": ["crun"]}) == [
+        "nvidia-container-runtime.runtimes=crun"
+    ]

@@ -55,8 +55,10 @@ def test_the_runtime_takes_no_devices_from_an_unprivileged_containers_env(tools,
     assert after["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
     assert after["accept-nvidia-visible-devices-as-volume-mounts"] is True
     assert after["nvidia-container-runtime"]["mode"] == "cdi"
+    # Graphics withheld, the low-level runtime is the role's filter (test_38_graphics_withheld.py).
+    assert after["nvidia-container-runtime"]["runtimes"] == ["/usr/local/libexec/vgpu-isolation/runc-without-graphics"]
     # Everything else is the package's.
-    assert after["nvidia-container-runtime"]["runtimes"] == before["nvidia-container-runtime"]["runtimes"]
+    assert after["nvidia-container-runtime"]["log-level"] == before["nvidia-container-runtime"]["log-level"]
 
 
 def test_a_rerun_changes_nothing(tools, tmp_path):
@@ -104,7 +106,7 @@ def test_the_graphics_capability_is_withheld_unless_the_operator_enables_it(tool
     converge(tools, tmp_path, config)
     withheld = tomllib.loads(config.read_text())["supported-driver-capabilities"]
     assert withheld == "compat32,compute,ngx,utility,video"
-    assert converge(tools, tmp_path, config, vgpu_graphics_enabled=True) == 1
-    assert tomllib.loads(config.read_text())["supported-driver-capabilities"] == (
-        "compat32,compute,display,graphics,ngx,utility,video"
-    )
+    assert converge(tools, tmp_path, config, vgpu_graphics_enabled=True) == 2  # and the low-level runtime
+    enabled = tomllib.loads(config.read_text())
+    assert enabled["supported-driver-capabilities"] == "compat32,compute,display,graphics,ngx,utility,video"
+    assert enabled["nvidia-container-runtime"]["runtimes"] == before["nvidia-container-runtime"]["runtimes"]
