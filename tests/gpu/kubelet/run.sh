@@ -84,13 +84,17 @@ export VGPU_KUBELET_IMAGE_TARBALL=$PAYLOAD/images/vgpu-components-0.1.0.tar
 VGPU_KUBELET_RUNTIME_MODE=auto
 [[ $FAKE == 1 ]] && VGPU_KUBELET_RUNTIME_MODE=cdi
 export VGPU_KUBELET_RUNTIME_MODE
-# The host's driver branch (580 on the H200 host), as an operator states it: the roles turn
-# features on by it (the MPS pinned memory limit from 495). The fake driver has none: 470.
-VGPU_KUBELET_DRIVER_BRANCH=470
+# The host's driver version (580.159.04 on the H200 host), as an operator states it: the roles turn
+# features on by its branch (the MPS pinned memory limit from 495). The fake driver has none: 470.
+VGPU_KUBELET_DRIVER_VERSION=470.256.02
 if [[ $FAKE != 1 ]] && [[ -r /proc/driver/nvidia/version ]]; then
-    VGPU_KUBELET_DRIVER_BRANCH=$(sed -n 's/.*Kernel Module[^0-9]*\([0-9]\{3\}\)\..*/\1/p' /proc/driver/nvidia/version | head -n 1)
+    # "... Kernel Module  470.256.02  ..." or "... Open Kernel Module for x86_64  580.159.04  ...": the
+    # first version number standing alone
+    VGPU_KUBELET_DRIVER_VERSION=$(grep -o -m1 -E '[[:space:]][0-9]{3}\.[0-9]+(\.[0-9]+)?[[:space:]]' /proc/driver/nvidia/version \
+        | tr -d ' \t')
 fi
-export VGPU_KUBELET_DRIVER_BRANCH
+VGPU_KUBELET_DRIVER_BRANCH=${VGPU_KUBELET_DRIVER_VERSION%%.*}
+export VGPU_KUBELET_DRIVER_VERSION VGPU_KUBELET_DRIVER_BRANCH
 
 passed=0 failed=0
 say() { echo "$*" | tee -a "$LOG"; }
@@ -307,6 +311,9 @@ fi
 
 # --------------------------------------------------------------------------------- the daemons
 section "control plane, containerd and kubelet as processes"
+# A fresh cluster each run: a second scenario on the same machine found the first one's pods
+# (mps-a "configured", already Failed) in the etcd data kept from it.
+rm -rf "$WORK/etcd"
 start_proc etcd etcd --name vgpu-gpu --data-dir "$WORK/etcd" \
     --listen-client-urls "http://127.0.0.1:$PORT_ETCD" --advertise-client-urls "http://127.0.0.1:$PORT_ETCD" \
     --listen-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$PORT_ETCD_PEER" \
