@@ -174,7 +174,8 @@ def create(tools: Path, runtime: Path, stand_in: Path, tmp: Path, env: dict[str,
         },
         "root": {"path": "rootfs"},
         "mounts": [
-            {"destination": c, "source": h, "type": "bind", "options": ["rbind", "ro"]} for c, h, _ in allocation.mounts
+            {"destination": path, "source": host, "type": "bind", "options": ["rbind", "ro"]}
+            for path, host, _ro in allocation.mounts
         ],
         "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]}},
     }
