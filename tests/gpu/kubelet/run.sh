@@ -151,10 +151,12 @@ finish() {
         done
         ctr -n k8s.io images ls -q
     } >"$LOG_DIR/cluster.txt" 2>&1
-    # Pods first (kubelet would restart them), then their containers, then the daemons.
+    # Pods first (kubelet would restart them), then their containers, then the daemons. Every
+    # process of a container (--all): nvidia-mps runs with the host's PID namespace, so its MPS
+    # daemons outlived their container's first process and served the next run on a warm machine.
     stop_proc kubelet
     if [[ -S /run/containerd/containerd.sock ]]; then
-        for task in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1; done
+        for task in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill --all -s SIGKILL "$task" >/dev/null 2>&1; done
         sleep 2
         for task in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks delete "$task" >/dev/null 2>&1; done
     fi
