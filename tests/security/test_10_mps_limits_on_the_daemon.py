@@ -53,4 +53,4 @@ def test_a_containers_share_and_memory_limit_are_its_own_daemons_and_out_of_its_
         own = mps_requests.pipe_folder(pipe_root, ids.alloc_id(memory))
         assert [m for m in mounts if m[1].startswith(pipe_root)] == [(pipe_root, str(own), True)]
         assert mps_ask(own, "get_default_active_thread_percentage") == f"{share}.0"
-        assert mps_ask(own, "get_default_device_pinned_mem_limit 0") == f"{quota}M"
+        assert mps_ask(own, "exact_default_device_pinned_mem_limit 0") == f"{quota}M"

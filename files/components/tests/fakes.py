@@ -142,10 +142,13 @@ FAKE_CONTROL = textwrap.dedent(
     import json, os, socket, sys
     SERVER_COMMANDS = (
         "get_active_thread_percentage", "set_active_thread_percentage", "get_device_pinned_mem_limit",
-        "set_device_pinned_mem_limit", "shutdown_server",
+        "set_device_pinned_mem_limit", "exact_device_pinned_mem_limit", "shutdown_server",
     )
     pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
     path = os.path.join(pipe, "control")
+    def shown(value):  # driver 580 answers a limit in whole units of its largest one, truncated: 3000M is "2G"
+        mib = float(value[:-1]) * {"K": 1 / 1024, "M": 1, "G": 1024}[value[-1].upper()]
+        return f"{int(mib // 1024)}G" if mib >= 1024 else f"{int(mib)}M"
     if sys.argv[1:] == ["-f"]:
         logs = os.environ["CUDA_MPS_LOG_DIRECTORY"]
         os.makedirs(logs, exist_ok=True)
@@ -172,6 +175,8 @@ FAKE_CONTROL = textwrap.dedent(
                     pinned[args[0]] = args[1]
                     reply = ""
                 elif command == "get_default_device_pinned_mem_limit" and len(args) == 1:
+                    reply = shown(pinned.get(args[0], "0M"))
+                elif command == "exact_default_device_pinned_mem_limit" and len(args) == 1:  # the tests' own
                     reply = pinned.get(args[0], "0M")
                 elif command == "start_server":  # what a client's first connection makes the daemon do
                     next_pid += 1
@@ -187,6 +192,8 @@ FAKE_CONTROL = textwrap.dedent(
                     servers[int(args[0])]["percentage"] = float(args[1])
                     reply = f"{float(args[1]):.1f}"
                 elif command == "get_device_pinned_mem_limit" and len(args) == 2:
+                    reply = shown(servers[int(args[0])]["pinned"].get(args[1], "0M"))
+                elif command == "exact_device_pinned_mem_limit" and len(args) == 2:  # the tests' own
                     reply = servers[int(args[0])]["pinned"].get(args[1], "0M")
                 elif command == "set_device_pinned_mem_limit" and len(args) == 3:
                     servers[int(args[0])]["pinned"][args[1]] = args[2]
@@ -226,7 +233,9 @@ def fake_mps_control(folder: Path) -> str:
     the control protocol's text commands (the defaults, and each server's own share and pinned
     limit, get_server_list and shutdown_server; `start_server` stands for what a client's first
     connection makes the real daemon do); without arguments it sends the lines on stdin there and
-    prints the answers (test_mps.py says what it keeps of the real tool)."""
+    prints the answers (test_mps.py says what it keeps of the real tool). It answers a pinned limit
+    as driver 580's daemon does on the H200, in whole units of the largest unit, truncated (3000M is
+    "2G"); the tests read the exact value set with its own exact_[default_]device_pinned_mem_limit."""
     script = folder / "fake_mps_control.py"
     script.write_text(FAKE_CONTROL)
     wrapper = folder / "nvidia-cuda-mps-control"

@@ -90,7 +90,7 @@ def test_the_share_and_the_quota_are_the_containers_own_mps_daemons_not_its_envi
     assert envs["VGPU_MEMORY_LIMIT"] == "3000MiB"
     mounts = {(m.container_path, m.host_path, m.read_only) for m in memory.mounts}
     assert (shares.cfg["mps"]["pipe_dir"], str(daemon(shares, held)), True) in mounts  # its daemon's folder only
-    assert mps_ask(daemon(shares, held), "get_default_device_pinned_mem_limit 0") == "3000M"
+    assert mps_ask(daemon(shares, held), "exact_default_device_pinned_mem_limit 0") == "3000M"
     share = allocate(shares, [f"cores-{n}" for n in range(150, 175)], CORES).container_responses[0]
     assert not share.envs and not share.mounts
     assert mps_ask(daemon(shares, held), "get_default_active_thread_percentage") == "25.0"
@@ -172,7 +172,7 @@ def test_r470_gets_no_pinned_limit_and_says_why(short_tmp: Path, caplog: pytest.
     try:
         envs = allocate(n, [f"{KEY0}-0"]).container_responses[0].envs
         assert not {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"} & set(envs)
-        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "get_default_device_pinned_mem_limit 0") == "0M"
+        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "exact_default_device_pinned_mem_limit 0") == "0M"
         # no shares: the node-wide percentage
         assert mps_ask(daemon(n, [f"{KEY0}-0"]), "get_default_active_thread_percentage") == "40.0"
         assert CORES not in [r.resource_name for r in n.kubelet.registrations]
@@ -185,7 +185,7 @@ def test_the_pinned_limit_can_be_turned_off(short_tmp: Path) -> None:
     n = PluginNode(short_tmp, mps_enabled=True, mps_pinned_memory_limit=False)
     try:
         allocate(n, [f"{KEY0}-0"])
-        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "get_default_device_pinned_mem_limit 0") == "0M"
+        assert mps_ask(daemon(n, [f"{KEY0}-0"]), "exact_default_device_pinned_mem_limit 0") == "0M"
     finally:
         n.stop()
 

@@ -426,7 +426,7 @@ def test_a_claim_on_an_mps_node_starts_with_its_own_mps_daemon_and_ends_with_it(
         pipe = mps_requests.pipe_folder(
             manager_cfg["mps"]["pipe_dir"], dra.dra_alloc_id(CLAIM_UID, "gpu", "gpu-1", share)
         )
-        assert mps_ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M"
+        assert mps_ask(pipe, "exact_default_device_pinned_mem_limit 0") == "3000M"
         assert mps_ask(pipe, "get_default_active_thread_percentage") == "100.0"
         assert kubelet.unprepare(("ns", CLAIM_UID, "p-gpu-1")).claims[CLAIM_UID].error == ""
         wait_for("its daemon stopped", lambda: not pipe.exists(), timeout=20, interval=0.05)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeGpus, fake_mps_control, two_gpus
 from fakes import mps_ask as ask
-from vgpu_components import config, health, mps, mps_requests, nvml
+from vgpu_components import config, health, mps, mps_requests, mps_supervisor, nvml
 from vgpu_components.mps_requests import MpsRequest
 from vgpu_components.mps_supervisor import MpsManager
 
@@ -92,11 +92,11 @@ def test_an_allocation_gets_its_own_daemon_with_its_share_and_memory_limit_as_de
     running.request("00000000000000aa", 25, pinned_mib=3000)
     running.request("00000000000000bb", 50, pinned_mib=None)  # a driver without the pinned limit
     one, two = running.pipe("00000000000000aa"), running.pipe("00000000000000bb")
-    assert (ask(one, "get_default_active_thread_percentage"), ask(one, "get_default_device_pinned_mem_limit 0")) == (
+    assert (ask(one, "get_default_active_thread_percentage"), ask(one, "exact_default_device_pinned_mem_limit 0")) == (
         "25.0",
         "3000M",
     )
-    assert (ask(two, "get_default_active_thread_percentage"), ask(two, "get_default_device_pinned_mem_limit 0")) == (
+    assert (ask(two, "get_default_active_thread_percentage"), ask(two, "exact_default_device_pinned_mem_limit 0")) == (
         "50.0",
         "0M",
     )
@@ -183,11 +183,71 @@ def test_a_default_pinned_limit_a_tenant_raised_is_put_back(running: Running) ->
     ask(pipe, "set_default_device_pinned_mem_limit 0 97G")
     wait_for(
         "the default limit put back",
-        lambda: (pipe / ".ready").exists() and ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M",
+        lambda: (pipe / ".ready").exists() and ask(pipe, "exact_default_device_pinned_mem_limit 0") == "3000M",
         timeout=20,
         interval=0.05,
     )
     assert running.manager.restarts >= 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "limits"),
+    [
+        ("2G", (2048, 3072)),  # driver 580's answer to 3000M
+        ("3000M", (3000, 3001)),
+        ("97G", (99328, 100352)),
+        ("2.5G", (2560, 2662.4)),
+        ("0M", (0, 1)),
+        ("set_device_pinned_mem_limit 0 3000M.\n2G", (2048, 3072)),  # the last line is the answer
+    ],
+)
+def test_a_limit_answer_stands_for_every_limit_its_last_digit_covers(answer: str, limits: tuple) -> None:
+    assert mps_supervisor.limit_range(answer) == pytest.approx(limits)
+
+
+@pytest.mark.parametrize("answer", ["", "Invalid PID 7", "2 apples", "G"])
+def test_an_answer_that_is_no_limit_is_not_read(answer: str) -> None:
+    assert mps_supervisor.limit_range(answer) is None
+
+
+def test_a_limit_the_daemon_answers_in_whole_gib_is_read_as_what_that_answer_covers(running: Running) -> None:
+    """Found on the H200 (driver 580): the daemon answers get_default_device_pinned_mem_limit with
+    the limit truncated to whole GiB, 3000M as "2G"; nvidia-mps read that as 2048 MiB, called the
+    daemon it had just set up wrong, and restarted it until Allocate gave up (mps-a refused, "not
+    ready within 10 s"). "2G" stands for any limit from 2048 MiB up to 3072: 3000 is one of them."""
+    running.request("00000000000000aa", 25, pinned_mib=3000)
+    pipe = running.pipe("00000000000000aa")
+    assert ask(pipe, "get_default_device_pinned_mem_limit 0") == "2G"  # what the real daemon says
+    server = ask(pipe, "start_server")
+    probes = running.manager.probes
+    wait_for("three probes", lambda: running.manager.probes >= probes + 3, timeout=20, interval=0.05)
+    assert (running.manager.restarts, running.manager.tampered) == (0, 0)
+    assert ask(pipe, "get_server_list").split() == [server]
+    assert running.manager.healthy() == (True, "ok")
+
+
+def test_a_limit_raised_within_what_the_answer_shows_is_set_again_at_each_probe(running: Running) -> None:
+    """What a GiB-truncated answer cannot show: root raises its server's limit, or the default,
+    from 3000 to 3050 MiB (still "2G"). Each probe sets the request's limit again, on the daemon's
+    defaults and on every running server, so a change no answer shows lasts one probe at most."""
+    running.request("00000000000000aa", 25, pinned_mib=3000)
+    pipe = running.pipe("00000000000000aa")
+    server = ask(pipe, "start_server")
+    ask(pipe, f"set_device_pinned_mem_limit {server} 0 3050M")
+    ask(pipe, "set_default_device_pinned_mem_limit 0 3050M")
+    assert ask(pipe, f"get_device_pinned_mem_limit {server} 0") == "2G"
+    wait_for(
+        "both limits set back to 3000M",
+        lambda: (
+            ask(pipe, f"exact_device_pinned_mem_limit {server} 0"),
+            ask(pipe, "exact_default_device_pinned_mem_limit 0"),
+        )
+        == ("3000M", "3000M"),
+        timeout=20,
+        interval=0.05,
+    )
+    assert ask(pipe, "get_server_list").split() == [server]  # nothing seen changed: the server keeps running
+    assert running.manager.restarts == 0
 
 
 def test_a_daemon_a_tenant_quit_is_started_again_with_its_defaults(running: Running) -> None:
@@ -200,7 +260,7 @@ def test_a_daemon_a_tenant_quit_is_started_again_with_its_defaults(running: Runn
             return (
                 (pipe / ".ready").exists()
                 and ask(pipe, "get_default_active_thread_percentage") == "25.0"
-                and ask(pipe, "get_default_device_pinned_mem_limit 0") == "3000M"
+                and ask(pipe, "exact_default_device_pinned_mem_limit 0") == "3000M"
             )
         except OSError:
             return False

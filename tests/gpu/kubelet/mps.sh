@@ -10,7 +10,9 @@
 #      and sets its server's share to 100 % and its pinned limit to 97G (INFO: what it answered);
 #   2. within three of nvidia-mps's probes (10 s apart) nvidia-mps logs the change, sets it back and
 #      shuts that server down;
-#   3. a second pod's server runs at the daemon's 50 % (the defaults held);
+#   3. a second pod's server runs at the daemon's 50 % (the defaults held); root raising its limit
+#      within what the daemon's answer shows (3050M on a 3000M limit: both "2G") is set back at the
+#      next probe; raising it to 97G is seen, set back, and the server shut down;
 #   4. root in that pod quits its daemon: nvidia-mps starts it again, with 50 % as its default.
 # The daemon's answers are read as tests/gpu/mps_tamper.sh read them on the H200 (2026-12-05, on
 # the host). First run on the H200 2026-12-05: 21 passed, 0 failed (docs/testing.md).
@@ -86,6 +88,20 @@ if poll 60 has_server mps-b; then
     fi
 else
     fail "mps-b's daemon lists a server (get_server_list: $(mps_control mps-b get_server_list | tr '\n' ' '))"
+fi
+
+# 3a. root raises its server's limit within what the daemon's answer shows (3050M, answered as the
+#     quota's 3000M is, "2G" on driver 580): no answer shows it, so nvidia-mps sets the request's
+#     limit again at each probe; the daemon's log (in nvidia-mps's) shows that command after root's
+if [[ ${second:-} ]] && [[ $(mps_control mps-b "get_device_pinned_mem_limit $second 0") =~ ^[0-9] ]]; then
+    info "server $second's pinned limit of 3000 MiB is answered as $(mps_control mps-b "get_device_pinned_mem_limit $second 0")"
+    info "set_device_pinned_mem_limit $second 0 3050M: $(mps_control mps-b "set_device_pinned_mem_limit $second 0 3050M" | tr '\n' ' '); answered now as $(mps_control mps-b "get_device_pinned_mem_limit $second 0")"
+    set_again() { mps_log | sed -n "/Cmd:set_device_pinned_mem_limit $second 0 3050M/,\$p" | grep -q "Cmd:set_device_pinned_mem_limit $second 0 3000M"; }
+    if poll 45 set_again; then
+        pass "nvidia-mps set server $second's limit to 3000M again after root's 3050M, which no answer shows"
+    else
+        fail "nvidia-mps sets server $second's limit again at its next probe (the daemon's log after root's 3050M: $(mps_log | grep -A3 "Cmd:set_device_pinned_mem_limit $second 0 3050M" | tr '\n' ' ' | cut -c1-400))"
+    fi
 fi
 
 # 3b. root changes only its server's pinned memory limit (the limit is set where the driver branch

@@ -22,18 +22,28 @@ from vgpu_components.mps_requests import READY_FILE, MpsRequest, pipe_folder, re
 log = logging.getLogger("vgpu.mps")
 
 
-_LIMIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_LIMIT = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 _MIB_PER = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
-def limit_mib(text: str) -> float | None:
-    """A pinned memory limit as the control daemon prints it ("3000M", "97G"), in MiB; None when
-    the last line of its answer is not one."""
+def limit_range(text: str) -> tuple[float, float] | None:
+    """The pinned memory limits, in MiB, that the control daemon's answer stands for: [low, high).
+    It prints a limit truncated to its last digit in its largest unit (driver 580 answers 3000M
+    as "2G", seen on the H200), so "2G" is any limit from 2048 up to 3072 MiB. None when the last
+    line of the answer is not a limit."""
     lines = text.strip().splitlines()
     match = _LIMIT.match(lines[-1]) if lines else None
     if match is None:
         return None
-    return float(match.group(1)) * _MIB_PER[match.group(2).upper()]
+    whole, fraction, unit = match.group(1), match.group(2) or "", match.group(3).upper()
+    low = float(f"{whole}.{fraction or 0}")
+    return low * _MIB_PER[unit], (low + 10.0 ** -len(fraction)) * _MIB_PER[unit]
+
+
+def limit_differs(output: str, mib: int) -> bool | None:
+    """Whether the daemon's answer shows a limit other than `mib`; None when it is not read here."""
+    found = limit_range(output)
+    return None if found is None else not found[0] <= mib < found[1]
 
 
 class Daemon:
@@ -92,12 +102,22 @@ class Daemon:
             return False, f"default active thread percentage is {found:g}, not {self.request.thread_percentage}"
         if self.request.pinned_mib is not None:
             ok, output = self.control("get_default_device_pinned_mem_limit 0")
-            found_mib = limit_mib(output) if ok else None
-            if found_mib is None:
+            differs = limit_differs(output, self.request.pinned_mib) if ok else None
+            if differs is None:
                 self._unreadable_limit(output)  # a format not read here: never a reason to restart
-            elif found_mib != self.request.pinned_mib:
+            elif differs:
                 return False, f"default pinned memory limit is {output.strip()}, not {self.request.pinned_mib} MiB"
         return True, "ok"
+
+    def set_limits_again(self, servers: list[int]) -> None:
+        """The answer is no finer than its unit (3000 and 3050 MiB are both "2G"), so a limit raised
+        within it is never seen: the request's pinned limit is set again on the defaults and on every
+        running server at each probe, and such a change lasts one probe at most."""
+        if self.request.pinned_mib is None:
+            return
+        self.control(f"set_default_device_pinned_mem_limit 0 {self.request.pinned_mib}M")
+        for pid in servers:
+            self.control(f"set_device_pinned_mem_limit {pid} 0 {self.request.pinned_mib}M")
 
     def servers(self) -> list[int]:
         """The PIDs of the daemon's running servers (get_server_list); [] when it cannot say."""
@@ -116,10 +136,10 @@ class Daemon:
             found.append(f"active thread percentage {percentage:g}, not {self.request.thread_percentage}")
         if self.request.pinned_mib is not None:
             ok, output = self.control(f"get_device_pinned_mem_limit {pid} 0")
-            found_mib = limit_mib(output) if ok else None
-            if found_mib is None:
+            differs = limit_differs(output, self.request.pinned_mib) if ok else None
+            if differs is None:
                 self._unreadable_limit(output)
-            elif found_mib != self.request.pinned_mib:
+            elif differs:
                 found.append(f"pinned memory limit {output.strip()}, not {self.request.pinned_mib} MiB")
         return found
 
@@ -139,7 +159,8 @@ class Daemon:
         the request's gets them set back, and is then shut down (forced): the clients it took
         while they were changed keep what they got. Returns what was found, per server PID."""
         found = {}
-        for pid in self.servers():
+        servers = self.servers()
+        for pid in servers:
             drift = self.drift(pid)
             if not drift:
                 continue
@@ -148,6 +169,7 @@ class Daemon:
             if self.request.pinned_mib is not None:
                 self.control(f"set_device_pinned_mem_limit {pid} 0 {self.request.pinned_mib}M")
             self.control(f"shutdown_server {pid} -f")
+        self.set_limits_again([pid for pid in servers if pid not in found])
         return found
 
     def running(self) -> bool:
