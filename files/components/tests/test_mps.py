@@ -239,10 +239,12 @@ def test_a_limit_raised_within_what_the_answer_shows_is_set_again_at_each_probe(
     wait_for(
         "both limits set back to 3000M",
         lambda: (
-            ask(pipe, f"exact_device_pinned_mem_limit {server} 0"),
-            ask(pipe, "exact_default_device_pinned_mem_limit 0"),
-        )
-        == ("3000M", "3000M"),
+            (
+                ask(pipe, f"exact_device_pinned_mem_limit {server} 0"),
+                ask(pipe, "exact_default_device_pinned_mem_limit 0"),
+            )
+            == ("3000M", "3000M")
+        ),
         timeout=20,
         interval=0.05,
     )
