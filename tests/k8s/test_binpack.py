@@ -45,8 +45,19 @@ def test_reference_binpack_on_two_12gib_gpus(core: Any, namespace: str, gpu_node
         assert by_uuid.get(uid) == index, f"{uid} index {index} does not match the node's {by_uuid}"
 
 
+def posted_by_the_poster() -> float:
+    """The Bindings the extender's poster process posted so far (extender_poster.py)."""
+    for line in cluster.extender_get("/metrics").decode().splitlines():
+        if line.startswith('vgpu_extender_bindings_posted_total{by="poster"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_concurrent_pods_never_overbook_a_gpu(core: Any, namespace: str, gpu_nodes: cluster.NodeFactory) -> None:
-    """Eight 5000 MiB pods at once on 2 nodes x 2 GPUs: two per GPU, never three (15000 > 12288)."""
+    """Eight 5000 MiB pods at once on 2 nodes x 2 GPUs: two per GPU, never three (15000 > 12288).
+    Their Bindings are posted by the extender's poster process (issue 42), each GPU reserved by
+    the extender first."""
+    posted = posted_by_the_poster()
     selector = gpu_nodes(2)
     names = [f"p-{i}" for i in range(8)]
     for name in names:
@@ -57,3 +68,4 @@ def test_concurrent_pods_never_overbook_a_gpu(core: Any, namespace: str, gpu_nod
         node, uid, _index = gpu_of(pod)
         per_gpu[(node, uid)] += 5000
     assert sorted(per_gpu.values()) == [10000] * 4, f"GPU use in MiB: {dict(per_gpu)}"
+    assert posted_by_the_poster() - posted == 8

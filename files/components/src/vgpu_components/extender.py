@@ -10,6 +10,8 @@ import threading
 
 from vgpu_components import component, config, kube
 from vgpu_components.extender_http import ExtenderServer
+from vgpu_components.extender_poster import Poster, PosterProcess
+from vgpu_components.extender_poster import command as poster_command
 from vgpu_components.extender_verbs import Extender
 from vgpu_components.scheduling import ClusterModel
 from vgpu_components.tls import TlsFiles
@@ -34,7 +36,9 @@ def run(started: component.Started) -> int:
         api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig), component.node_name())
     except Exception as exc:
         log.error("no Kubernetes API (%s): filter answers from an empty model and bind fails", exc)
-    extender = Extender(model, api)
+    # The Bindings are posted by a second process (extender_poster.py), kept running from here.
+    poster = Poster() if api is not None else None
+    extender = Extender(model, api, poster)
     tls = None
     if section["tls_cert_file"]:
         tls = TlsFiles(section["tls_cert_file"], section["tls_key_file"], section["client_ca_file"])
@@ -46,7 +50,10 @@ def run(started: component.Started) -> int:
         start_background(extender, started.stop)
     scheme = "https (client certificates required)" if tls else "http"
     log.info("listening on %s:%d, %s", section["address"], server.server_address[1], scheme)
-    return component.serve(started, Serving(server))
+    parts: list[component.Part] = [Serving(server)]
+    if poster is not None:
+        parts.append(PosterProcess(poster, poster_command(started.args), started.stop))
+    return component.serve(started, *parts)
 
 
 class Serving:

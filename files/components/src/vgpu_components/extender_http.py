@@ -17,7 +17,8 @@ The rule: nothing a peer sends can hold a thread, or more memory than the body c
   waiting for one; beyond that the answer is 503 at once. The other verbs are CPU only
   (milliseconds) and run on the loop itself, with no thread hand-off on the hot path; one that
   finds it must ask the API server after all (filter, before turning a pod away) answers Later,
-  and the rest runs on those threads.
+  and the rest runs on those threads; one that waits on another process (bind, whose Binding the
+  poster process posts) answers Awaiting, awaited on the loop.
 - At most MAX_CONNECTIONS connections are open; the listen backlog is BACKLOG.
 - With TLS (TlsFiles), a verb is answered only to a client whose certificate the client CA
   signed (kube-scheduler's); a certificate from another CA fails the handshake. GET /healthz,
@@ -40,7 +41,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -102,6 +103,14 @@ class Later:
     blocking verb does, and its result is the answer."""
 
     finish: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Awaiting:
+    """A verb's answer that waits on another process without holding a thread: `answer` is
+    awaited on the server's loop, and its result is the answer (bind, with the poster process)."""
+
+    answer: Coroutine[Any, Any, Any]
 
 
 class _Reader(Protocol):
@@ -409,6 +418,8 @@ class ExtenderServer:
             status, payload = _call(verb, handler, body)
             if isinstance(payload, Later):
                 status, payload = await self._in_worker(verb, functools.partial(_finish, verb, payload.finish))
+            elif isinstance(payload, Awaiting):
+                status, payload = await _awaited(verb, payload.answer)
         return status, payload, "", verb
 
     async def _in_worker(self, verb: str, work: Callable[[], tuple[int, Any]]) -> tuple[int, Any]:
@@ -454,6 +465,15 @@ def _call(verb: str, handler: Callable[[Any], Any], body: bytes) -> tuple[int, A
     except (ValueError, RecursionError) as exc:
         return 400, {"Error": f"{verb}: body is not JSON: {str(exc)[:200]}"}
     return _finish(verb, lambda: handler(decoded))
+
+
+async def _awaited(verb: str, answer: Coroutine[Any, Any, Any]) -> tuple[int, Any]:
+    """(status, payload) of an Awaiting answer, as _finish gives a Later's."""
+    try:
+        return 200, await answer
+    except Exception as exc:
+        log.exception("%s failed", verb)
+        return 500, {"Error": f"{verb}: internal error: {exc}"}
 
 
 def _finish(verb: str, answer: Callable[[], Any]) -> tuple[int, Any]:

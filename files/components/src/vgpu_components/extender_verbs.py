@@ -29,8 +29,9 @@ import prometheus_client
 from kubernetes.client.rest import ApiException
 
 from vgpu_components import kube, preemption
-from vgpu_components.extender_http import BadRequest, Later
-from vgpu_components.scheduling import ClusterModel, Request, pod_request
+from vgpu_components.extender_http import Awaiting, BadRequest, Later
+from vgpu_components.extender_poster import Poster
+from vgpu_components.scheduling import ClusterModel, Placement, Request, pod_request
 
 log = logging.getLogger("vgpu.extender")
 
@@ -50,6 +51,12 @@ RECHECK_NODES = 16
 # Pods whose last preemption event preempt remembers (to post it once per reason).
 TOLD_PODS = 4096
 BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, by outcome", ["outcome"])
+POSTED = prometheus_client.Counter(
+    "vgpu_extender_bindings_posted_total",
+    "Bindings sent to the API server, by the process that sent them (poster: the poster process; extender: "
+    "the extender's own, while no poster runs or for a pod its watch had not seen yet)",
+    ["by"],
+)
 PREEMPTIONS = prometheus_client.Counter(
     "vgpu_extender_preemption_nodes_total",
     "Nodes judged by preempt, by outcome (victims: a GPU frees with them; none: no GPU can be freed)",
@@ -77,11 +84,13 @@ class Extender:
     are the informers' list and watch, a refused node's pods, a pod to bind and, to preempt, the
     candidate nodes' pods and the PodDisruptionBudgets."""
 
-    blocking = frozenset({"bind", "preempt"})  # verbs that wait on the API server
-
-    def __init__(self, model: ClusterModel, api: kube.ClusterApi | None = None) -> None:
+    def __init__(self, model: ClusterModel, api: kube.ClusterApi | None = None, poster: Poster | None = None) -> None:
         self.model = model
         self.api = api
+        # With a poster (extender_poster.py) bind awaits its Binding on the loop; without, bind
+        # waits on the API server on a worker thread, as preempt does.
+        self.poster = poster
+        self.blocking = frozenset({"preempt"} if poster is not None else {"bind", "preempt"})
         self.informers: dict[str, kube.Informer] = {}
         if api is not None:
             self.informers = {
@@ -287,22 +296,45 @@ class Extender:
             parts.append(entry)
         return ("[" + ",".join(parts) + "]").encode()
 
-    def bind(self, body: Any) -> dict[str, Any]:
-        if not isinstance(body, Mapping):
-            raise BadRequest("expected an ExtenderBindingArgs object")
-        fields = {}
-        for key in ("PodName", "PodNamespace", "PodUID", "Node"):
-            value = body.get(key)
-            if not isinstance(value, str) or not value:
-                raise BadRequest(f"ExtenderBindingArgs.{key} must be a non-empty string, got {value!r}")
-            fields[key] = value
-        name, namespace, uid, node = fields["PodName"], fields["PodNamespace"], fields["PodUID"], fields["Node"]
+    def bind(self, body: Any) -> dict[str, Any] | Later | Awaiting:
+        namespace, name, uid, node = _binding_args(body)
+        if self.poster is None:
+            return self._answer_bind(namespace, name, uid, node)
+        if not self.poster.attached or uid not in self.model.pending:
+            # No poster running, or the pod's units must first be read from the API server (it was
+            # not filtered here): the bind waits on a worker thread, as without a poster.
+            return Later(lambda: self._answer_bind(namespace, name, uid, node))
+        reserved = self.reserve_for_bind(namespace, name, uid, node)  # no API call: the pod is pending
+        if isinstance(reserved, str):
+            BINDS.labels("error").inc()
+            return {"Error": reserved}
+        return Awaiting(self._post(reserved, node))
+
+    def _answer_bind(self, namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
         try:
             error = self._bind(namespace, name, uid, node)
         except Exception as exc:
             log.exception("bind of %s/%s to %s failed", namespace, name, node)
             error = f"binding {namespace}/{name} to {node} failed: {exc}"
         BINDS.labels("error" if error else "bound").inc()
+        return {"Error": error}
+
+    async def _post(self, reserved: Reserved, node: str) -> dict[str, Any]:
+        """The reserved pod's Binding, posted by the poster process; the reservation released when
+        it failed."""
+        assert self.poster is not None
+        p = reserved.placement
+        POSTED.labels("poster").inc()
+        try:
+            error = await self.poster.post(p.namespace, p.name, p.uid, node, reserved.annotations)
+        except ConnectionError as exc:
+            error = str(exc)
+        if error:
+            error = f"binding {p.namespace}/{p.name} to {node} failed: {error}"
+        self.finish_bind(reserved, error)
+        BINDS.labels("error" if error else "bound").inc()
+        if not error:
+            log_bound(reserved, node)
         return {"Error": error}
 
     def _units_to_bind(self, namespace: str, name: str, uid: str, node: str) -> tuple[str, Request]:
@@ -325,11 +357,10 @@ class Extender:
             return f"refusing to bind {what}: it requests no {resource}; the extender binds only GPU pods", request
         return "", request
 
-    def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
-        """Place the pod on the node's GPU and bind it; an error text instead when it must not be.
-
-        A pod the extender already placed, or that the API shows bound, is refused before anything
-        changes: its placement stays as it is."""
+    def reserve_for_bind(self, namespace: str, name: str, uid: str, node: str) -> Reserved | str:
+        """Choose the pod's GPU on the node and reserve it; an error text instead when it must not
+        be bound. A pod the extender already placed, or that the API shows bound, is refused before
+        anything changes: its placement stays as it is."""
         if self.api is None:
             return "the extender has no Kubernetes API connection"
         model = self.model
@@ -356,20 +387,30 @@ class Extender:
             model.index_key: str(gpu.index),
             model.assume_key: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         }
+        return Reserved(reservation, annotations, gpu.index)
+
+    def finish_bind(self, reserved: Reserved, error: str) -> None:
+        """The Binding's outcome: the pod counted as bound from now on, or its reservation released."""
+        if error:
+            self.model.release(reserved.placement)
+        else:
+            self.model.bound(reserved.placement)
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Place the pod on the node's GPU and bind it from this process; an error text instead
+        when it must not be."""
+        reserved = self.reserve_for_bind(namespace, name, uid, node)
+        if isinstance(reserved, str):
+            return reserved
+        assert self.api is not None
+        POSTED.labels("extender").inc()
         try:
-            self.api.bind(namespace, name, uid, node, annotations)
+            self.api.bind(namespace, name, uid, node, reserved.annotations)
         except Exception:
-            model.release(reservation)
+            self.finish_bind(reserved, "failed")
             raise
-        model.bound(reservation)
-        log.info(
-            "bound %s/%s to %s GPU %d",
-            namespace,
-            name,
-            node,
-            gpu.index,
-            extra={"gpu_uuid": gpu.uuid, "units": units, "cores": cores},
-        )
+        self.finish_bind(reserved, "")
+        log_bound(reserved, node)
         return ""
 
     def preempt(self, body: Any) -> dict[str, Any]:
@@ -544,6 +585,41 @@ class Extender:
             self.model.remove_pod(str(obj.get("metadata", {}).get("uid", "")))
         else:
             self.model.set_pod(obj)
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A bind's reservation: the placement counted in the model, and the annotations its Binding
+    carries (the GPU's UUID and index, the assume time)."""
+
+    placement: Placement
+    annotations: dict[str, str]
+    gpu_index: int
+
+
+def _binding_args(body: Any) -> tuple[str, str, str, str]:
+    """ExtenderBindingArgs -> (namespace, name, uid, node)."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("expected an ExtenderBindingArgs object")
+    fields = {}
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = body.get(key)
+        if not isinstance(value, str) or not value:
+            raise BadRequest(f"ExtenderBindingArgs.{key} must be a non-empty string, got {value!r}")
+        fields[key] = value
+    return fields["PodNamespace"], fields["PodName"], fields["PodUID"], fields["Node"]
+
+
+def log_bound(reserved: Reserved, node: str) -> None:
+    p = reserved.placement
+    log.info(
+        "bound %s/%s to %s GPU %d",
+        p.namespace,
+        p.name,
+        node,
+        reserved.gpu_index,
+        extra={"gpu_uuid": p.gpu_uuid, "units": p.units, "cores": p.cores},
+    )
 
 
 def pod_priority(pod: Mapping[str, Any]) -> int:
