@@ -255,7 +255,20 @@ def process_cpu() -> dict[str, tuple[int, float]]:
         except (OSError, ValueError, IndexError):
             continue  # stopped: kube-scheduler between runs
         found[pid_file.stem] = (pid, (int(fields[11]) + int(fields[12])) / tick)  # utime, stime
+        for child in _children(pid):  # the extender's poster process, counted on its own
+            try:
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[f"{pid_file.stem}-child"] = (child, (int(fields[11]) + int(fields[12])) / tick)
     return found
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def cpu_per_pod(
