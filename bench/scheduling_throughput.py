@@ -265,10 +265,15 @@ def process_cpu() -> dict[str, tuple[int, float]]:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """The process's children: each thread's (/proc/PID/task/TID/children lists those the thread
+    started; the extender starts its poster from a thread of its own)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
 
 
 def cpu_per_pod(
