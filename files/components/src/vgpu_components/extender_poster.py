@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -39,7 +40,8 @@ log = logging.getLogger("vgpu.extender")
 
 WORKERS = 16  # Bindings in flight at once in the poster, as the extender's bind workers
 POST_TIMEOUT_S = 15.0  # the poster's API call times out after 10 s: an answer comes before this
-RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_S = (1.0, 30.0)  # the wait before a restart doubles from the first to the second
+STEADY_S = 60.0  # a poster that ran this long starts the back-off over
 
 COMPONENT = component.Component(
     "gpushare-scheduler-extender-poster",
@@ -88,6 +90,7 @@ class Poster:
             message = {"id": ident, "bind": [namespace, name, uid, node, annotations]}
             connection.writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
             async with asyncio.timeout(POST_TIMEOUT_S):
+                await connection.writer.drain()
                 return await future
         except TimeoutError:
             raise ConnectionError(f"the poster process did not answer within {POST_TIMEOUT_S:g} s") from None
@@ -128,8 +131,8 @@ class Poster:
 
 
 class PosterProcess:
-    """The poster process, kept running by the extender (a Part of its serve): started again after
-    RESTART_BACKOFF_S when it exits, terminated at stop."""
+    """The poster process, kept running by the extender (a Part of its serve): started again when it
+    exits, after a wait that doubles while it keeps exiting (RESTART_BACKOFF_S); terminated at stop."""
 
     def __init__(self, poster: Poster, command: list[str], stop: threading.Event) -> None:
         self.poster = poster
@@ -144,7 +147,9 @@ class PosterProcess:
         return self
 
     def _run(self) -> None:
+        backoff = RESTART_BACKOFF_S[0]
         while not self.stopping.is_set():
+            started = time.monotonic()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             with theirs:
                 fd = theirs.fileno()
@@ -158,8 +163,15 @@ class PosterProcess:
             self.poster.attach(None)
             if self.stopping.is_set():
                 return
-            log.error("the poster process exited (code %s); posting in-process until it is back", process.returncode)
-            self.stopping.wait(RESTART_BACKOFF_S)
+            if time.monotonic() - started >= STEADY_S:
+                backoff = RESTART_BACKOFF_S[0]
+            log.error(
+                "the poster process exited (code %s); posting in-process until it is back (in %g s)",
+                process.returncode,
+                backoff,
+            )
+            self.stopping.wait(backoff)
+            backoff = min(2 * backoff, RESTART_BACKOFF_S[1])
 
     def stop(self) -> None:
         self.stopping.set()
