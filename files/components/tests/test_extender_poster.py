@@ -67,10 +67,11 @@ class Posting:
         """(path, body) of each Binding the API server was sent (by the poster)."""
         return [(path, body) for method, path, _type, body in self.apiserver.requests if path.endswith("/binding")]
 
-    def bind(self, name: str) -> dict[str, Any]:
+    def bind(self, name: str, *, watched: bool = True) -> dict[str, Any]:
         pod = pod_obj(name, 8000)
         self.api.pods[("default", name)] = pod
-        self.extender.model.set_pod(pod)  # the extender's pod watch saw it created, pending
+        if watched:
+            self.extender.model.set_pod(pod)  # the extender's pod watch saw it created, pending
         status, answer = self.scheduler.post("/filter-tightest", {"Pod": pod, "NodeNames": ["gpu-a"]})
         assert status == 200 and answer["NodeNames"] == ["gpu-a"], answer
         status, answer = self.scheduler.post(
@@ -116,12 +117,22 @@ def test_two_binds_at_once_get_a_gpu_each_and_a_third_is_refused_by_the_model(po
     assert answers == {"a": {"Error": ""}, "b": {"Error": ""}}
     gpus = {body["metadata"]["annotations"]["vgpu.io/gpu-uuid"] for _path, body in posting.bindings()}
     assert gpus == {GPU0, GPU1}
-    posting.api.pods[("default", "c")] = pod_obj("c", 8000)  # not filtered here: read from the API
+    posting.api.pods[("default", "c")] = pod_obj("c", 8000)  # not seen by the watch: read from the API
     status, answer = posting.scheduler.post(
         "/bind", {"PodName": "c", "PodNamespace": "default", "PodUID": "uid-c", "Node": "gpu-a"}
     )
     assert status == 200 and "no single GPU with 8000 MiB free" in answer["Error"], answer
     assert len(posting.bindings()) == 2
+
+
+def test_a_pod_the_watch_has_not_shown_yet_is_read_from_the_api_and_posted_by_the_poster(posting: Posting) -> None:
+    """kube-scheduler can bind a pod before the extender's watch shows it (seen in tests/k8s on a
+    loaded machine): its units are read from the API server, and the poster still posts it."""
+    assert posting.bind("unseen", watched=False) == {"Error": ""}
+    ((path, body),) = posting.bindings()
+    assert path.endswith("/pods/unseen/binding") and body["metadata"]["annotations"]["vgpu.io/gpu-uuid"]
+    assert posting.api.bindings == []
+    assert posting.extender.model.placements["uid-unseen"].bound_at is not None
 
 
 def test_a_binding_the_api_server_refuses_releases_the_reservation(posting: Posting) -> None:

@@ -234,6 +234,7 @@ def run(started: component.Started, socket_fd: int) -> int:
             if os.getppid() != parent:
                 started.stop.set()
 
+    log.info("posting the extender's Bindings (pid %d, for the extender's pid %d)", os.getpid(), parent)
     threading.Thread(target=serving, name="serving", daemon=True).start()
     threading.Thread(target=orphaned, name="orphaned", daemon=True).start()
     started.wait()  # a stop signal (the extender's terminate) ends it at once

@@ -16,6 +16,7 @@ adapters and the informer that keeps the model in step are in kube.py.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -300,15 +301,33 @@ class Extender:
         namespace, name, uid, node = _binding_args(body)
         if self.poster is None:
             return self._answer_bind(namespace, name, uid, node)
-        if not self.poster.attached or uid not in self.model.pending:
-            # No poster running, or the pod's units must first be read from the API server (it was
-            # not filtered here): the bind waits on a worker thread, as without a poster.
+        if not self.poster.attached:  # no poster running: the bind waits on a worker thread
             return Later(lambda: self._answer_bind(namespace, name, uid, node))
+        if uid not in self.model.pending:
+            # The watch has not shown the pod yet: its units are read from the API server on a
+            # worker thread, and the poster posts its Binding from there.
+            loop = asyncio.get_running_loop()
+            return Later(lambda: self._reserve_then_post(namespace, name, uid, node, loop))
         reserved = self.reserve_for_bind(namespace, name, uid, node)  # no API call: the pod is pending
         if isinstance(reserved, str):
             BINDS.labels("error").inc()
             return {"Error": reserved}
         return Awaiting(self._post(reserved, node))
+
+    def _reserve_then_post(
+        self, namespace: str, name: str, uid: str, node: str, loop: asyncio.AbstractEventLoop
+    ) -> dict[str, Any]:
+        """On a worker thread: reserve (reading the pod from the API), then the poster's Binding,
+        awaited on the server's loop."""
+        try:
+            reserved = self.reserve_for_bind(namespace, name, uid, node)
+        except Exception as exc:
+            log.exception("bind of %s/%s to %s failed", namespace, name, node)
+            reserved = f"binding {namespace}/{name} to {node} failed: {exc}"
+        if isinstance(reserved, str):
+            BINDS.labels("error").inc()
+            return {"Error": reserved}
+        return asyncio.run_coroutine_threadsafe(self._post(reserved, node), loop).result()
 
     def _answer_bind(self, namespace: str, name: str, uid: str, node: str) -> dict[str, Any]:
         try:
