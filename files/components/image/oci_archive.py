@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import tarfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -118,7 +119,10 @@ def write_archive(
         raise ValueError(f"--ref {ref!r}: expected NAME:TAG, e.g. localhost/vgpu-components:0.1.0")
     tag = ref.rsplit(":", 1)[1]
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    layer_tmp = out_path.with_name(out_path.name + ".layer")
+    # Work files of this build's own (two builds at once must not share them), beside the archive
+    # so that the finished one is renamed into place whole.
+    work = f"{out_path.name}.{os.getpid()}.{threading.get_ident()}"
+    layer_tmp = out_path.with_name(work + ".layer")
     with layer_tmp.open("wb") as layer_out:
         diff_id, layer_digest, layer_size = write_layer(root, layer_out, mtime)
     created = "1970-01-01T00:00:00Z" if mtime == 0 else _rfc3339(mtime)
@@ -147,7 +151,7 @@ def write_archive(
             "Layers": [blob + layer_digest.split(":")[1]],
         }
     ]
-    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp = out_path.with_name(work + ".tmp")
     try:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as archive:
             for folder in ("blobs/", "blobs/sha256/"):
@@ -218,15 +222,18 @@ def uncompressed_copy(src: Path, dst: Path) -> None:
         for image in docker:
             image["Layers"] = [renamed.get(name, name) for name in image["Layers"]]
         files["manifest.json"] = _json(docker)
-    tmp = dst.with_name(dst.name + ".tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as out:
-        for folder in ("blobs/", "blobs/sha256/"):
-            info = tarfile.TarInfo(folder)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            out.addfile(info)
-        for name in sorted(files):
-            _add_bytes(out, name, files[name], 0)
-    tmp.replace(dst)
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # this copy's own
+    try:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as out:
+            for folder in ("blobs/", "blobs/sha256/"):
+                info = tarfile.TarInfo(folder)
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                out.addfile(info)
+            for name in sorted(files):
+                _add_bytes(out, name, files[name], 0)
+        tmp.replace(dst)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _rfc3339(seconds: int) -> str:

@@ -154,6 +154,21 @@ def test_the_same_root_filesystem_gives_the_same_archive(tmp_path: Path) -> None
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.layer"))
 
 
+def test_a_build_leaves_another_builds_work_files_alone(tmp_path: Path) -> None:
+    """Two builds of one archive at once (two pytest workers whose image fixture found it stale)
+    shared the fixed work files <out>.layer and <out>.tmp: each overwrote and removed the other's,
+    and a truncated archive was renamed into place, which `docker load` then refused ("unexpected
+    EOF") and later runs took as fresh. Each build's work files are its own now."""
+    out = tmp_path / "image.tar"
+    others = {out.with_name("image.tar.layer"): b"the other build's layer", out.with_name("image.tar.tmp"): b"its tar"}
+    for path, data in others.items():
+        path.write_bytes(data)
+    _build(_rootfs(tmp_path / "rootfs"), out)
+    assert {path: path.read_bytes() for path in others} == others
+    assert "index.json" in _members(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["image.tar", "image.tar.layer", "image.tar.tmp", "rootfs"]
+
+
 def test_a_changed_file_changes_the_digest(tmp_path: Path) -> None:
     rootfs = _rootfs(tmp_path / "rootfs")
     _build(rootfs, tmp_path / "first.tar")
