@@ -55,7 +55,7 @@ BINDS = prometheus_client.Counter("vgpu_extender_binds_total", "Bind requests, b
 POSTED = prometheus_client.Counter(
     "vgpu_extender_bindings_posted_total",
     "Bindings sent to the API server, by the process that sent them (poster: the poster process; extender: "
-    "the extender's own, while no poster runs or for a pod its watch had not seen yet)",
+    "the extender's own, while no poster runs)",
     ["by"],
 )
 PREEMPTIONS = prometheus_client.Counter(
