@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import RecordingApiServer, Scheduler, make_pki, node_obj, pod_obj
+from fakes import RecordingApiServer, Scheduler, kubeconfig_of, make_pki, node_obj, pod_obj
 
 from tests.polling import wait_for
 
@@ -168,20 +168,7 @@ def test_a_forged_filter_makes_the_extender_write_to_no_pod(short_tmp: Path, api
     server: RecordingApiServer = apiserver[0]
     server.nodes = [node_obj("gpu-a", [("GPU-aaaaaaaa-0000-0000-0000-000000000000", 12288, 0)])]
     server.watch_delay_s = 0.5
-    kubeconfig = short_tmp / "kubeconfig"
-    api = f"http://127.0.0.1:{server.server_address[1]}"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": api}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    kubeconfig = kubeconfig_of(server, short_tmp / "kubeconfig")
     extender = ExtenderProcess(short_tmp, {}, kubeconfig=kubeconfig)
     try:
         extender.wait_listening()

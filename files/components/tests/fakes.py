@@ -767,6 +767,21 @@ class RecordingApiServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _ApiHandler)
 
 
+def kubeconfig_of(server: RecordingApiServer, path: Path, user: dict[str, Any] | None = None) -> Path:
+    """A kubeconfig at `path` that points a Kubernetes client at the recording API server."""
+    api = f"http://127.0.0.1:{server.server_address[1]}"
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": api}}],
+        "users": [{"name": "u", "user": user or {}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
 class _ApiHandler(BaseHTTPRequestHandler):
     server: RecordingApiServer
     protocol_version = "HTTP/1.1"  # keep-alive, as kube-apiserver

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from fakes import GPU0, GPU1, FakeClusterApi, RecordingApiServer, Scheduler, node_obj, pod_obj
+from fakes import GPU0, GPU1, FakeClusterApi, RecordingApiServer, Scheduler, kubeconfig_of, node_obj, pod_obj
 from vgpu_components.extender_http import ExtenderServer
 from vgpu_components.extender_poster import Poster, PosterProcess
 from vgpu_components.extender_verbs import Extender
@@ -34,20 +33,7 @@ class Posting:
     def __init__(self, folder: Path) -> None:
         self.apiserver = RecordingApiServer()
         threading.Thread(target=self.apiserver.serve_forever, daemon=True).start()
-        kubeconfig = folder / "kubeconfig"
-        server = f"http://127.0.0.1:{self.apiserver.server_address[1]}"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "c", "cluster": {"server": server}}],
-                    "users": [{"name": "u", "user": {"token": "t"}}],
-                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                    "current-context": "c",
-                }
-            )
-        )
+        kubeconfig = kubeconfig_of(self.apiserver, folder / "kubeconfig", {"token": "t"})
         config = folder / "config.yaml"
         config.write_text("log_format: text\n")
         self.api = FakeClusterApi()

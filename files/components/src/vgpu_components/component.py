@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -140,6 +141,16 @@ def serve(started: Started, *parts: Part) -> int:
         for part in reversed(running):
             part.stop()
     return EXIT_OK
+
+
+def terminate(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM to a child process, SIGKILL when it has not exited after grace_s; reaped either way."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def healthz(port: int, ok: Callable[[], tuple[bool, str]]) -> health.HealthServer:

@@ -177,12 +177,7 @@ class PosterProcess:
         self.stopping.set()
         process = self.process
         if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            component.terminate(process, 10)
         self.thread.join(10)
 
 

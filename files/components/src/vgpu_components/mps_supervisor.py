@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vgpu_components import nvml
+from vgpu_components import component, nvml
 from vgpu_components.mps_requests import READY_FILE, MpsRequest, pipe_folder, requests_dir
 
 log = logging.getLogger("vgpu.mps")
@@ -233,12 +233,7 @@ class Daemon:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
                 log.warning("MPS daemon of allocation %s ignored quit; terminating it", self.request.alloc_id)
-                process.terminate()
-                try:
-                    process.wait(5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                component.terminate(process, 5)
         if remove:
             shutil.rmtree(self.pipe, ignore_errors=True)
             shutil.rmtree(self.log_dir, ignore_errors=True)
