@@ -32,16 +32,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -212,6 +215,48 @@ def apiserver_binds() -> tuple[float, float]:
     return seconds, count
 
 
+def scheduler_cycle() -> dict[str, float]:
+    """kube-scheduler's cycle times (cycle_from_metrics) from its /metrics, which the harness opens
+    on loopback; each run starts a fresh kube-scheduler, so its counts are the run's."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    port = os.environ.get("SCHEDULER_PORT", "20259")
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=30, context=context) as response:
+        return cycle_from_metrics(response.read().decode())
+
+
+# (name, histogram, label a line must carry): parts of kube-scheduler's serial cycle, each
+# observed once per pod (its Filter plugins are timed per node, and only sampled).
+CYCLE_PARTS = (
+    ("algorithm", "scheduler_scheduling_algorithm_duration_seconds", ""),
+    ("prefilter", "scheduler_framework_extension_point_duration_seconds", 'extension_point="PreFilter"'),
+    ("score", "scheduler_framework_extension_point_duration_seconds", 'extension_point="Score"'),
+)
+
+
+def cycle_from_metrics(text: str) -> dict[str, float]:
+    """Mean milliseconds per pod of kube-scheduler's scheduling algorithm (from the pod's pop off
+    the queue: PreFilter, the Filter plugins over the nodes, the extenders' filter calls, scoring),
+    and of its PreFilter and Score plugins. The algorithm is the serial part of a pod's cycle; its
+    difference between the extender's mode and plain is what the extender's call adds there."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _sep, value = line.rpartition(" ")
+        for name, histogram, label in CYCLE_PARTS:
+            if label not in key:
+                continue
+            if key.startswith(histogram + "_sum"):
+                sums[name + "_s"] = sums.get(name + "_s", 0.0) + float(value)
+            elif key.startswith(histogram + "_count"):
+                sums[name + "_n"] = sums.get(name + "_n", 0.0) + float(value)
+    cycle = {}
+    for name, _histogram, _label in CYCLE_PARTS:
+        count = sums.get(name + "_n", 0.0)
+        cycle[f"{name}_ms"] = round(1000 * sums.get(name + "_s", 0.0) / count, 3) if count else 0.0
+    return cycle
+
+
 def quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float | None:
     """The q-quantile (seconds) of the requests counted between two reads of a histogram's
     cumulative buckets, interpolated within its bucket as Prometheus' histogram_quantile does."""
@@ -232,14 +277,18 @@ def quantile(q: float, before: dict[float, float], after: dict[float, float]) ->
 
 def delete_run(core: Any, namespace: str) -> None:
     """Delete a run's pods and namespace. A delete-collection of 10 000 pods can outlast
-    kube-apiserver's 60 s request timeout on a small machine (504); the namespace's deletion then
-    removes the rest, and the caller waits until they are gone."""
+    kube-apiserver's 60 s request timeout on a small machine (a 504, or at 50 000 pods the
+    connection closed without an answer); the namespace's deletion then removes the rest, and the
+    caller waits until they are gone."""
     try:
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-    except ApiException as exc:
-        if exc.status != 504:
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        if isinstance(exc, ApiException) and exc.status != 504:
             raise
-        print(f"deleting the pods of {namespace} timed out; the namespace's deletion removes the rest", file=sys.stderr)
+        print(
+            f"deleting the pods of {namespace} did not finish ({exc}); the namespace's deletion removes the rest",
+            file=sys.stderr,
+        )
     core.delete_namespace(namespace)
 
 
@@ -330,6 +379,10 @@ def run_once(
     result: dict[str, Any] = {"mode": mode, "nodes": nodes, "pods": pods, "bound": len(times), "late": watcher.late}
     if not finished or len(times) < pods:
         result["error"] = f"only {len(times)} of {pods} pods bound within {timeout:.0f} s"
+    try:
+        result["scheduler_cycle"] = scheduler_cycle()
+    except OSError as exc:
+        print(f"kube-scheduler's metrics unread: {exc}", file=sys.stderr)
     binds_after = apiserver_binds()
     bound_calls = binds_after[1] - binds_before[1]
     if bound_calls:
@@ -353,9 +406,14 @@ def run_once(
     result["pods_per_s"] = round((len(times) - 1) / span, 1) if span > 0 else 0.0
     # Where a pod's CPU goes, by process: on a machine with no idle core the rate is what it costs.
     result["cpu_ms_per_pod"] = cpu_per_pod(cpu_before, cpu_after, max(1, len(times)))
+    result["namespace"] = namespace
+    return result
+
+
+def clean_up(core: Any, namespace: str, pods: int) -> None:
+    """A run's pods and claims gone. The extender must see the deletions before the next run
+    counts GPU memory again, and kube-scheduler the claims' (they go with their pods)."""
     delete_run(core, namespace)
-    # The extender must see the deletions before the next run counts GPU memory again, and
-    # kube-scheduler the claims' (they go with their pods).
     resource = client.ResourceV1Api(cluster.api_client())
     cluster.wait_for(
         f"pods and claims of {namespace} gone",
@@ -366,7 +424,6 @@ def run_once(
         timeout=cleanup_timeout(pods),
     )
     time.sleep(2)
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,8 +466,10 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.modes:
                 result = run_once(core, mode, nodes, pods=args.pods, selector=selector, timeout=args.timeout)
                 result["round"] = round_
+                # Printed before the cleanup, which can outlast the run itself at 50 000 pods.
                 print(json.dumps(result), flush=True)
                 results.append(result)
+                clean_up(core, result["namespace"], args.pods)
     cluster.ctl("stop-scheduler")
     cluster.ctl("start-scheduler")
 
@@ -445,6 +504,10 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
         if "cpu_ms_per_pod" in row:
             spent = ", ".join(f"{name} {ms}" for name, ms in row["cpu_ms_per_pod"].items())
             print(f"{row['nodes']:>6} {row['mode']:>17}: CPU ms per pod (median): {spent}")
+    for row in summary:
+        if "scheduler_cycle" in row:
+            spent = ", ".join(f"{name} {ms}" for name, ms in row["scheduler_cycle"].items())
+            print(f"{row['nodes']:>6} {row['mode']:>17}: kube-scheduler's cycle per pod (median): {spent}")
     late = [f"{row['nodes']} nodes {row['mode']}: {row['late']}" for row in summary if row["late"]]
     if late:
         # Their watch dropped and a list stamped them: those runs' rates lean on the list's time.
@@ -481,6 +544,11 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 names = sorted({name for spent in per_pod for name in spent}, key=lambda n: (n == "total", n))
                 row["cpu_ms_per_pod"] = {
                     name: round(statistics.median(spent.get(name, 0.0) for spent in per_pod), 2) for name in names
+                }
+            cycles = [r["scheduler_cycle"] for r in runs if "scheduler_cycle" in r]
+            if cycles:
+                row["scheduler_cycle"] = {
+                    name: round(statistics.median(c[name] for c in cycles), 3) for name in cycles[0]
                 }
             if any("extender_rss_mib" in r for r in runs):
                 row["extender_rss_mib"] = max(r.get("extender_rss_mib", 0.0) for r in runs)

@@ -167,9 +167,10 @@ start_extender() {
 }
 
 # start_scheduler [config]: kube-scheduler with our extender (default) or another config file.
-# VGPU_E2E_SCHEDULER_PPROF=1 opens its /debug/pprof to anyone on loopback (profiling a bench).
+# Its /metrics is open on loopback (the bench reads its cycle times); VGPU_E2E_SCHEDULER_PPROF=1
+# opens its /debug/pprof too (profiling a bench).
 start_scheduler() {
-    local config="${1:-$STATE_DIR/scheduler-extender.yaml}" open=/healthz,/readyz,/livez
+    local config="${1:-$STATE_DIR/scheduler-extender.yaml}" open=/healthz,/readyz,/livez,/metrics
     [[ ${VGPU_E2E_SCHEDULER_PPROF:-0} != 1 ]] || open+=',/debug/pprof/*'
     start_proc kube-scheduler "$BIN_DIR/kube-scheduler" --config="$config" \
         --authentication-kubeconfig="$STATE_DIR/scheduler.kubeconfig" \

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
+import urllib3
 from kubernetes.client.rest import ApiException
 
-from bench.scheduling_throughput import cleanup_timeout, cpu_per_pod, delete_run, quantile, summarize
+from bench.scheduling_throughput import (
+    cleanup_timeout,
+    cpu_per_pod,
+    cycle_from_metrics,
+    delete_run,
+    quantile,
+    summarize,
+)
 
 
 def run(nodes: int, mode: str, rate: float, late: int = 0, failed: int = 0) -> dict[str, object]:
@@ -88,22 +96,62 @@ class SlowApi:
     """Plays kube-apiserver's answers to a run's clean-up (a fake: the bench's clean-up of 10 000
     pods needs a loaded control plane to time out; this records the calls instead)."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception) -> None:
         self.calls: list[str] = []
+        self.error = error
 
     def delete_collection_namespaced_pod(self, namespace: str, grace_period_seconds: int) -> None:
         self.calls.append(f"delete pods of {namespace}")
-        raise ApiException(status=504, reason="Gateway Timeout")
+        raise self.error
 
     def delete_namespace(self, namespace: str) -> None:
         self.calls.append(f"delete namespace {namespace}")
 
 
-def test_a_clean_up_the_api_server_times_out_on_still_deletes_the_namespace() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiException(status=504, reason="Gateway Timeout"),
+        # 5000 nodes x 10 pods on 2 cores: the connection closed after the 60 s, no answer.
+        urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError("closed without response")),
+    ],
+    ids=["504", "closed"],
+)
+def test_a_clean_up_the_api_server_times_out_on_still_deletes_the_namespace(error: Exception) -> None:
     """At 10 pods per node (10 000 pods a run) kube-apiserver answered the pods' delete-collection
-    with 504 after its 60 s, and the bench stopped before the extender's run; the namespace's
-    deletion removes the rest, which the bench then waits for."""
-    api = SlowApi()
+    with 504 after its 60 s, and the bench stopped before the extender's run; at 50 000 pods it
+    closed the connection instead. The namespace's deletion removes the rest, which the bench then
+    waits for."""
+    api = SlowApi(error)
     delete_run(api, "bench-x")
     assert api.calls == ["delete pods of bench-x", "delete namespace bench-x"]
     assert cleanup_timeout(500) == 120 and cleanup_timeout(10000) == 500
+
+
+def test_kube_schedulers_cycle_is_read_per_part_summed_over_its_status_labels() -> None:
+    """The bench's reading of kube-scheduler's /metrics (an excerpt of kube-scheduler 1.36's, two
+    pods scheduled): the algorithm's mean per pod, and the PreFilter and Score plugins' means
+    summed over their status labels; other extension points are not read."""
+    point = "scheduler_framework_extension_point_duration_seconds"
+
+    def part(kind: str, where: str, status: str, value: float) -> str:
+        return f'{point}_{kind}{{extension_point="{where}",profile="default-scheduler",status="{status}"}} {value}'
+
+    text = "\n".join(
+        [
+            "# TYPE scheduler_scheduling_algorithm_duration_seconds histogram",
+            'scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.001"} 0',
+            "scheduler_scheduling_algorithm_duration_seconds_sum 0.004",
+            "scheduler_scheduling_algorithm_duration_seconds_count 2",
+            part("sum", "PreFilter", "Success", 0.0012),
+            part("count", "PreFilter", "Success", 1),
+            part("sum", "PreFilter", "Unschedulable", 0.0008),
+            part("count", "PreFilter", "Unschedulable", 1),
+            part("sum", "Score", "Success", 0.0004),
+            part("count", "Score", "Success", 2),
+            part("sum", "Bind", "Success", 9),
+            part("count", "Bind", "Success", 2),
+        ]
+    )
+    assert cycle_from_metrics(text) == {"algorithm_ms": 2.0, "prefilter_ms": 1.0, "score_ms": 0.2}
+    assert cycle_from_metrics("") == {"algorithm_ms": 0.0, "prefilter_ms": 0.0, "score_ms": 0.0}
