@@ -44,7 +44,11 @@ class Posting:
         self.http = ExtenderServer("127.0.0.1", 0, self.extender)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
         self.scheduler = Scheduler(self.http.server_address[1], self.api, self.extender)
-        command = [sys.executable, "-m", "vgpu_components.extender_poster", "--config", str(config)]
+        # The poster's stderr (its log) into a file the tests read; exec keeps its PID the one
+        # PosterProcess watches and signals.
+        self.log = folder / "poster.log"
+        command = ["sh", "-c", 'exec "$@" 2>>"$0"', str(self.log)]
+        command += [sys.executable, "-m", "vgpu_components.extender_poster", "--config", str(config)]
         self.process = PosterProcess(self.poster, [*command, "--kubeconfig", str(kubeconfig)], threading.Event())
         self.process.start()
         wait_for("the poster process attached", lambda: self.poster.attached, timeout=60)
@@ -91,6 +95,20 @@ def test_the_poster_process_posts_the_binding_with_the_gpu_the_extender_reserved
     assert body["metadata"]["annotations"]["vgpu.io/gpu-uuid"] == placement.gpu_uuid
     assert placement.bound_at is not None  # the extender heard the Binding went through
     assert posting.api.bindings == []  # nothing posted by the extender's own process
+
+
+def test_the_bound_line_is_written_by_the_poster_once_the_api_server_bound_the_pod(
+    posting: Posting, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator's line for each placed pod ("bound <pod> to <node> GPU <index>", with the GPU's
+    UUID and the units) comes from the process that posted the Binding: the poster, after the API
+    server's answer, not the extender (its log line was a measurable part of its lock per pod)."""
+    caplog.set_level("INFO", logger="vgpu.extender")
+    assert posting.bind("big") == {"Error": ""}
+    gpu = posting.extender.model.placements["uid-big"].gpu_uuid
+    line = f"bound default/big to gpu-a GPU {0 if gpu == GPU0 else 1}"
+    wait_for("the poster's bound line", lambda: line in posting.log.read_text(), timeout=30)
+    assert not [r for r in caplog.records if r.getMessage().startswith("bound default/big")]
 
 
 def test_two_binds_at_once_get_a_gpu_each_and_a_third_is_refused_by_the_model(posting: Posting) -> None:
@@ -149,5 +167,8 @@ def test_a_killed_poster_is_started_again_and_binds_go_on_meanwhile(posting: Pos
 def test_the_poster_stops_at_once_with_the_extender(posting: Posting) -> None:
     process = posting.process.process
     assert process is not None
+    # Running, its signal handlers set (a SIGTERM before Python set them up kills it with -15).
+    started = "posting the extender's Bindings"
+    wait_for("the poster's start line", lambda: started in posting.log.read_text(), timeout=60)
     posting.process.stop()
     assert process.returncode == 0  # SIGTERM ended it: it was not killed after the 10 s grace

@@ -11,8 +11,10 @@ a second process, the poster, over a socketpair, awaiting its answer without a t
 poster posts it with its own client and interpreter lock, and says how it went.
 
 The protocol, one JSON document a line each way, answers in any order:
-  {"id": n, "bind": [namespace, name, uid, node, annotations]}  ->  {"id": n, "error": ""}
-("" bound; else why not, and the extender releases the reservation). The extender starts the
+  {"id": n, "bind": [namespace, name, uid, node, annotations], "placed": {gpu_index, gpu_uuid,
+  units, cores}}  ->  {"id": n, "error": ""}
+("" bound; else why not, and the extender releases the reservation). The poster writes the
+operator's line for each bound pod (log_bound), from "placed". The extender starts the
 poster (python -m vgpu_components.extender_poster), starts it again when it exits, and posts
 in-process, on a worker thread as before, while none runs.
 """
@@ -31,8 +33,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from vgpu_components import component, kube
 
@@ -79,15 +83,18 @@ class Poster:
     def attached(self) -> bool:
         return self._sock is not None
 
-    async def post(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> str:
-        """ "" when the API server bound the pod; else why not. ConnectionError when no poster
-        answered (it is not running, or exited before answering)."""
+    async def post(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str], *, placed: Mapping[str, Any]
+    ) -> str:
+        """ "" when the API server bound the pod (the poster has logged it, with `placed`); else
+        why not. ConnectionError when no poster answered (it is not running, or exited before
+        answering)."""
         connection = await self._connect()
         ident = next(self._ids)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         connection.pending[ident] = future
         try:
-            message = {"id": ident, "bind": [namespace, name, uid, node, annotations]}
+            message = {"id": ident, "bind": [namespace, name, uid, node, annotations], "placed": placed}
             connection.writer.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
             async with asyncio.timeout(POST_TIMEOUT_S):
                 await connection.writer.drain()
@@ -189,17 +196,32 @@ def command(args: argparse.Namespace) -> list[str]:
     return line
 
 
+def log_bound(namespace: str, name: str, node: str, placed: Mapping[str, Any]) -> None:
+    """The operator's line for a pod the extender placed, written by the process that posted its
+    Binding once the API server bound it (the poster; the extender while none runs)."""
+    log.info(
+        "bound %s/%s to %s GPU %d",
+        namespace,
+        name,
+        node,
+        placed["gpu_index"],
+        extra={"gpu_uuid": placed["gpu_uuid"], "units": placed["units"], "cores": placed["cores"]},
+    )
+
+
 # --- the poster process -------------------------------------------------------------------------
 def serve(sock: socket.socket, api: kube.ClusterApi, stop: threading.Event) -> None:
     """Post each Binding that comes on `sock` on one of WORKERS threads, and answer it, until the
     extender's end closes (or `stop`)."""
     lock = threading.Lock()
 
-    def post(ident: int, binding: list) -> None:
+    def post(ident: int, binding: list, placed: Mapping[str, Any] | None) -> None:
         namespace, name, uid, node, annotations = binding
         try:
             api.bind(namespace, name, uid, node, annotations)
             error = ""
+            if placed:
+                log_bound(namespace, name, node, placed)
         except Exception as exc:
             log.exception("bind of %s/%s to %s failed", namespace, name, node)
             error = str(exc) or type(exc).__name__
@@ -212,7 +234,7 @@ def serve(sock: socket.socket, api: kube.ClusterApi, stop: threading.Event) -> N
             if stop.is_set():
                 break
             message = json.loads(line)
-            pool.submit(post, int(message["id"]), list(message["bind"]))
+            pool.submit(post, int(message["id"]), list(message["bind"]), message.get("placed"))
 
 
 def run(started: component.Started, socket_fd: int) -> int:

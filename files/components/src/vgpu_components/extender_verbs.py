@@ -31,7 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from vgpu_components import kube, preemption
 from vgpu_components.extender_http import Awaiting, BadRequest, Later
-from vgpu_components.extender_poster import Poster
+from vgpu_components.extender_poster import Poster, log_bound
 from vgpu_components.scheduling import ClusterModel, Placement, Request, pod_request
 
 log = logging.getLogger("vgpu.extender")
@@ -345,15 +345,14 @@ class Extender:
         p = reserved.placement
         POSTED.labels("poster").inc()
         try:
-            error = await self.poster.post(p.namespace, p.name, p.uid, node, reserved.annotations)
+            annotations, placed = reserved.annotations, reserved.placed
+            error = await self.poster.post(p.namespace, p.name, p.uid, node, annotations, placed=placed)
         except ConnectionError as exc:
             error = str(exc)
         if error:
             error = f"binding {p.namespace}/{p.name} to {node} failed: {error}"
         self.finish_bind(reserved, error)
-        BINDS.labels("error" if error else "bound").inc()
-        if not error:
-            log_bound(reserved, node)
+        BINDS.labels("error" if error else "bound").inc()  # the poster logged a bound pod
         return {"Error": error}
 
     def _units_to_bind(self, namespace: str, name: str, uid: str, node: str) -> tuple[str, Request]:
@@ -429,7 +428,7 @@ class Extender:
             self.finish_bind(reserved, "failed")
             raise
         self.finish_bind(reserved, "")
-        log_bound(reserved, node)
+        log_bound(namespace, name, node, reserved.placed)
         return ""
 
     def preempt(self, body: Any) -> dict[str, Any]:
@@ -615,6 +614,12 @@ class Reserved:
     annotations: dict[str, str]
     gpu_index: int
 
+    @property
+    def placed(self) -> dict[str, Any]:
+        """What the bound line says of the placement (extender_poster.log_bound)."""
+        p = self.placement
+        return {"gpu_index": self.gpu_index, "gpu_uuid": p.gpu_uuid, "units": p.units, "cores": p.cores}
+
 
 def _binding_args(body: Any) -> tuple[str, str, str, str]:
     """ExtenderBindingArgs -> (namespace, name, uid, node)."""
@@ -627,18 +632,6 @@ def _binding_args(body: Any) -> tuple[str, str, str, str]:
             raise BadRequest(f"ExtenderBindingArgs.{key} must be a non-empty string, got {value!r}")
         fields[key] = value
     return fields["PodNamespace"], fields["PodName"], fields["PodUID"], fields["Node"]
-
-
-def log_bound(reserved: Reserved, node: str) -> None:
-    p = reserved.placement
-    log.info(
-        "bound %s/%s to %s GPU %d",
-        p.namespace,
-        p.name,
-        node,
-        reserved.gpu_index,
-        extra={"gpu_uuid": p.gpu_uuid, "units": p.units, "cores": p.cores},
-    )
 
 
 def pod_priority(pod: Mapping[str, Any]) -> int:
