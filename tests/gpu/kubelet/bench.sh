@@ -6,6 +6,8 @@
 # 2-core machine, with the unpacked binaries where lib.sh looks for them (VGPU_CACHE_DIR), and a
 # Python (VENV) that has the carried libraries. Writes to $OUT (default /tmp/vgpu-bench-logs):
 # bench.log, scheduling_throughput.json, host.txt and, when the run failed, the daemons' logs.
+# VGPU_BENCH_GIL_RUNS=N: py-spy samples the extender's lock holder in the first N extender runs
+# (bench/profile_extender_gil.sh, 8 s each) into gil/, summed by bench/gil_shares.py into gil.txt.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -54,8 +56,18 @@ export PATH=$WORK/bin:$PATH VGPU_K8S_STATE_DIR=$WORK/bench-state
 } >"$LOG_DIR/host.txt" 2>&1
 
 [[ $# -gt 0 ]] || set -- --nodes 1000 --repeat 2 --modes plain claims extender
+profiler=""
+if [[ ${VGPU_BENCH_GIL_RUNS:-0} -gt 0 ]]; then
+    "$ROOT/bench/profile_extender_gil.sh" "$PAYLOAD/bench-site/bin/py-spy" "$LOG_DIR/gil" "$VGPU_BENCH_GIL_RUNS" &
+    profiler=$!
+fi
 rc=0
 "$ROOT/tests/k8s/scripts/run-bench.sh" "$@" 2>&1 | tee "$LOG_DIR/bench.log" || rc=$?
+if [[ -n $profiler ]]; then
+    kill "$profiler" 2>/dev/null || true
+    wait "$profiler" 2>/dev/null || true
+    "$VENV/bin/python" "$ROOT/bench/gil_shares.py" "$LOG_DIR"/gil/extender-gil-*.txt >"$LOG_DIR/gil.txt" 2>&1 || true
+fi
 cp "$ROOT/build/bench/scheduling_throughput.json" "$LOG_DIR/" 2>/dev/null || true
 if ((rc != 0)); then
     for log in "$VGPU_K8S_STATE_DIR"/logs/*.log; do

@@ -45,9 +45,9 @@ DEBS="containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1 containernetworki
 # GPU host's Python lacks (it has Jinja2, PyYAML, packaging, requests, urllib3, certifi, six and
 # python-dateutil). The Kubernetes client 35 is the last without pydantic and aiohttp.
 # The bench's (bench/scheduling_throughput.py, the extender, pki.py; with their dependencies), as the
-# repository's virtualenv has them.
+# repository's virtualenv has them, and py-spy (bench/profile_extender_gil.sh; bin/py-spy).
 BENCH_WHEELS="kubernetes==37.0.2 prometheus_client==0.26.0 PyYAML==6.0.4 grpcio==1.85.3 grpcio-tools==1.85.1 protobuf==7.36.2
-    cryptography==50.0.2 nvidia-ml-py==13.615.71"
+    cryptography==50.0.2 nvidia-ml-py==13.615.71 py-spy==0.4.3"
 WHEELS="ansible-core==2.19.14 resolvelib==1.2.1 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
     kubernetes==35.0.0 websocket-client==1.9.2 requests-oauthlib==2.0.0 oauthlib==4.0.1 durationpy==0.11"
 mkdir -p "$PACK"
