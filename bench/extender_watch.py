@@ -1,12 +1,15 @@
-"""What one pod watch event costs the extender, by cluster size, in process.
+"""What a pod's watch events cost the extender, by cluster size, in process.
 
-The extender follows every pod through its watch: each event is one JSON line to decode and one
-update of the model (extender_verbs.Extender._pod_event). This replays a pod's life as the watch
-shows it (created pending, bound to a GPU, two status updates, deleted: five events) for --pods
-pods, on a model of N nodes x 2 GPUs that already places P pods, and reports the thread CPU per
-event. The baseline, in the same run, is decoding the same lines alone: the floor of any Python
-watch. A model whose cost per event stays flat from 500 to 50 000 placed pods scales to the
-largest cluster supported (5000 nodes x 10 pods).
+The extender follows every pod: through its own watch (each event one JSON line of a whole pod to
+decode and one update of the model: extender_pods.PodFeed.event), or, while its poster runs,
+through the poster's records (the poster watches and decodes, and sends a pod's record only when
+it changed: extender_pods.Changes; the extender decodes the short line and updates the model:
+PodFeed.take). This replays a pod's life as the watch shows it (created pending, bound to a GPU,
+two status updates, deleted: five events) for --pods pods, on a model of N nodes x 2 GPUs that
+already places P pods, and reports the extender's thread CPU per pod both ways. The baseline, in
+the same run, is decoding the five lines alone: the floor of any Python watch. A cost per pod
+that stays flat from 500 to 50 000 placed pods scales to the largest cluster supported (5000
+nodes x 10 pods).
 
     .venv/bin/python bench/extender_watch.py [--pods 500] [--rounds 5] [--sizes 1000:500,1000:10000,5000:50000]
 """
@@ -24,6 +27,8 @@ from typing import Any
 import _components_path
 import vgpu_components
 from extender_latency import build_model, pod
+from fakes import FakeClusterApi
+from vgpu_components.extender_pods import Changes, PodFeed
 from vgpu_components.extender_verbs import Extender
 
 
@@ -53,25 +58,48 @@ def lives(nodes: int, pods: int) -> list[str]:
     return lines
 
 
-def extender_with(nodes: int, already: int) -> Extender:
-    """An extender whose model has `nodes` nodes x 2 GPUs and `already` running pods on them."""
-    extender = Extender(build_model(nodes, 2))
+def feed_with(nodes: int, already: int) -> PodFeed:
+    """The pods' feed of an extender whose model has `nodes` nodes x 2 GPUs and `already` running
+    pods on them."""
+    extender = Extender(build_model(nodes, 2), FakeClusterApi())
+    assert extender.pods is not None
     template = pod(100)
     for i in range(already):
-        extender._pod_event(
+        extender.pods.event(
             "ADDED", placed(template, f"old-{i}", f"node-{i % nodes:04d}", f"GPU-{i % nodes:04d}-0", "Running")
         )
-    return extender
+    return extender.pods
 
 
-def cpu_per_event(lines: list[str], extender: Extender | None) -> float:
-    """Thread CPU microseconds per line: decoded, and handed to the extender when there is one."""
+def records_of(lines: list[str]) -> list[bytes]:
+    """The poster's lines for the watch's lines: a record only when it changed."""
+    changes = Changes("vgpu.io")
+    out = []
+    for line in lines:
+        event = json.loads(line)
+        message = changes.event(event["type"], event["object"])
+        if message is not None:
+            out.append(json.dumps(message, separators=(",", ":")).encode())
+    return out
+
+
+def cpu_per_pod(lines: list[str], feed: PodFeed | None, pods: int) -> float:
+    """Thread CPU microseconds per pod of the watch's lines: decoded, and handed to the extender's
+    own watch when there is a feed."""
     started = time.thread_time()
     for line in lines:
         event = json.loads(line)
-        if extender is not None:
-            extender._pod_event(event["type"], event["object"])
-    return (time.thread_time() - started) / len(lines) * 1e6
+        if feed is not None:
+            feed.event(event["type"], event["object"])
+    return (time.thread_time() - started) / pods * 1e6
+
+
+def cpu_per_pod_of_records(records: list[bytes], feed: PodFeed, pods: int) -> float:
+    """Thread CPU microseconds per pod of the poster's lines, taken in by the extender."""
+    started = time.thread_time()
+    for line in records:
+        feed.take(line, feed.source)
+    return (time.thread_time() - started) / pods * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,17 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000:500,1000:10000,5000:50000", help="NODES:PLACED_PODS,...")
     args = parser.parse_args(argv)
     print(f"checkout {_components_path.ROOT}, components from {Path(vgpu_components.__file__).parent}")
-    print(f"{'nodes':>6} {'placed':>7} {'decode us/event':>16} {'decode+model us/event':>22} {'ratio':>6}")
+    print(
+        f"{'nodes':>6} {'placed':>7} {'decode us/pod':>14} {'own watch us/pod':>17} "
+        f"{'poster records us/pod':>22} {'records/pod':>12} {'own/records':>12}"
+    )
     for size in args.sizes.split(","):
         nodes, already = (int(part) for part in size.split(":"))
-        extender = extender_with(nodes, already)
+        feed = feed_with(nodes, already)
         lines = lives(nodes, args.pods)
-        decode, total = [], []
-        for _round in range(args.rounds):
-            decode.append(cpu_per_event(lines, None))
-            total.append(cpu_per_event(lines, extender))  # each life ends deleted: the model is as before
-        d, t = statistics.median(decode), statistics.median(total)
-        print(f"{nodes:>6} {already:>7} {d:>16.1f} {t:>22.1f} {t / d:>6.2f}", flush=True)
+        records = records_of(lines)
+        decode, own, taken = [], [], []
+        for _round in range(args.rounds):  # each life ends deleted: the model is as before
+            decode.append(cpu_per_pod(lines, None, args.pods))
+            own.append(cpu_per_pod(lines, feed, args.pods))
+            taken.append(cpu_per_pod_of_records(records, feed, args.pods))
+        d, o, r = statistics.median(decode), statistics.median(own), statistics.median(taken)
+        per_pod = len(records) / args.pods
+        print(f"{nodes:>6} {already:>7} {d:>14.1f} {o:>17.1f} {r:>22.1f} {per_pod:>12.1f} {o / r:>12.2f}", flush=True)
     return 0
 
 

@@ -763,6 +763,10 @@ class RecordingApiServer(ThreadingHTTPServer):
         self.watch_lines: list[dict[str, Any]] = []
         self.watch_delay_s = 0.0  # how long a watch stays open before it ends
         self.nodes: list[dict[str, Any]] = [NODE]
+        self.pods: list[dict[str, Any]] = []  # the pods' list
+        # With pod_events, a watch of pods streams what is put there (a None ends it), as
+        # kube-apiserver streams a watch; without, it answers watch_lines at once as any watch.
+        self.pod_events: queue.Queue[dict[str, Any] | None] | None = None
         self.binding_status = 201  # what a Binding is answered with (409: the pod is bound already)
         super().__init__(("127.0.0.1", 0), _ApiHandler)
 
@@ -803,9 +807,22 @@ class _ApiHandler(BaseHTTPRequestHandler):
         self.server.clients.add(self.client_address)
         return body
 
+    def _stream(self, events: queue.Queue[dict[str, Any] | None]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        while (event := events.get()) is not None:
+            data = json.dumps(event).encode() + b"\n"
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
     def do_GET(self) -> None:
         self._record()
-        if "watch=true" in self.path:
+        if "watch=true" in self.path and self.path.startswith("/api/v1/pods") and self.server.pod_events:
+            self._stream(self.server.pod_events)
+        elif "watch=true" in self.path:
             time.sleep(self.server.watch_delay_s)
             self._reply(200, None, lines=self.server.watch_lines)
         elif self.path.startswith("/api/v1/nodes"):
@@ -814,7 +831,10 @@ class _ApiHandler(BaseHTTPRequestHandler):
                 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": nodes}
             )
         elif self.path.startswith("/api/v1/pods"):
-            self._reply(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": []})
+            pods = self.server.pods
+            self._reply(
+                200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}, "items": pods}
+            )
         else:
             self._reply(
                 200,

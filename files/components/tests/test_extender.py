@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 from fakes import GPU0, GPU1, FakeClusterApi, Scheduler, node_obj, pod_obj
+from vgpu_components.extender import start_background
 from vgpu_components.extender_verbs import Extender
-from vgpu_components.scheduling import ClusterModel
+from vgpu_components.scheduling import ClusterModel, pod_record
 
 from tests.polling import wait_for
 
@@ -320,8 +321,7 @@ def test_model_is_rebuilt_from_list_and_follows_the_watch() -> None:
     api.objects["pods"] = [bound]
     extender = Extender(ClusterModel("vgpu.io"), api)
     stop = threading.Event()
-    for informer in extender.informers.values():
-        threading.Thread(target=informer.run, args=(stop,), daemon=True).start()
+    start_background(extender, stop)  # no poster: the extender watches the pods itself
     wait_for("the extender to be ready", lambda: extender.ready()[0], 5, 0.02, seen=extender.ready)
     model = extender.model
 
@@ -357,6 +357,9 @@ def test_readyz_waits_for_the_api_and_metrics_count_requests(cluster: Scheduler)
     assert status == 503
     for informer in cluster.extender.informers.values():
         informer.synced = True
+    assert cluster.get("/readyz")[0] == 503  # the pods not listed yet
+    assert cluster.extender.pods is not None
+    cluster.extender.pods.synced = True
     assert cluster.get("/readyz")[0] == 200
     cluster.post("/filter", {"Pod": pod_obj("p", 100), "Nodes": None, "NodeNames": ["gpu-a"]})
     status, body = cluster.get("/metrics")
@@ -431,12 +434,27 @@ def test_a_bound_pods_status_updates_keep_its_count() -> None:
     assert [g.free for g in model.nodes["gpu-a"].gpus] == [122, 122]
 
 
-def test_each_gpu_counts_exactly_the_pods_placed_on_it_through_any_sequence_of_events() -> None:
+@pytest.mark.parametrize("feed", ["objects", "records"])
+def test_each_gpu_counts_exactly_the_pods_placed_on_it_through_any_sequence_of_events(feed: str) -> None:
     """The model recounts a node from its own placements (kept by node, so an event's cost does not
     grow with the cluster): through a seeded mix of watch events, binds, failed binds, reads of a
-    node and relists, every GPU still counts exactly the placements on it."""
+    node and relists, every GPU still counts exactly the placements on it. The same whether the
+    watch hands the model pod objects (the extender's own watch) or their records (the poster's)."""
     rng = random.Random(42)  # noqa: S311 - a reproducible sequence, not a secret
     model = ClusterModel("vgpu.io")
+
+    def set_pod(pod: dict[str, Any]) -> None:
+        if feed == "objects":
+            model.set_pod(pod)
+        else:
+            model.set_record(pod_record(pod, "vgpu.io"))
+
+    def relist(listed: list[dict[str, Any]]) -> None:
+        if feed == "objects":
+            model.replace_all(None, listed)
+        else:
+            model.replace_records([pod_record(pod, "vgpu.io") for pod in listed])
+
     model.replace_all([node_obj(f"n{i}", [(f"GPU-{i}-0", 12288, 0), (f"GPU-{i}-1", 12288, 0)]) for i in range(6)], [])
     pods: dict[str, dict[str, Any]] = {}  # what the API has bound
 
@@ -447,7 +465,7 @@ def test_each_gpu_counts_exactly_the_pods_placed_on_it_through_any_sequence_of_e
         pod["metadata"]["annotations"] = {"vgpu.io/gpu-uuid": f"GPU-{node}-{rng.randrange(2)}"}
         pod["status"]["phase"] = rng.choice(["Pending", "Running"])
         pods[uid] = pod
-        model.set_pod(pod)
+        set_pod(pod)
 
     def our_bind(uid: str) -> None:
         node = model.nodes[f"n{rng.randrange(6)}"]
@@ -457,7 +475,7 @@ def test_each_gpu_counts_exactly_the_pods_placed_on_it_through_any_sequence_of_e
     def ended(uid: str) -> None:
         if uid in pods:
             pods[uid]["status"]["phase"] = "Succeeded"
-            model.set_pod(pods.pop(uid))
+            set_pod(pods.pop(uid))
 
     def node_read(_uid: str) -> None:
         name = f"n{rng.randrange(6)}"
@@ -470,12 +488,12 @@ def test_each_gpu_counts_exactly_the_pods_placed_on_it_through_any_sequence_of_e
 
     def now_and_then(_uid: str) -> None:  # a relist, or every reservation expired
         if rng.random() < 0.05:
-            model.replace_all(None, list(pods.values()))
+            relist(list(pods.values()))
         elif rng.random() < 0.05:
             model.expire_reservations(now=time.monotonic() + 10**6)
 
     def created(uid: str) -> None:  # pending: no node yet
-        model.set_pod(pod_obj(uid, 500, uid=uid))
+        set_pod(pod_obj(uid, 500, uid=uid))
 
     steps = [created, bind_seen, deleted, our_bind, ended, node_read, now_and_then]
     for step in range(3000):

@@ -52,7 +52,7 @@ def run(started: component.Started) -> int:
     log.info("listening on %s:%d, %s", section["address"], server.server_address[1], scheme)
     parts: list[component.Part] = [Serving(server)]
     if poster is not None:
-        parts.append(PosterProcess(poster, poster_command(started.args), started.stop))
+        parts.append(PosterProcess(poster, poster_command(started.args), started.stop, extender.pods))
     return component.serve(started, *parts)
 
 
@@ -78,9 +78,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start_background(extender: Extender, stop: threading.Event) -> None:
-    """The informers that keep the model in step, and the expiry of stale reservations."""
+    """The watches that keep the model in step (the pods' from here until a poster takes them
+    over), and the expiry of stale reservations."""
     for kind, informer in extender.informers.items():
         threading.Thread(target=informer.run, args=(stop,), name=f"sync-{kind}", daemon=True).start()
+    pods = extender.pods
+    if pods is not None:
+        pods.watch_here()
+
+        def stop_pods() -> None:
+            stop.wait()
+            pods.stop()
+
+        threading.Thread(target=stop_pods, name="pods-stop", daemon=True).start()
 
     def expire() -> None:
         while not stop.wait(10):

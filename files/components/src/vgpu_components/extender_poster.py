@@ -16,7 +16,8 @@ The protocol, one JSON document a line each way, answers in any order:
 ("" bound; else why not, and the extender releases the reservation). The poster writes the
 operator's line for each bound pod (log_bound), from "placed". The extender starts the
 poster (python -m vgpu_components.extender_poster), starts it again when it exits, and posts
-in-process, on a worker thread as before, while none runs.
+in-process, on a worker thread as before, while none runs. On a second socketpair (--watch-fd)
+the poster also sends the pods' records the extender's model follows (extender_pods.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_components import component, kube
+from vgpu_components.extender_pods import PodFeed, send_records
 
 log = logging.getLogger("vgpu.extender")
 
@@ -139,10 +141,13 @@ class Poster:
 
 class PosterProcess:
     """The poster process, kept running by the extender (a Part of its serve): started again when it
-    exits, after a wait that doubles while it keeps exiting (RESTART_BACKOFF_S); terminated at stop."""
+    exits, after a wait that doubles while it keeps exiting (RESTART_BACKOFF_S); terminated at stop.
+    With a feed it also watches the pods for the extender (extender_pods.py): the feed takes its
+    records while it runs and watches from the extender while it does not."""
 
-    def __init__(self, poster: Poster, command: list[str], stop: threading.Event) -> None:
+    def __init__(self, poster: Poster, command: list[str], stop: threading.Event, feed: PodFeed | None = None) -> None:
         self.poster = poster
+        self.feed = feed
         self.command = command
         self.stopping = stop
         self.process: subprocess.Popen[bytes] | None = None
@@ -158,16 +163,24 @@ class PosterProcess:
         while not self.stopping.is_set():
             started = time.monotonic()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            records, watch = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) if self.feed else (None, None)
+            command, fds = [*self.command, "--socket-fd", str(theirs.fileno())], [theirs.fileno()]
+            if watch is not None:
+                command += ["--watch-fd", str(watch.fileno())]
+                fds.append(watch.fileno())
             with theirs:
-                fd = theirs.fileno()
-                process = subprocess.Popen(
-                    [*self.command, "--socket-fd", str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL
-                )
+                process = subprocess.Popen(command, pass_fds=fds, stdin=subprocess.DEVNULL)
+            if watch is not None:
+                watch.close()
             self.process = process
             self.starts += 1
             self.poster.attach(ours)
+            if self.feed is not None and records is not None:
+                self.feed.from_poster(records)
             process.wait()
             self.poster.attach(None)
+            if self.feed is not None and not self.stopping.is_set():
+                self.feed.watch_here()
             if self.stopping.is_set():
                 return
             if time.monotonic() - started >= STEADY_S:
@@ -237,10 +250,16 @@ def serve(sock: socket.socket, api: kube.ClusterApi, stop: threading.Event) -> N
             pool.submit(post, int(message["id"]), list(message["bind"]), message.get("placed"))
 
 
-def run(started: component.Started, socket_fd: int) -> int:
+def run(started: component.Started, socket_fd: int, watch_fd: int | None) -> int:
     sock = socket.socket(fileno=socket_fd)
     api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig), component.node_name())
     parent = os.getppid()
+    if watch_fd is not None:  # the pods' records for the extender (extender_pods.py)
+        watch = socket.socket(fileno=watch_fd)
+        prefix = started.cfg["resource_prefix"]
+        threading.Thread(
+            target=send_records, args=(api, prefix, watch, started.stop), name="sync-pods", daemon=True
+        ).start()
 
     def serving() -> None:
         serve(sock, api, started.stop)
@@ -261,8 +280,9 @@ def run(started: component.Started, socket_fd: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--socket-fd", type=int, required=True)
+    parser.add_argument("--watch-fd", type=int)
     known, rest = parser.parse_known_args(argv)
-    return component.main(COMPONENT, lambda started: run(started, known.socket_fd), rest)
+    return component.main(COMPONENT, lambda started: run(started, known.socket_fd, known.watch_fd), rest)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ adapters and the informer that keeps the model in step are in kube.py.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import time
@@ -31,6 +30,7 @@ from kubernetes.client.rest import ApiException
 
 from vgpu_components import kube, preemption
 from vgpu_components.extender_http import Awaiting, BadRequest, Later
+from vgpu_components.extender_pods import PodFeed, freeze
 from vgpu_components.extender_poster import Poster, log_bound
 from vgpu_components.scheduling import ClusterModel, Placement, Request, pod_request
 
@@ -93,11 +93,11 @@ class Extender:
         self.poster = poster
         self.blocking = frozenset({"preempt"} if poster is not None else {"bind", "preempt"})
         self.informers: dict[str, kube.Informer] = {}
+        # The pods come from the poster's watch while it runs, else from the extender's own.
+        self.pods: PodFeed | None = None
         if api is not None:
-            self.informers = {
-                "nodes": kube.Informer(api, "nodes", self._list_nodes, self._node_event),
-                "pods": kube.Informer(api, "pods", self._list_pods, self._pod_event),
-            }
+            self.informers = {"nodes": kube.Informer(api, "nodes", self._list_nodes, self._node_event)}
+            self.pods = PodFeed(model, api)
         # prioritize's encoded HostPriority per (node, score).
         self._priority_entries: dict[tuple[str, int], str] = {}
         # preempt's last event message per pod uid, so that a retried pod is told once per reason.
@@ -573,36 +573,21 @@ class Extender:
     # --- API state -----------------------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
         synced = {kind: informer.synced for kind, informer in self.informers.items()}
+        if self.pods is not None:
+            synced["pods"] = self.pods.synced
         if synced and all(synced.values()):
             return True, f"synced: {len(self.model.nodes)} GPU nodes, {len(self.model.placements)} placed pods"
         return False, f"waiting for the API: {synced}"
 
     def _list_nodes(self, items: list[dict[str, Any]]) -> None:
         self.model.replace_all(items, None)
-        self._freeze()
-
-    def _list_pods(self, items: list[dict[str, Any]]) -> None:
-        self.model.replace_all(None, items)
-        self._freeze()
-
-    @staticmethod
-    def _freeze() -> None:
-        # The model is long-lived: keep it out of the collector's full passes, which would
-        # otherwise walk every node and pod during requests.
-        gc.collect()
-        gc.freeze()
+        freeze()
 
     def _node_event(self, event: str, obj: dict[str, Any]) -> None:
         if event == "DELETED":
             self.model.remove_node(str(obj.get("metadata", {}).get("name", "")))
         else:
             self.model.set_node(obj)
-
-    def _pod_event(self, event: str, obj: dict[str, Any]) -> None:
-        if event == "DELETED":
-            self.model.remove_pod(str(obj.get("metadata", {}).get("uid", "")))
-        else:
-            self.model.set_pod(obj)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from vgpu_components import contract, gpus_annotation, names
 from vgpu_components.placement import Ranking
@@ -225,6 +225,39 @@ def pod_request(pod: Mapping[str, Any], prefix: str) -> Request:
     return Request(units, share)
 
 
+class PodRecord(NamedTuple):
+    """What the model reads of a pod (pod_record): the extender's own watch makes it from each
+    event, the poster's watch sends it over a socket (extender_pods.py), only when it changed."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str  # "" while pending
+    gpu_uuid: str  # the GPU our Binding recorded; "" when none
+    units: int
+    cores: int
+    ended: bool  # Succeeded or Failed: holds nothing
+
+
+def pod_record(pod: Mapping[str, Any], prefix: str) -> PodRecord:
+    """A pod as the model counts it; a pod whose request is malformed asks for nothing."""
+    meta = pod.get("metadata") or {}
+    try:
+        request = pod_request(pod, prefix)
+    except ValueError:
+        request = Request(0)
+    return PodRecord(
+        str(meta.get("uid", "")),
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+        str((pod.get("spec") or {}).get("nodeName") or ""),
+        str((meta.get("annotations") or {}).get(names.annotation(prefix, "gpu_uuid")) or ""),
+        request.units,
+        request.cores,
+        (pod.get("status") or {}).get("phase", "") in TERMINAL_PHASES,
+    )
+
+
 def parse_annotation(text: str) -> tuple[int, list[GpuState]]:
     """The device plugin's node annotation -> (unit_mib, GPUs), read by the one reader the collection's
     cluster view uses too (gpus_annotation.py); ValueError when malformed."""
@@ -313,35 +346,28 @@ class ClusterModel:
         ended = (pod.get("status") or {}).get("phase", "") in TERMINAL_PHASES
         if not ended and self._unchanged(uid, pod, meta):
             return  # most watch events: a status update changes nothing the model counts
-        try:
-            request = pod_request(pod, self.prefix)
-        except ValueError:
-            request = Request(0)
-        units = request.units
+        self.set_record(pod_record(pod, self.prefix))
+
+    def set_record(self, pod: PodRecord) -> None:
+        """Follow a pod as its record says (set_pod's, or the poster's watch's)."""
+        uid, node, gpu_uuid = pod.uid, pod.node, pod.gpu_uuid
         with self.lock:
-            if units == 0 or ended:
+            if pod.units == 0 or pod.ended:
                 self.remove_pod(uid)
                 return
-            node = (pod.get("spec") or {}).get("nodeName")
-            annotations = meta.get("annotations") or {}
-            gpu_uuid = annotations.get(self.uuid_key)
             if not node:
-                self.pending[uid] = PendingPod(
-                    str(meta.get("namespace", "")), str(meta.get("name", "")), units, request.cores
-                )
+                self.pending[uid] = PendingPod(pod.namespace, pod.name, pod.units, pod.cores)
                 return
             self.pending.pop(uid, None)
             if not gpu_uuid:
                 return  # not placed by us: the node annotation counts it
             old = self.placements.get(uid)
-            self.placements[uid] = Placement(
-                uid, str(meta.get("namespace", "")), str(meta.get("name", "")), node, gpu_uuid, units, request.cores
-            )
+            self.placements[uid] = Placement(uid, pod.namespace, pod.name, node, gpu_uuid, pod.units, pod.cores)
             if old is not None and (old.node, old.gpu_uuid, old.units, old.cores) == (
                 node,
                 gpu_uuid,
-                units,
-                request.cores,
+                pod.units,
+                pod.cores,
             ):
                 return  # a status change, or our reservation now seen bound: same count
             if old is not None and old.node != node:
@@ -373,6 +399,14 @@ class ClusterModel:
 
     def replace_all(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[Mapping[str, Any]] | None) -> None:
         """Rebuild from full lists (start-up and relists); our unexpired reservations survive."""
+        records = None if pods is None else (pod_record(pod, self.prefix) for pod in pods)
+        self._replace(nodes, records)
+
+    def replace_records(self, pods: Iterable[PodRecord]) -> None:
+        """replace_all's pods, from the poster's watch: its full list as records."""
+        self._replace(None, pods)
+
+    def _replace(self, nodes: Iterable[Mapping[str, Any]] | None, pods: Iterable[PodRecord] | None) -> None:
         with self.lock:
             self._bulk = True
             try:
@@ -387,7 +421,7 @@ class ClusterModel:
                     )
                     self.pending.clear()
                     for pod in pods:
-                        self.set_pod(pod)
+                        self.set_record(pod)
             finally:
                 self._bulk = False
             self._recount_all()
