@@ -768,6 +768,7 @@ class RecordingApiServer(ThreadingHTTPServer):
         # kube-apiserver streams a watch; without, it answers watch_lines at once as any watch.
         self.pod_events: queue.Queue[dict[str, Any] | None] | None = None
         self.binding_status = 201  # what a Binding is answered with (409: the pod is bound already)
+        self.binding_delay_s = 0.0  # how long a Binding's answer takes (kube-apiserver's write to etcd)
         super().__init__(("127.0.0.1", 0), _ApiHandler)
 
 
@@ -853,6 +854,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self._record()
         if self.path.endswith("/binding"):
+            time.sleep(self.server.binding_delay_s)
             code = self.server.binding_status
             self._reply(
                 code,

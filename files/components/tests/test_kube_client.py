@@ -7,10 +7,13 @@ content types, bodies) where the unit tests otherwise replace the API layer.
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import NODE, RecordingApiServer
+from fakes import NODE, RecordingApiServer, kubeconfig_of
 from kubernetes.client.rest import ApiException
 from vgpu_components import kube
 from vgpu_components.kube import Gone, KubeClusterApi
@@ -99,3 +102,37 @@ def test_device_plugin_patches_its_node_and_posts_events(apiserver: tuple[Record
     assert (method, path) == ("POST", "/api/v1/namespaces/default/events")
     assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-a", "uid": "gpu-a"}
     assert (body["reason"], body["type"], body["message"]) == ("GPUMemoryNotAdvertised", "Warning", "unit too small")
+
+
+def test_a_client_keeps_a_connection_for_each_thread_that_calls_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The extender's poster posts Bindings on 16 threads through one client, whose pool keeps 5
+    connections per CPU: on a 2-core node 10, so after each burst of binds it dropped the rest,
+    and each new connection was one more TLS handshake for kube-apiserver (455 "Connection pool
+    is full" warnings in one 2-core bench run). Sized to its threads, a second burst reuses the
+    first one's connections."""
+    monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 2)  # the client's default: 10
+    server = RecordingApiServer()
+    server.binding_delay_s = 0.3  # the burst's binds overlap
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = KubeClusterApi(kube.api_client(str(kubeconfig_of(server, tmp_path / "kubeconfig")), connections=16))
+
+        def burst(tag: str) -> None:
+            threads = [
+                threading.Thread(target=api.bind, args=("default", f"{tag}{i}", f"uid-{tag}{i}", "gpu-a", {}))
+                for i in range(16)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+
+        burst("a")
+        opened = len(server.clients)
+        burst("b")
+        assert len(server.clients) == opened, f"{len(server.clients) - opened} new connections for the second burst"
+    finally:
+        server.shutdown()
+        server.server_close()

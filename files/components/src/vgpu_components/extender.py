@@ -8,7 +8,7 @@ import logging
 import sys
 import threading
 
-from vgpu_components import component, config, kube
+from vgpu_components import component, config, extender_http, kube
 from vgpu_components.extender_http import ExtenderServer
 from vgpu_components.extender_poster import Poster, PosterProcess
 from vgpu_components.extender_poster import command as poster_command
@@ -33,7 +33,10 @@ def run(started: component.Started) -> int:
     model = ClusterModel(started.cfg["resource_prefix"], float(section["reservation_ttl_s"]))
     api: kube.ClusterApi | None = None
     try:
-        api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig), component.node_name())
+        # One connection each for the verbs' worker threads (binds while no poster runs, preempt)
+        # and the two watches.
+        client = kube.api_client(started.args.kubeconfig, connections=extender_http.WORKERS + 2)
+        api = kube.KubeClusterApi(client, component.node_name())
     except Exception as exc:
         log.error("no Kubernetes API (%s): filter answers from an empty model and bind fails", exc)
     # The Bindings are posted by a second process (extender_poster.py), kept running from here.

@@ -252,7 +252,9 @@ def serve(sock: socket.socket, api: kube.ClusterApi, stop: threading.Event) -> N
 
 def run(started: component.Started, socket_fd: int, watch_fd: int | None) -> int:
     sock = socket.socket(fileno=socket_fd)
-    api = kube.KubeClusterApi(kube.api_client(started.args.kubeconfig), component.node_name())
+    # One connection each for the posting threads and the pod watch.
+    client = kube.api_client(started.args.kubeconfig, connections=WORKERS + 1)
+    api = kube.KubeClusterApi(client, component.node_name())
     parent = os.getppid()
     if watch_fd is not None:  # the pods' records for the extender (extender_pods.py)
         watch = socket.socket(fileno=watch_fd)

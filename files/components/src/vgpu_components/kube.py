@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def api_client(kubeconfig: str | None = None) -> Any:
-    """An ApiClient from --kubeconfig when given, else in-cluster config, else ~/.kube/config."""
+def api_client(kubeconfig: str | None = None, *, connections: int = 0) -> Any:
+    """An ApiClient from --kubeconfig when given, else in-cluster config, else ~/.kube/config.
+    `connections`: how many threads call it at once (its pool keeps that many; the client's own
+    default, 5 per CPU, is 10 on a 2-core node, and each connection dropped past it is a new TLS
+    handshake for kube-apiserver at the next burst)."""
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig)
     else:
@@ -32,7 +35,9 @@ def api_client(kubeconfig: str | None = None) -> Any:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-    return k8s.ApiClient()
+    configuration = k8s.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, connections)
+    return k8s.ApiClient(configuration)
 
 
 class NodeApi(Protocol):
