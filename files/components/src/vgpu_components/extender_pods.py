@@ -148,12 +148,18 @@ class PodFeed:
             self.model.set_pod(obj)
 
     def _read(self, sock: socket.socket, token: int) -> None:
+        """The poster's records until it exits (its supervisor then switches), or until one cannot
+        be read: the poster still runs then, so the extender watches the pods itself."""
         try:
             with sock, sock.makefile("rb") as lines:
                 for line in lines:
                     self.take(line, token)
         except (OSError, ValueError, TypeError) as exc:
-            log.error("the poster's pod records cannot be read: %s", exc)
+            with self.lock:
+                current = token == self.source
+            if current:
+                log.error("the poster's pod records cannot be read (%s); watching the pods here", exc)
+                self.watch_here()
 
     def take(self, line: bytes, token: int) -> None:
         """One line of the poster's, from the source `token` (dropped when that is not current)."""
