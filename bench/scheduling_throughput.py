@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,15 @@ def cleanup_timeout(pods: int) -> float:
     return max(120.0, pods / 20)
 
 
+def run_plan(node_counts: list[int], repeat: int, modes: list[str]) -> Iterator[tuple[int, int, str, bool]]:
+    """(nodes, round, mode, clean up after it) of each run, smallest cluster first, the modes taking
+    turns. The last run is not cleaned up: its pods go with the cluster (run-bench.sh's down.sh),
+    and their deletion, which nothing reads, outlasts the run itself at 50 000 pods."""
+    plan = [(nodes, round_, mode) for nodes in sorted(node_counts) for round_ in range(repeat) for mode in modes]
+    for index, (nodes, round_, mode) in enumerate(plan):
+        yield nodes, round_, mode, index < len(plan) - 1
+
+
 def run_once(
     core: Any, mode: str, nodes: int, *, pods: int, selector: dict[str, str], timeout: float
 ) -> dict[str, Any]:
@@ -455,21 +465,24 @@ def main(argv: list[str] | None = None) -> int:
     core = client.CoreV1Api(cluster.api_client())
     print(json.dumps({"src": str(_components_path.ROOT), "modes": args.modes}), flush=True)
     results = []
-    for nodes in sorted(args.nodes):
-        selector = ensure_nodes(core, nodes)
-        if "claims" in args.modes:
-            ensure_dra(nodes)
-        time.sleep(args.settle)
-        idle = idle_cpu(10.0)
-        print(json.dumps({"nodes": nodes, "idle_cpu_ms_per_s": idle}), flush=True)
-        for round_ in range(args.repeat):
-            for mode in args.modes:
-                result = run_once(core, mode, nodes, pods=args.pods, selector=selector, timeout=args.timeout)
-                result["round"] = round_
-                # Printed before the cleanup, which can outlast the run itself at 50 000 pods.
-                print(json.dumps(result), flush=True)
-                results.append(result)
-                clean_up(core, result["namespace"], args.pods)
+    selector: dict[str, str] = {}
+    prepared = 0
+    for nodes, round_, mode, clean in run_plan(args.nodes, args.repeat, args.modes):
+        if nodes != prepared:
+            selector = ensure_nodes(core, nodes)
+            if "claims" in args.modes:
+                ensure_dra(nodes)
+            time.sleep(args.settle)
+            idle = idle_cpu(10.0)
+            print(json.dumps({"nodes": nodes, "idle_cpu_ms_per_s": idle}), flush=True)
+            prepared = nodes
+        result = run_once(core, mode, nodes, pods=args.pods, selector=selector, timeout=args.timeout)
+        result["round"] = round_
+        # Printed before the cleanup, which can outlast the run itself at 50 000 pods.
+        print(json.dumps(result), flush=True)
+        results.append(result)
+        if clean:
+            clean_up(core, result["namespace"], args.pods)
     cluster.ctl("stop-scheduler")
     cluster.ctl("start-scheduler")
 
