@@ -483,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         if clean:
             clean_up(core, result["namespace"], args.pods)
+        else:
+            print(f"the last run's pods are left in {result['namespace']} for the cluster's tear-down", file=sys.stderr)
     cluster.ctl("stop-scheduler")
     cluster.ctl("start-scheduler")
 
