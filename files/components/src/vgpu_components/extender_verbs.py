@@ -176,7 +176,7 @@ class Extender:
                         verdict.failed[name] = fit.reason
             verdict.fitting = len(verdict.passed)
             if tightest and units and verdict.fitting > 1:
-                verdict.passed = self.model.tightest(verdict.passed, units)
+                verdict.passed = self.model.tightest(verdict.passed, units, cores)
         return verdict
 
     def _maybe_stale(self, failed: Mapping[str, str]) -> list[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from vgpu_components import contract, gpus_annotation, names
+from vgpu_components.fit_index import FitIndexes
 from vgpu_components.placement import Ranking
 from vgpu_components.quantity import whole_number
 
@@ -294,6 +295,8 @@ class ClusterModel:
         self.placements = Placements()
         self._bulk = False  # during replace_all: count once at the end, not per object
         self.pending: dict[str, PendingPod] = {}
+        # filter's fast path: the nodes where a request size fits, told of every node that changes.
+        self.fits = FitIndexes(lambda: self.nodes)
 
     # --- nodes ---------------------------------------------------------------------------------
     def set_node(self, node: Mapping[str, Any]) -> None:
@@ -304,6 +307,7 @@ class ClusterModel:
             if text is None:
                 self.nodes.pop(name, None)
                 self.node_errors.pop(name, None)
+                self.fits.changed(name)
                 return
             known = self.nodes.get(name)
             if known is not None and known.source == text:
@@ -313,6 +317,7 @@ class ClusterModel:
             except (ValueError, KeyError, TypeError) as exc:
                 self.nodes.pop(name, None)
                 self.node_errors[name] = f"unreadable {self.annotation_key} annotation: {exc}"
+                self.fits.changed(name)
                 return
             self.node_errors.pop(name, None)
             state = NodeState(name=name, unit_mib=unit, gpus=gpus, source=text)
@@ -323,6 +328,7 @@ class ClusterModel:
         with self.lock:
             self.nodes.pop(name, None)
             self.node_errors.pop(name, None)
+            self.fits.changed(name)
 
     def _recount(self, name: str) -> None:
         state = self.nodes.get(name)
@@ -336,6 +342,7 @@ class ClusterModel:
                 target.placed += placement.units
                 target.placed_cores += placement.cores
         state.refresh()
+        self.fits.changed(name)
 
     # --- pods ----------------------------------------------------------------------------------
     def set_pod(self, pod: Mapping[str, Any]) -> None:
@@ -486,6 +493,7 @@ class ClusterModel:
                 target.placed_cores += placement.cores
         for state in self.nodes.values():
             state.refresh()
+        self.fits.clear()
 
     def expire_reservations(self, now: float | None = None) -> int:
         """Drop reservations of binds that never showed up as bound pods; returns how many."""
@@ -558,29 +566,22 @@ class ClusterModel:
 
     def admitted(self, names: list[str], units: int, cores: int = 0) -> list[str]:
         """filter's fast path, in the order given: the nodes where a GPU has `units` free (nodes
-        without compute shares, pods without a share); fit() judges the rest one by one. One pass
-        with no call per node: kube-scheduler sends up to thousands of names per pod."""
+        without compute shares, pods without a share); fit() judges the rest one by one. A lookup
+        per name in the size's index (fit_index.py): kube-scheduler sends up to thousands per pod."""
         if not units:
             return list(names)
         if cores:
             return []
-        nodes = self.nodes
-        return [
-            name
-            for name in names
-            if (state := nodes.get(name)) is not None and not state.shares and state.max_free >= units
-        ]
+        with self.lock:
+            return self.fits.admitted(names, units)
 
-    def tightest(self, names: list[str], units: int) -> list[str]:
-        """Of nodes where `units` fit, those where they pack tightest (the highest score), in the
-        order given; ties all stay (kube-scheduler's own scores choose among them)."""
-        nodes = self.nodes
-        # The node's cached score read inline: a method call per node was most of this loop's time
-        # over kube-scheduler's up to thousands of names (NodeState.score fills the cache).
-        scores = [
-            score if (score := (state := nodes[name]).scores.get(units)) is not None else state.score(units)
-            for name in names
-        ]
+    def tightest(self, names: list[str], units: int, cores: int = 0) -> list[str]:
+        """Of nodes where `units` (and `cores`) fit, those where they pack tightest (the highest
+        score), in the order given; ties all stay (kube-scheduler's own scores choose among them)."""
+        with self.lock:
+            if not cores:  # every node that fit() admits is one admitted() admits: indexed
+                return self.fits.tightest(names, units)
+            scores = [self.nodes[name].score(units) for name in names]
         best = max(scores, default=0)
         return [name for name, score in zip(names, scores) if score == best]
 
