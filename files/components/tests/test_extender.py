@@ -265,6 +265,8 @@ def test_init_containers_count_once_and_app_containers_add_up(cluster: Scheduler
         ("/filter", b"[]", "ExtenderArgs"),
         ("/filter", b'{"Pod": null, "NodeNames": ["gpu-a"]}', "Pod must be a Pod object"),
         ("/filter", b'{"Pod": {"spec": {}}, "NodeNames": "gpu-a"}', "NodeNames must be a list"),
+        ("/filter", b'{"Pod": {"spec": {}}, "NodeNames": ["gpu-a", 7]}', "NodeNames must be a list of node names"),
+        ("/filter", b'{"Pod": {"spec": {}}, "NodeNames": [["gpu-a"]]}', "NodeNames must be a list of node names"),
         (
             "/prioritize",
             b'{"Pod": {"spec": {"containers": [{"name": "c", "resources": {"limits": '

@@ -76,6 +76,16 @@ class Verdict:
     unresolvable: dict[str, str] = field(default_factory=dict)
 
 
+def _all_strings(items: list[Any]) -> bool:
+    """Whether every item is a str, checked in C (join refuses anything else): kube-scheduler sends
+    up to thousands of node names per pod, and a check per name in Python cost a tenth of filter."""
+    try:
+        "".join(items)
+    except TypeError:
+        return False
+    return True
+
+
 class Extender:
     """The verbs over the model; JSON in, JSON-ready objects out.
 
@@ -135,7 +145,7 @@ class Extender:
                 names.append(meta["name"])
         if names is None:
             names = []
-        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
+        if not isinstance(names, list) or not _all_strings(names):
             raise BadRequest(f"ExtenderArgs.NodeNames must be a list of node names, got {names!r:.200}")
         return pod, names, items
 
