@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 # Request sizes indexed at once; the least recently asked is dropped beyond (rebuilt if asked again).
-MAX_SIZES = 16
+MAX_SIZES = 8
 # Up to this many of the tightest nodes are put in kube-scheduler's order by a search each (in C);
 # more by one pass over the names.
 ORDER_BY_INDEX = 8
