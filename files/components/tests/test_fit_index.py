@@ -34,7 +34,7 @@ def random_node(rng: random.Random, name: str) -> dict[str, Any]:
     """Two or three GPUs of 12 GiB (122 units), some used, maybe one unhealthy; a node in four
     with compute shares."""
     gpus = [(f"GPU-{name}-{g}", 12288, rng.choice([0, 0, 30, 61, 100, 122])) for g in range(rng.choice([2, 3]))]
-    cores = [(100, rng.choice([0, 40, 100])) for _ in gpus] if rng.random() < 0.25 else None
+    cores = [(100, rng.choice([0, 40, 100])) for gpu in gpus] if rng.random() < 0.25 else None
     node = node_obj(name, gpus, cores=cores)
     if rng.random() < 0.2:
         annotation = json.loads(node["metadata"]["annotations"]["vgpu.io/gpus"])
