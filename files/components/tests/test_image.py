@@ -8,6 +8,7 @@ as a node's containerd imports it.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import urllib.request
@@ -38,6 +39,7 @@ def _stale() -> bool:
         COMPONENTS / "pyproject.toml",
         COMPONENTS / "image" / "build.sh",
         COMPONENTS / "image" / "oci_archive.py",
+        COMPONENTS / "image" / "requirements.txt",
     ]
     return any(p.stat().st_mtime > built for p in sources if "_pb2" not in p.name)
 
@@ -85,6 +87,37 @@ def test_each_console_script_answers_help(image: str, entry: str) -> None:
 def test_python_module_form_works(image: str) -> None:
     out = docker_run(image, "python3", "-m", "vgpu_components.monitor", "--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: cgpu-monitor"), out.stderr
+
+
+# Every Python package in the image, with its version (Debian's python3 brings none of its own).
+LIST_DISTRIBUTIONS = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps(sorted((d.metadata['Name'], d.version) for d in m.distributions())))"
+)
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """{canonical name: version} of a requirements file of Name==version lines."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return {canonical(name): version for name, version in (line.split("==") for line in lines if line)}
+
+
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def test_image_runs_the_package_versions_the_tests_ran(image: str) -> None:
+    """The image's dependencies are requirements-dev.txt's pins, not whatever PyPI (or the wheel
+    cache) held newest on the day it was built: the unit and integration tests ran those pins."""
+    out = docker_run(image, "python3", "-c", LIST_DISTRIBUTIONS)
+    assert out.returncode == 0, out.stderr
+    installed = {canonical(name): version for name, version in json.loads(out.stdout)}
+    assert installed.pop("vgpu-components") == VERSION
+    tested = _pins(ROOT / "requirements-dev.txt")
+    differing = {
+        name: (version, tested.get(name)) for name, version in installed.items() if version != tested.get(name)
+    }
+    assert not differing, f"image version, requirements-dev.txt pin: {differing}"
 
 
 def test_image_is_small(image: str) -> None:
