@@ -119,12 +119,13 @@ host-packages: ## the Debian packages the tests need (installed only when missin
 	tests/harness/ensure-debian-packages.sh $(HOST_PACKAGES)
 
 .PHONY: lock
-lock: ## re-resolve requirements-dev.in into requirements-dev.txt
+lock: ## re-resolve requirements-dev.in into requirements-dev.txt (and its subsets: the site's, the image's)
 	rm -rf build/lock-venv && python3 -m venv build/lock-venv
 	build/lock-venv/bin/pip install --quiet -r requirements-dev.in
 	build/lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sort -f > requirements-dev.txt
 	build/lock-venv/bin/pip install --quiet packaging
-	build/lock-venv/bin/python tests/harness/site_lock.py requirements-site.in requirements-dev.txt requirements-site.txt
+	build/lock-venv/bin/python tests/harness/lock_subset.py requirements-site.in requirements-dev.txt requirements-site.txt
+	build/lock-venv/bin/python tests/harness/lock_subset.py files/components/pyproject.toml requirements-dev.txt files/components/image/requirements.txt
 
 $(COLLECTIONS)/ansible_collections/%/MANIFEST.json: | $(TOOLS_VENV)/.stamp
 	@echo ">> $* from $(ANSIBLE_COMMUNITY)$(if $(BUNDLE), (the offline bundle's))"

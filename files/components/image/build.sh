@@ -6,8 +6,9 @@
 # `k3s ctr images import` and `docker load`). The same inputs give the same image digest.
 #
 # Usage: files/components/image/build.sh [WHEELHOUSE]
-#   WHEELHOUSE (or $VGPU_WHEELHOUSE): folder of dependency wheels for CPython 3.11 x86_64; without
-#   it the wheels are downloaded from PyPI once into the cache.
+#   WHEELHOUSE (or $VGPU_WHEELHOUSE): folder of dependency wheels for CPython 3.11 x86_64, holding
+#   those pinned in requirements.txt (beside this script); without it they are downloaded from PyPI
+#   once into the cache.
 # Needs root (debootstrap, chroot) and debootstrap, which `make image` installs when missing.
 # Environment: VGPU_CACHE_DIR (default ~/.cache/vgpu-isolation; the root filesystem is cached
 #   there keyed by the hash of its recipe, debootstrap's .deb files in $VGPU_CACHE_DIR/debs),
@@ -64,20 +65,23 @@ make -s -C "$components" PYTHON="$python" WHEEL_DIR="$work/dist" wheel >/dev/nul
 wheel=$(ls "$work"/dist/vgpu_components-"$version"-*.whl)
 pip_target=(--only-binary=:all: --implementation cp --python-version "$py_version" --abi cp311 --abi abi3 --abi none
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+# The dependencies at the pins the tests ran (requirements.txt beside this script, which `make lock`
+# writes from requirements-dev.txt), not whatever PyPI or the wheel cache holds newest today.
+pinned=$here/requirements.txt
 if [[ -z $wheelhouse ]]; then
     wheelhouse=$cache/wheels/cp311-x86_64
     mkdir -p "$wheelhouse"
-    echo ">> downloading dependency wheels from PyPI into $wheelhouse"
-    "$python" -m pip download --quiet "${pip_target[@]}" -d "$wheelhouse" "$wheel"
-    rm -f "$wheelhouse"/vgpu_components-*.whl
+    echo ">> dependency wheels at the pins of $pinned (from PyPI, once) into $wheelhouse"
+    "$python" -m pip download --quiet --no-deps "${pip_target[@]}" -d "$wheelhouse" -r "$pinned"
 fi
 echo ">> installing into the image from $wheelhouse"
 mkdir -p "$work/rootfs"
 tar -C "$work/rootfs" -xf "$base_tar"
 site=$work/rootfs/usr/local/lib/python$py_version/dist-packages
 # By name from a folder, not by path: pip records a path (a temporary one here) in direct_url.json.
-"$python" -m pip install --quiet --no-index --find-links "$work/dist" --find-links "$wheelhouse" "${pip_target[@]}" \
-    --no-compile --target "$site" "vgpu-components==$version"
+# --no-deps: the pinned list is the whole closure (tests/unit/test_locks.py holds it to that).
+"$python" -m pip install --quiet --no-index --no-deps --find-links "$work/dist" --find-links "$wheelhouse" \
+    "${pip_target[@]}" --no-compile --target "$site" -r "$pinned" "vgpu-components==$version"
 # Trim what the components never load: pip's script folder, the kubernetes client's asyncio
 # variant (as large as the sync client), and the .deb files debootstrap leaves behind.
 rm -rf "${site:?}/bin" "${site:?}/kubernetes/aio" "${work:?}/rootfs/var/cache/apt/archives/"*.deb
