@@ -8,9 +8,15 @@ as a node's containerd imports it.
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
+import shutil
 import socket
 import subprocess
+import sys
+import tarfile
 import urllib.request
 from pathlib import Path
 
@@ -118,6 +124,59 @@ def test_image_runs_the_package_versions_the_tests_ran(image: str) -> None:
         name: (version, tested.get(name)) for name, version in installed.items() if version != tested.get(name)
     }
     assert not differing, f"image version, requirements-dev.txt pin: {differing}"
+
+
+def _with_build_day(base: Path, out: Path, day: int) -> None:
+    """A copy of the base root filesystem tarball as debootstrap would have made it on `day` (days
+    since 1970): what it writes that day into /etc/shadow (each account's last password change) and
+    ldconfig's aux-cache (the libraries' change times)."""
+    with tarfile.open(base) as source, tarfile.open(out, "w") as copy:
+        for member in source:
+            data = source.extractfile(member) if member.isfile() else None
+            if member.name in ("./etc/shadow", "./var/cache/ldconfig/aux-cache") and data is not None:
+                content = data.read()
+                if member.name == "./etc/shadow":
+                    content = re.sub(rb"^([^:]*:[^:]*:)[0-9]*:", rb"\g<1>%d:" % day, content, flags=re.M)
+                else:
+                    content += day.to_bytes(4, "little")
+                member.size = len(content)
+                copy.addfile(member, io.BytesIO(content))
+            else:
+                copy.addfile(member, data)
+
+
+def test_the_digest_depends_on_the_inputs_not_the_day_or_the_checkout(image: str, tmp_path: Path) -> None:
+    """Two machines that build the image get Debian 12's same packages and the same pinned wheels,
+    but debootstrap writes its day into two files, and pip writes the build Python's path into the
+    console scripts it makes (and their hashes into each package's RECORD). The image built from
+    either must be one image (one digest), so a site can check the archive it was given against one
+    built here. Builds twice, from copies of the cached base (the image fixture made it) stamped
+    with two days, through two paths to the build Python, with the pinned wheels already cached."""
+    cache = Path(os.environ.get("VGPU_CACHE_DIR", Path.home() / ".cache" / "vgpu-isolation"))
+    base = next((cache / "rootfs").glob("debian12-python3-*.tar"))
+    wheels = cache / "wheels" / "cp311-x86_64"
+    bin_dir = Path(sys.executable).parent
+    pythons = [bin_dir / "python3", bin_dir / f"python{sys.version_info.major}.{sys.version_info.minor}"]
+    digests = []
+    for day, python in zip((20000, 20001), pythons):
+        own = tmp_path / str(day)
+        (own / "rootfs").mkdir(parents=True)
+        _with_build_day(base, own / "rootfs" / base.name, day)
+        env = {**os.environ, "VGPU_CACHE_DIR": str(own), "OUT_DIR": str(own / "images"), "PYTHON": str(python)}
+        built = subprocess.run(
+            [str(COMPONENTS / "image" / "build.sh"), str(wheels)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        assert built.returncode == 0, built.stderr[-2000:]
+        found = re.search(r"\((sha256:[0-9a-f]{64})\) written", built.stdout)
+        assert found, built.stdout[-2000:]
+        digests.append(found.group(1))
+        shutil.rmtree(own / "rootfs")
+    assert digests[0] == digests[1], f"two build days and Python paths, two images: {digests}"
 
 
 def test_image_is_small(image: str) -> None:
