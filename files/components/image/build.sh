@@ -62,7 +62,6 @@ fi
 # --- 2. wheels ----------------------------------------------------------------------------
 echo ">> building the vgpu-components wheel"
 make -s -C "$components" PYTHON="$python" WHEEL_DIR="$work/dist" wheel >/dev/null
-wheel=$(ls "$work"/dist/vgpu_components-"$version"-*.whl)
 pip_target=(--only-binary=:all: --implementation cp --python-version "$py_version" --abi cp311 --abi abi3 --abi none
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 # The dependencies at the pins the tests ran (requirements.txt beside this script, which `make lock`
@@ -77,6 +76,12 @@ fi
 echo ">> installing into the image from $wheelhouse"
 mkdir -p "$work/rootfs"
 tar -C "$work/rootfs" -xf "$base_tar"
+# Debian 12's packages are the same whichever day debootstrap ran, but it writes that day into two
+# files: each account's last password change in /etc/shadow (emptied: no password ageing, and every
+# account's password is locked anyway) and ldconfig's aux-cache (a cache only, dropped). Without them
+# the digest depends on the build's root filesystem and sources alone, not on the day.
+sed -i -E 's/^([^:]*:[^:]*:)[0-9]*:/\1:/' "$work/rootfs/etc/shadow"
+rm -f "$work/rootfs/var/cache/ldconfig/aux-cache"
 site=$work/rootfs/usr/local/lib/python$py_version/dist-packages
 # By name from a folder, not by path: pip records a path (a temporary one here) in direct_url.json.
 # --no-deps: the pinned list is the whole closure (tests/unit/test_locks.py holds it to that).
@@ -85,6 +90,9 @@ site=$work/rootfs/usr/local/lib/python$py_version/dist-packages
 # Trim what the components never load: pip's script folder, the kubernetes client's asyncio
 # variant (as large as the sync client), and the .deb files debootstrap leaves behind.
 rm -rf "${site:?}/bin" "${site:?}/kubernetes/aio" "${work:?}/rootfs/var/cache/apt/archives/"*.deb
+# The scripts pip made there start with the build Python's path, and each package's RECORD holds
+# their hashes: dropping those lines keeps RECORD true and the digest free of where the build ran.
+sed -i '\#^\.\./\.\./bin/#d' "$site"/*.dist-info/RECORD
 # Byte code keyed by the sources' hashes, not their times: reproducible, and never stale.
 chroot "$work/rootfs" python3 -m compileall -q --invalidation-mode unchecked-hash \
     "/usr/local/lib/python$py_version/dist-packages" >/dev/null
