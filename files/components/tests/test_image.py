@@ -21,8 +21,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 from vgpu_components import __version__, contract
 
+from tests.harness.lock_subset import pins
 from tests.polling import wait_for
 
 COMPONENTS = Path(__file__).resolve().parents[1]
@@ -102,24 +104,14 @@ LIST_DISTRIBUTIONS = (
 )
 
 
-def _pins(path: Path) -> dict[str, str]:
-    """{canonical name: version} of a requirements file of Name==version lines."""
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return {canonical(name): version for name, version in (line.split("==") for line in lines if line)}
-
-
-def canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
 def test_image_runs_the_package_versions_the_tests_ran(image: str) -> None:
     """The image's dependencies are requirements-dev.txt's pins, not whatever PyPI (or the wheel
     cache) held newest on the day it was built: the unit and integration tests ran those pins."""
     out = docker_run(image, "python3", "-c", LIST_DISTRIBUTIONS)
     assert out.returncode == 0, out.stderr
-    installed = {canonical(name): version for name, version in json.loads(out.stdout)}
+    installed = {canonicalize_name(name): version for name, version in json.loads(out.stdout)}
     assert installed.pop("vgpu-components") == VERSION
-    tested = _pins(ROOT / "requirements-dev.txt")
+    tested = {name: pin.split("==", 1)[1] for name, pin in pins(ROOT / "requirements-dev.txt").items()}
     differing = {
         name: (version, tested.get(name)) for name, version in installed.items() if version != tested.get(name)
     }
