@@ -109,7 +109,7 @@ def test_image_runs_the_package_versions_the_tests_ran(image: str) -> None:
     cache) held newest on the day it was built: the unit and integration tests ran those pins."""
     out = docker_run(image, "python3", "-c", LIST_DISTRIBUTIONS)
     assert out.returncode == 0, out.stderr
-    installed = {canonicalize_name(name): version for name, version in json.loads(out.stdout)}
+    installed: dict[str, str] = {canonicalize_name(name): version for name, version in json.loads(out.stdout)}
     assert installed.pop("vgpu-components") == VERSION
     tested = {name: pin.split("==", 1)[1] for name, pin in pins(ROOT / "requirements-dev.txt").items()}
     differing = {
