@@ -756,6 +756,10 @@ class RecordingApiServer(ThreadingHTTPServer):
     """Plays kube-apiserver for the API adapters: records each request, answers like it."""
 
     daemon_threads = True
+    # socketserver's default listen backlog is 5: a burst of 16 connections on a loaded machine
+    # overflowed it and some were reset (a client test then saw connections that kube-apiserver,
+    # listening with the system's somaxconn, would not make it open).
+    request_queue_size = 128
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, str, Any]] = []
