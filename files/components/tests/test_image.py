@@ -145,7 +145,9 @@ def test_the_digest_depends_on_the_inputs_not_the_day_or_the_checkout(image: str
     built here. Builds twice, from copies of the cached base (the image fixture made it) stamped
     with two days, through two paths to the build Python, with the pinned wheels already cached."""
     cache = Path(os.environ.get("VGPU_CACHE_DIR", Path.home() / ".cache" / "vgpu-isolation"))
-    base = next((cache / "rootfs").glob("debian12-python3-*.tar"))
+    bases = sorted((cache / "rootfs").glob("debian12-python3-*.tar"))
+    assert bases, f"no base root filesystem cached in {cache}/rootfs: `make image` makes one"
+    base = bases[-1]
     wheels = cache / "wheels" / "cp311-x86_64"
     bin_dir = Path(sys.executable).parent
     pythons = [bin_dir / "python3", bin_dir / f"python{sys.version_info.major}.{sys.version_info.minor}"]
